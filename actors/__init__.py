@@ -1,0 +1,1 @@
+"""raycep actors package (built in a later issue)."""

@@ -1,0 +1,1 @@
+"""Reproducible benchmarks of the raycep engine (not timed tests; see RESULTS.md)."""

@@ -1,0 +1,218 @@
+"""The query AST: frozen dataclasses produced by the parser and by the builder API.
+
+text --parser--> Query (this module) --compiler--> CompiledQuery --planner--> Plan.
+
+``pos`` fields hold ``(line, column)`` of the construct in the query text (1-based), or None
+for queries built in Python; they never take part in equality.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+STRATEGIES = (
+    "skip_till_any_match",     # default
+    "skip_till_next_match",
+    "partition_contiguity",
+    "strict_contiguity",
+)
+
+Pos = Union[tuple, None]
+
+
+def _pos():
+    return field(default=None, compare=False, repr=False)
+
+
+# --------------------------------------------------------------------------- pattern nodes
+
+@dataclass(frozen=True)
+class EventVar:
+    """``A a`` / ``A+ a[]`` / ``~A a`` / ``!A a`` / ``~(A a)``; ``type`` None = any type (``a``)."""
+    type: str | None
+    name: str
+    kleene: bool = False
+    negated: bool = False
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Seq:
+    children: tuple
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class And:
+    children: tuple
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Or:
+    children: tuple
+    pos: Pos = _pos()
+
+
+Pattern = Union[EventVar, Seq, And, Or]
+
+
+# --------------------------------------------------------------------------- expressions
+
+@dataclass(frozen=True)
+class KIndex:
+    """An index into a Kleene variable.
+
+    base 'i' (the current element; offset -1 is ``i-1``, +1 is ``i+1`` / NEXT),
+    base 'first' (offset 0 is ``[1]`` / FIRST, offset 1 is ``[2]``),
+    base 'last' (offset 0 is ``[x.LEN]`` / LAST, -1 is ``[x.LEN-1]``).
+    """
+    base: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A number, string or boolean. ``80%`` is parsed as the number 0.8."""
+    value: object
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Param:
+    """A bare identifier (``thresholdGas``, ``W``): a query parameter bound at compile time."""
+    name: str
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """``var.attr`` or ``var[index].attr``; index None on a Kleene variable means ``[i]``."""
+    var: str
+    attr: str
+    index: KIndex | None = None
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Len:
+    """``var.LEN``: the number of events bound to a Kleene variable."""
+    var: str
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``avg|sum|min|max|count`` over a Kleene variable.
+
+    ``upto`` None: the whole iteration (``avg(b.price)``, ``avg(b[].price)``, ``count(b)``);
+    otherwise the prefix ``b[..upto]``, e.g. ``KIndex('i', -1)`` for ``b[..i-1]``.
+    ``attr`` is None only for ``count``.
+    """
+    func: str
+    var: str
+    attr: str | None
+    upto: KIndex | None = None
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """Arithmetic: op in ``+ - * /``."""
+    op: str
+    left: object
+    right: object
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Neg:
+    """Unary minus."""
+    operand: object
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Compare:
+    """op in ``= != < <= > >=`` (``==`` and ``<>`` are normalised to ``=`` and ``!=``)."""
+    op: str
+    left: object
+    right: object
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class BoolAnd:
+    items: tuple
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class BoolOr:
+    items: tuple
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class BoolNot:
+    item: object
+    pos: Pos = _pos()
+
+
+Expr = Union[Literal, Param, Attr, Len, Aggregate, BinOp, Neg, Compare, BoolAnd, BoolOr, BoolNot]
+
+
+# --------------------------------------------------------------------------- the query
+
+@dataclass(frozen=True)
+class Duration:
+    """``WITHIN 30 minutes`` -> Duration(Literal(30), 60.0); ``WITHIN W`` -> Duration(Param('W'), 1.0)."""
+    amount: Literal | Param
+    unit_seconds: float = 1.0
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Query:
+    """One pattern query.
+
+    ``where`` holds the predicates (the strategy braces of SASE+ are unwrapped);
+    ``equivalence`` the ``[attr]`` tests, which apply to every variable, negated ones included.
+    """
+    pattern: Pattern
+    where: Expr | None = None
+    equivalence: tuple = ()
+    within: Duration | None = None
+    slide: Duration | None = None
+    strategy: str = "skip_till_any_match"
+    name: str | None = None
+    text: str | None = field(default=None, compare=False, repr=False)
+
+
+def walk_pattern(node):
+    """Yield every pattern node, depth first."""
+    yield node
+    for child in getattr(node, "children", ()):
+        yield from walk_pattern(child)
+
+
+def event_vars(node) -> list:
+    """All EventVar leaves of a pattern, left to right."""
+    return [n for n in walk_pattern(node) if isinstance(n, EventVar)]
+
+
+def walk_expr(expr):
+    """Yield every expression node, depth first."""
+    if expr is None:
+        return
+    yield expr
+    if isinstance(expr, (BinOp, Compare)):
+        yield from walk_expr(expr.left)
+        yield from walk_expr(expr.right)
+    elif isinstance(expr, Neg):
+        yield from walk_expr(expr.operand)
+    elif isinstance(expr, (BoolAnd, BoolOr)):
+        for item in expr.items:
+            yield from walk_expr(item)
+    elif isinstance(expr, BoolNot):
+        yield from walk_expr(expr.item)

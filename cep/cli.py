@@ -1,0 +1,273 @@
+"""The ``raycep`` command line.
+
+``raycep local`` runs queries over an events file in this process (no Ray, no Spark)::
+
+    raycep local --query examples/queries.cep --events examples/ticks.csv --key symbol \\
+        --out out/matches.jsonl
+
+Each match is one JSON line ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}}`` on
+``--out`` (or stdout). The last stdout line is always a JSON summary with the keys
+``events, matches, seconds, events_per_s, peak_rss_mb``. Progress goes to stderr every ~2 s.
+User errors (bad query, bad events file) print a message and exit with status 2, never a
+traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+
+from cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
+from cep.sources import SUPPORTED_EXTENSIONS, iter_events, parse_cell
+
+PROG = "raycep"
+PROGRESS_EVERY_S = 2.0
+#: bad rows shown one by one with --skip-bad-rows before only counting them
+SHOW_BAD_ROWS = 10
+_NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
+
+
+class UsageError(CepError):
+    """A command-line argument that cannot be used (exit status 2)."""
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``raycep`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:                       # --help, or argparse's own usage error
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        _err(str(exc))
+    except (QuerySyntaxError, QueryValidationError) as exc:
+        _err(f"error in query: {exc}")
+    except IngestError as exc:
+        _err(f"bad input: {exc}")
+    except CepError as exc:
+        _err(f"error: {exc}")
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="raycep: complex event processing for many concurrent "
+                               "pattern queries.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    local = commands.add_parser(
+        "local", help="run queries over an events file in this process",
+        description="Run one or more queries over an events file in this process and write "
+                    "the matches as JSON lines. The last stdout line is a JSON summary.")
+    local.add_argument("--query", "-q", action="append", required=True, metavar="FILE_OR_TEXT",
+                       help="a query file (queries separated by ';', optionally named with "
+                            "NAME <ident>) or query text; may be given several times")
+    local.add_argument("--events", "-e", required=True, metavar="FILE",
+                       help=f"events file ({', '.join(SUPPORTED_EXTENSIONS)})")
+    local.add_argument("--key", metavar="ATTR", default=None,
+                       help="partition key attribute (e.g. symbol)")
+    local.add_argument("--out", "-o", metavar="FILE", default=None,
+                       help="write matches to this JSON-lines file (default: stdout)")
+    local.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
+                       help="bind a query parameter (number, true/false or text)")
+    local.add_argument("--skip-bad-rows", action="store_true",
+                       help="skip malformed event rows (reported on stderr) instead of "
+                            "stopping at the first one")
+    local.set_defaults(func=run_local)
+    return parser
+
+
+# --------------------------------------------------------------------------- raycep local
+
+def run_local(args) -> int:
+    """Parse the queries, stream the events through one Engine, write matches and a summary."""
+    from cep.engine import Engine                   # imported late: `raycep --help` stays cheap
+
+    params = parse_params(args.param)
+    queries = load_queries(args.query)
+    engine = Engine(key_attr=args.key)
+    for label, query in queries:
+        try:
+            engine.add_query(query, name=query.name, params=params or None)
+        except CepError as exc:
+            name = f" {query.name!r}" if query.name else ""
+            _err(f"cannot add query{name} from {label}: {exc}")
+            return 2
+
+    bad = BadRows()
+    events = iter_events(args.events, key_attr=args.key,
+                         on_error=bad if args.skip_bad_rows else None)
+    out, close = _open_output(args.out)
+    counts: dict = {}
+    started = time.perf_counter()
+    n_events = 0
+    try:
+        progress = Progress(started)
+        for event in events:
+            n_events += 1
+            for match in engine.process(event):
+                _write_match(out, match, counts)
+            progress.tick(n_events, sum(counts.values()))
+        for match in engine.advance(float("inf")):
+            _write_match(out, match, counts)
+    finally:
+        if close:
+            out.close()
+    seconds = time.perf_counter() - started
+    bad.report()
+    n_matches = sum(counts.values())
+    for name, count in counts.items():
+        _err(f"query {name}: {count} matches")
+    summary = {
+        "events": n_events,
+        "matches": n_matches,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def load_queries(values) -> list:
+    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file.
+
+    Unnamed queries are called ``q1``, ``q2``, ... by their position over all ``--query``
+    values; a name used twice is an error.
+    """
+    from cep.parser import parse_queries
+
+    out = []
+    for position, value in enumerate(values, start=1):
+        if os.path.isfile(value):
+            label = f"query file {value}"
+            try:
+                with open(value, encoding="utf-8") as handle:
+                    text = handle.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"error: cannot read query file {value}: {exc}") from None
+        elif value.endswith(".cep") and not any(c.isspace() for c in value):
+            raise UsageError(f"error: query file not found: {value}")
+        else:
+            label, text = f"--query #{position}", value
+        try:
+            queries = parse_queries(text)
+        except (QuerySyntaxError, QueryValidationError) as exc:
+            raise UsageError(f"error in {label}: {exc}") from None
+        if not queries:
+            raise UsageError(f"error: {label} contains no query")
+        for query in queries:
+            if not _NAMED.match(query.text or ""):     # parser numbers per text: renumber
+                query = dataclasses.replace(query, name=f"q{len(out) + 1}")
+            for other_label, other in out:
+                if other.name == query.name:
+                    raise UsageError(f"error: query name {query.name!r} is used twice "
+                                     f"({other_label} and {label})")
+            out.append((label, query))
+    return out
+
+
+def parse_params(items) -> dict:
+    """``["W=30", "name=IBM"]`` -> ``{"W": 30, "name": "IBM"}`` (values typed like CSV cells)."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"error: --param expects NAME=VALUE, got {item!r}")
+        params[name] = parse_cell(value)
+    return params
+
+
+# --------------------------------------------------------------------------- helpers
+
+class BadRows:
+    """Collects the rows skipped with --skip-bad-rows; shows the first few, counts the rest."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, err: IngestError) -> None:
+        self.count += 1
+        if self.count <= SHOW_BAD_ROWS:
+            _err(f"skipped bad row: {err}")
+
+    def report(self) -> None:
+        if self.count:
+            more = f" ({self.count - SHOW_BAD_ROWS} not shown)" if self.count > SHOW_BAD_ROWS \
+                else ""
+            _err(f"skipped {self.count} bad row(s){more}")
+
+
+class Progress:
+    """Prints ``events, matches, events/s`` to stderr at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.next_at = started + PROGRESS_EVERY_S
+
+    def tick(self, events: int, matches: int) -> None:
+        now = time.perf_counter()
+        if now < self.next_at:
+            return
+        self.next_at = now + PROGRESS_EVERY_S
+        rate = events / (now - self.started)
+        _err(f"{events} events, {matches} matches, {rate:.0f} events/s")
+
+
+def _write_match(out, match, counts: dict) -> None:
+    counts[match.query] = counts.get(match.query, 0) + 1
+    out.write(json.dumps(match.to_dict(), default=str) + "\n")
+
+
+def _open_output(path):
+    """(stream, must_close) for --out, creating parent directories; stdout when None."""
+    if path is None:
+        return sys.stdout, False
+    parent = os.path.dirname(path)
+    try:
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        return open(path, "w", encoding="utf-8"), True
+    except OSError as exc:
+        raise UsageError(f"error: cannot write {path}: {exc.strerror or exc}") from None
+
+
+def peak_rss_mb():
+    """Peak resident set size of this process in MiB (None where unavailable)."""
+    try:
+        import resource
+    except ImportError:                             # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
+    return round(peak / divisor, 1)
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter exits quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

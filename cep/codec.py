@@ -1,0 +1,173 @@
+"""The msgpack batch codec: how events travel between ingestion and the partition actors.
+
+A batch is one msgpack map::
+
+    {"schema_version": 1, "source": str, "batch_id": str,
+     "rows": [[type, ts, attrs, key, id], ...]}
+
+Each row is a compact array ``[type, ts, attrs, key, id]`` (``attrs`` a map or nil, ``key``
+and ``id`` may be nil or left off at the end). Rows given as maps
+``{"type", "ts", "attrs", "key", "id"}`` are accepted too (attributes may also sit at the top
+level of such a map). The encoder always writes the event id, so the receiver never re-derives
+it and a redelivered batch deduplicates by id. ``(source, batch_id)`` identifies the batch, so a
+receiver can also drop a redelivered batch as a whole.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import msgpack
+
+from cep.errors import IngestError
+from cep.event import Event, make_event
+
+#: the schema version this module writes; decoding accepts exactly these versions
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+#: field order of an array row
+ROW_FIELDS = ("type", "ts", "attrs", "key", "id")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A decoded batch: the header fields and the events, in wire order."""
+    schema_version: int
+    source: str
+    batch_id: str
+    events: tuple = ()
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+# --------------------------------------------------------------------------- encoding
+
+def encode_batch(events, source: str, batch_id: str) -> bytes:
+    """Pack ``events`` (an iterable of Event) into one msgpack batch.
+
+    Raises IngestError naming the row index and field when a value cannot be packed
+    (attribute values must be nil, bool, int, float, str, bytes, or lists/maps of those).
+    """
+    if not isinstance(source, str):
+        raise IngestError(f"source must be a string, got {type(source).__name__}",
+                          field="source")
+    if not isinstance(batch_id, str):
+        raise IngestError(f"batch id must be a string, got {type(batch_id).__name__}",
+                          field="batch_id")
+    rows = []
+    for index, ev in enumerate(events):
+        if not isinstance(ev, Event):
+            raise IngestError(f"expected an Event, got {type(ev).__name__}", index)
+        rows.append([ev.type, ev.ts, ev.attrs, ev.key, ev.id])
+    body = {"schema_version": SCHEMA_VERSION, "source": source, "batch_id": batch_id,
+            "rows": rows}
+    try:
+        return msgpack.packb(body, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _unpackable_row(rows, exc) from None
+
+
+def _unpackable_row(rows: list, exc: Exception) -> IngestError:
+    """Find the first row/field that msgpack refuses, for a precise error."""
+    for index, row in enumerate(rows):
+        for field, value in zip(ROW_FIELDS, row):
+            if field == "attrs":
+                for name, attr in value.items():
+                    if not _packs(name) or not _packs(attr):
+                        return IngestError(f"attribute {name!r} cannot be encoded: "
+                                           f"{type(attr).__name__} value {attr!r}", index, name)
+            elif not _packs(value):
+                return IngestError(f"cannot be encoded: {type(value).__name__} value {value!r}",
+                                   index, field)
+    return IngestError(f"batch cannot be encoded: {exc}")
+
+
+def _packs(value) -> bool:
+    try:
+        msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- decoding
+
+def decode_batch(data: bytes, errors: str = "raise"):
+    """Unpack and validate a batch.
+
+    ``errors="raise"`` (default): return a Batch; the first malformed row raises IngestError
+    naming the row index and field. ``errors="collect"``: return ``(Batch, [IngestError, ...])``
+    where the Batch holds only the good rows. A malformed header always raises.
+    """
+    if errors not in ("raise", "collect"):
+        raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
+    header, rows = _decode_header(data)
+    events, problems = [], []
+    for index, row in enumerate(rows):
+        try:
+            events.append(decode_row(row, index))
+        except IngestError as err:
+            if errors == "raise":
+                raise
+            problems.append(err)
+    batch = Batch(header["schema_version"], header["source"], header["batch_id"], tuple(events))
+    return (batch, problems) if errors == "collect" else batch
+
+
+def _decode_header(data) -> tuple:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise IngestError(f"batch must be bytes, got {type(data).__name__}")
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise IngestError(f"not a msgpack batch: {exc or type(exc).__name__}") from None
+    if not isinstance(body, dict):
+        raise IngestError(f"batch must be a msgpack map, got {type(body).__name__}")
+    for field in ("schema_version", "source", "batch_id", "rows"):
+        if field not in body:
+            raise IngestError("missing header field", field=field)
+    version = body["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise IngestError(f"schema version must be an integer, got {version!r}",
+                          field="schema_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise IngestError(f"unsupported schema version {version} (supported: "
+                          f"{', '.join(map(str, SUPPORTED_VERSIONS))})", field="schema_version")
+    for field in ("source", "batch_id"):
+        if not isinstance(body[field], str):
+            raise IngestError(f"must be a string, got {type(body[field]).__name__}",
+                              field=field)
+    rows = body["rows"]
+    if not isinstance(rows, list):
+        raise IngestError(f"rows must be an array, got {type(rows).__name__}", field="rows")
+    return body, rows
+
+
+def decode_row(row, index: int | None = None) -> Event:
+    """One wire row (array or map) -> Event; IngestError names ``index`` and the field."""
+    if isinstance(row, list):
+        if not 2 <= len(row) <= len(ROW_FIELDS):
+            raise IngestError(f"array row must have 2 to {len(ROW_FIELDS)} items "
+                              f"({', '.join(ROW_FIELDS)}), got {len(row)}", index)
+        mapping = dict(zip(ROW_FIELDS, row))
+    elif isinstance(row, dict):
+        mapping = row
+        for name in mapping:
+            if not isinstance(name, str):
+                raise IngestError(f"field names must be strings, got {name!r}", index)
+    else:
+        raise IngestError(f"row must be a map or an array, got {type(row).__name__}", index)
+    ts = mapping.get("ts")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+        raise IngestError(f"event time must be a number (seconds), got {ts!r}", index, "ts")
+    if isinstance(ts, float) and not math.isfinite(ts):
+        raise IngestError(f"event time must be finite, got {ts!r}", index, "ts")
+    attrs = mapping.get("attrs")
+    if isinstance(attrs, dict):
+        for name in attrs:
+            if not isinstance(name, str):
+                raise IngestError(f"attribute names must be strings, got {name!r}", index,
+                                  "attrs")
+    return make_event(mapping, index)

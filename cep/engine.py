@@ -1,0 +1,154 @@
+"""Engine: one shared event index and many pattern managers, push-based.
+
+``process(event) -> matches``, ``advance(watermark) -> matches``, ``snapshot()``/``restore()``.
+Queries are added and removed at any time between two events. The index keeps what the largest
+registered window needs behind the event-time clock (plus what pending work still reads).
+"""
+from __future__ import annotations
+
+import math
+
+from cep import ast
+from cep.compiler import compile_query
+from cep.errors import CepError, QueryValidationError
+from cep.event import Event
+from cep.index import SharedEventIndex
+from cep.manager import ManagerSettings, PatternManager
+
+EVICT_EVERY = 4096
+
+
+class Engine:
+    def __init__(self, key_attr: str | None = None, settings: ManagerSettings | None = None,
+                 retention_slack: float = 0.0):
+        self.index = SharedEventIndex(key_attr)
+        self.settings = settings or ManagerSettings()
+        self.retention_slack = retention_slack
+        self.managers: dict = {}          # name -> PatternManager
+        self._sources: dict = {}          # name -> (Query, params)
+        self._by_type: dict = {}          # event type -> [PatternManager]
+        self._any: list = []              # managers that read every type
+        self.clock = -math.inf
+        self.events = 0
+        self._since_evict = 0
+
+    # ---------------------------------------------------------------- queries
+    def add_query(self, query, name: str | None = None, params: dict | None = None,
+                  order: tuple | None = None) -> str:
+        """Register a query (text or ``cep.ast.Query``); returns its name."""
+        if isinstance(query, str):
+            from cep.parser import parse_query
+            query = parse_query(query)
+        if not isinstance(query, ast.Query):
+            raise QueryValidationError(f"expected query text or a Query, got {type(query).__name__}")
+        name = name or query.name or f"q{len(self.managers) + 1}"
+        if name in self.managers:
+            raise QueryValidationError(f"a query named {name!r} is already registered")
+        cq = compile_query(query, params)
+        manager = PatternManager(name, cq, self.index, order, self.settings)
+        manager.clock = self.clock
+        self.managers[name] = manager
+        self._sources[name] = (query, dict(params or {}))
+        if None in cq.types:
+            self.index.enable_any()
+        self._reindex()
+        return name
+
+    def remove_query(self, name: str):
+        """Unregister a query; its pending matches are dropped with it."""
+        if name not in self.managers:
+            raise CepError(f"no query named {name!r} is registered")
+        del self.managers[name]
+        del self._sources[name]
+        self._reindex()
+
+    def _reindex(self):
+        self._by_type, self._any = {}, []
+        for m in self.managers.values():
+            if None in m.cq.types:
+                self._any.append(m)
+                continue
+            for t in m.cq.types:
+                self._by_type.setdefault(t, []).append(m)
+        for t, ms in self._by_type.items():
+            ms.extend(self._any)
+
+    @property
+    def horizon(self) -> float:
+        """How far behind the clock events are kept: the largest window (+ slide, + slack)."""
+        return max((m.cq.window + (m.cq.slide or 0.0) for m in self.managers.values()),
+                   default=0.0) + self.retention_slack
+
+    # ---------------------------------------------------------------- input
+    def process(self, event: Event) -> list:
+        """Index ``event`` and return the matches it completes (and those it releases)."""
+        if not self.index.insert(event):
+            return []
+        self.events += 1
+        out: list = []
+        if event.ts > self.clock:
+            self.clock = event.ts
+            for m in self.managers.values():
+                if m.busy:
+                    out.extend(m.tick(event.ts))
+        targets = self._by_type.get(event.type, self._any)
+        for m in targets:
+            found = m.process(event)
+            if found:
+                out.extend(found)
+        self._since_evict += 1
+        if self._since_evict >= EVICT_EVERY:
+            self.evict()
+        return out
+
+    def advance(self, watermark: float) -> list:
+        """No event with ``ts <= watermark`` will arrive any more."""
+        out: list = []
+        for m in self.managers.values():
+            out.extend(m.advance(watermark))
+        if watermark > self.clock:
+            self.clock = watermark
+        if math.isfinite(watermark):
+            self.evict()
+        return out
+
+    def evict(self) -> int:
+        """Drop events no registered query can use any more."""
+        self._since_evict = 0
+        if not self.managers or not math.isfinite(self.clock):
+            return 0
+        cutoff = self.clock - self.horizon
+        for m in self.managers.values():
+            floor = m.retention_floor()
+            if floor is not None and floor < cutoff:
+                cutoff = floor
+        return self.index.evict_before(cutoff)
+
+    # ---------------------------------------------------------------- state
+    def stats(self) -> dict:
+        return {
+            "events": self.events, "buffered": len(self.index),
+            "duplicates": self.index.duplicates, "evicted": self.index.evicted,
+            "queries": {name: m.stats() for name, m in self.managers.items()},
+        }
+
+    def snapshot(self) -> dict:
+        """Everything needed to continue elsewhere: events, queries, plans, pending matches."""
+        return {
+            "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
+            "events": list(self.index.events()),
+            "queries": {name: {"query": q, "params": p, "state": self.managers[name].snapshot()}
+                        for name, (q, p) in self._sources.items()},
+        }
+
+    @classmethod
+    def restore(cls, snap: dict, settings: ManagerSettings | None = None) -> "Engine":
+        engine = cls(snap["key_attr"], settings)
+        for name, entry in snap["queries"].items():
+            engine.add_query(entry["query"], name=name, params=entry["params"])
+            engine.managers[name].restore(entry["state"])
+        for ev in snap["events"]:
+            engine.index.insert(ev)
+        engine.clock = snap["clock"]
+        engine.events = snap["events_seen"]
+        return engine

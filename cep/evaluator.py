@@ -1,0 +1,362 @@
+"""The lazy, recomputation-based join (Lazy Chain NFA, seed 003 sections 3-5; RCEP, seed 000).
+
+Nothing is stored but events. When a trigger event arrives it is bound to a variable that can
+hold a match's last event; the other positive variables are bound in plan order from the shared
+index, each candidate range found by bisection (window, SEQ order against the variables already
+bound), every conjunct checked at the first step where all its variables are bound, every
+negation checked as soon as its position is fixed (first-chance), and a Kleene variable
+enumerated as increasing subsets of its candidates (RCEP's bitmask enumeration, pruned by the
+element-wise conjuncts as each element is added).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cep.compiler import Branch, CompiledQuery, Negation
+from cep.event import Event, before
+from cep.expressions import field_value
+from cep.index import ALL, SharedEventIndex
+from cep.strategies import accepts
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Step:
+    var: object                  # compiled Var
+    after_of: tuple              # bound names whose events precede this variable's
+    before_of: tuple             # bound names whose events follow this variable's
+    check_used: bool             # an earlier variable may hold the same event
+    conjuncts: tuple             # checked on the full binding after this step
+    incremental: tuple           # Kleene: element-wise conjuncts checked as elements are added
+    unary: tuple                 # Kleene: conjuncts on one element only (candidate filter)
+    negations: tuple             # first-chance negations decidable after this step
+    take_complete: bool = False  # Kleene: unary + incremental are its whole take condition
+
+
+class TooManyMatches(Exception):
+    """The per-trigger match cap was reached (internal control flow)."""
+
+
+def build_steps(branch: Branch, order: tuple, deferred_ok: bool = True) -> tuple:
+    """The join steps for ``order`` (the trigger variable first)."""
+    steps, bound = [], set()
+    pending_conj = list(branch.conjuncts)
+    pending_neg = [n for n in branch.negations if not n.deferred]
+    variables = {v.name: v for v in branch.positives}
+    for name in order:
+        var = variables[name]
+        same = any(variables[b].type == var.type or variables[b].type is None or var.type is None
+                   for b in bound)
+        bound.add(name)
+        ready = [c for c in pending_conj if c.vars <= bound]
+        pending_conj = [c for c in pending_conj if c not in ready]
+        incremental, unary, inc = (), (), []
+        if var.kleene:
+            inc = [c for c in ready if c.kleene_i == name and name not in c.set_level
+                   and c.max_first.get(name, 0) == 0]
+            unary = tuple(c for c in inc if c.unary)
+            incremental = tuple(c for c in inc if not c.unary)
+            ready = [c for c in ready if c not in inc]
+        take_complete = var.kleene and all(
+            c in inc for c in branch.conjuncts if name in c.vars and name not in c.set_level
+        ) if var.kleene else False
+        negs = [n for n in pending_neg if _negation_ready(n, bound, variables)]
+        pending_neg = [n for n in pending_neg if n not in negs]
+        steps.append(Step(
+            var=var,
+            after_of=tuple(b for b in branch.before[name] if b in bound and b != name),
+            before_of=tuple(a for a in branch.after[name] if a in bound and a != name),
+            check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
+            negations=tuple(negs), take_complete=take_complete))
+    return tuple(steps)
+
+
+def _negation_ready(neg: Negation, bound: set, variables: dict) -> bool:
+    needed = set(neg.before) | set(neg.after)
+    for c in neg.conjuncts:
+        needed |= c.vars - {neg.var.name}
+    # a positive variable of the negated type could still take the witness event
+    needed |= {n for n, v in variables.items()
+               if v.type is None or neg.var.type is None or v.type == neg.var.type}
+    return needed <= bound
+
+
+class Evaluation:
+    """One trigger's evaluation of one branch (a short-lived object)."""
+
+    def __init__(self, cq: CompiledQuery, branch: Branch, index: SharedEventIndex, trigger: Event,
+                 partition, cap: int | None):
+        self.cq = cq
+        self.branch = branch
+        self.index = index
+        self.trigger = trigger
+        self.partition = partition
+        self.tlow = trigger.ts - cq.window
+        self.cap = cap
+        self.found = 0
+        self.equiv = self._equivalence_filter(trigger, partition)
+        self.env: dict = {}
+        self.results: list = []
+        self.names = cq.variables
+
+    def _equivalence_filter(self, trigger, partition):
+        attrs = self.cq.equivalence
+        if partition is not ALL:
+            attrs = tuple(a for a in attrs if a != self.index.key_attr)
+        return tuple((a, field_value(trigger, a, _MISSING)) for a in attrs)
+
+    def candidates(self, var, lo: Event | None, hi: Event) -> list:
+        buf = self.index.buffer(self.partition, var.type)
+        if buf is None:
+            return []
+        lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
+        evs = buf.range(lo_ts, hi.ts)
+        if evs and lo is not None and evs[0].ts == lo.ts:
+            evs = [e for e in evs if before(lo, e)]
+        if evs and evs[-1].ts == hi.ts:
+            evs = [e for e in evs if before(e, hi)]
+        if self.equiv:
+            evs = [e for e in evs if self._same_partition(e)]
+        return evs
+
+    def _same_partition(self, ev) -> bool:
+        attrs = ev.attrs
+        for a, value in self.equiv:
+            got = attrs.get(a, _MISSING)
+            if got is _MISSING:
+                got = field_value(ev, a, _MISSING)
+            if got != value:
+                return False
+        return True
+
+    def run(self, steps: tuple):
+        first = steps[0]
+        trig = self.trigger
+        if self.equiv and not self._same_partition(trig):
+            return
+        if self.equiv and any(v is _MISSING for _, v in self.equiv):
+            return
+        if first.var.kleene:
+            for seq in self._kleene([e for e in self._kleene_candidates(first, None, trig)],
+                                    first, trig):
+                self.env[first.var.name] = seq
+                if self._after_step(first):
+                    self._step(steps, 1)
+        else:
+            self.env[first.var.name] = trig
+            if self._after_step(first):
+                self._step(steps, 1)
+
+    def _bounds(self, step):
+        env = self.env
+        lo = hi = None
+        for name in step.after_of:
+            v = env[name]
+            last = v if v.__class__ is Event else v[-1]
+            if lo is None or before(lo, last):
+                lo = last
+        hi = self.trigger
+        for name in step.before_of:
+            v = env[name]
+            first = v if v.__class__ is Event else v[0]
+            if before(first, hi):
+                hi = first
+        return lo, hi
+
+    def _used(self, ev) -> bool:
+        for v in self.env.values():
+            if v is ev or (v.__class__ is not Event and any(x is ev for x in v)):
+                return True
+        return False
+
+    def _step(self, steps, k):
+        if k == len(steps):
+            self._complete()
+            return
+        step = steps[k]
+        lo, hi = self._bounds(step)
+        name = step.var.name
+        env = self.env
+        if step.var.kleene:
+            cands = self._kleene_candidates(step, lo, hi)
+            for seq in self._kleene(cands, step, None):
+                env[name] = seq
+                if self._after_step(step):
+                    self._step(steps, k + 1)
+            env.pop(name, None)
+            return
+        conjuncts, negations, check_used = step.conjuncts, step.negations, step.check_used
+        nxt = k + 1
+        complete = nxt == len(steps)
+        for ev in self.candidates(step.var, lo, hi):
+            if check_used and self._used(ev):
+                continue
+            env[name] = ev
+            for c in conjuncts:
+                if not c.check(env):
+                    break
+            else:
+                if negations and any(self.witness(n) is not None for n in negations):
+                    continue
+                if complete:
+                    self._complete()
+                else:
+                    self._step(steps, nxt)
+        env.pop(name, None)
+
+    def _kleene_candidates(self, step, lo, hi) -> list:
+        cands = self.candidates(step.var, lo, hi)
+        if step.check_used:
+            cands = [e for e in cands if not self._used(e)]
+        if step.unary and self._mode(step) != "contiguous":
+            env, name = self.env, step.var.name
+            keep = []
+            for e in cands:
+                env[name] = (e,)
+                if all(c.check_at(env, 0) for c in step.unary):
+                    keep.append(e)
+            env.pop(name, None)
+            cands = keep
+        return cands
+
+    def _mode(self, step) -> str:
+        """How the strategy prunes a Kleene enumeration: 'any' (every subset), 'next' (after an
+        element, the next one is the first candidate satisfying the take condition) or
+        'contiguous' (the next one is the next candidate)."""
+        strategy = self.cq.strategy
+        if strategy == "skip_till_any_match":
+            return "any"
+        if strategy == "skip_till_next_match":
+            return "next" if step.take_complete else "any"
+        return "contiguous"
+
+    def _kleene(self, cands: list, step, last: Event | None):
+        """Increasing sequences from ``cands`` (ending with ``last``, the trigger, when given)
+        whose element-wise conjuncts hold, pruned as the selection strategy allows."""
+        env, name = self.env, step.var.name
+        mode = self._mode(step)
+        checks = step.incremental + step.unary if mode == "contiguous" else step.incremental
+        if last is not None and step.unary:
+            env[name] = (last,)
+            if not all(c.check_at(env, 0) for c in step.unary):
+                return
+        n = len(cands)
+
+        def ok(seq):
+            env[name] = seq
+            p = len(seq) - 1
+            for c in checks:
+                if not c.check_at(env, p):
+                    return False
+            return True
+
+        if mode != "any":
+            yield from self._kleene_chains(cands, last, ok, mode == "next")
+            return
+        stack = [((), 0)]
+        while stack:
+            prefix, start = stack.pop()
+            if last is not None:
+                seq = prefix + (last,)
+                if ok(seq):
+                    yield seq
+            for j in range(n - 1, start - 1, -1):
+                seq = prefix + (cands[j],)
+                if ok(seq):
+                    if last is None:
+                        yield seq
+                    stack.append((seq, j + 1))
+
+    @staticmethod
+    def _kleene_chains(cands, last, ok, skip: bool):
+        """Deterministic continuation (SASE+ section 2): under skip-till-next-match a run at
+        ``p[i]`` must take the first event satisfying the take condition (or leave the
+        Kleene); under contiguity it must take the very next one."""
+        n = len(cands)
+        if last is not None and ok((last,)):
+            yield (last,)
+        for s in range(n):
+            seq, j = (cands[s],), s
+            if not ok(seq):
+                continue
+            while True:
+                if last is None:
+                    yield seq
+                nxt = None
+                for j2 in range(j + 1, n if skip else min(j + 2, n)):
+                    cand = seq + (cands[j2],)
+                    if ok(cand):
+                        nxt = (cand, j2)
+                        break
+                    if not skip:
+                        break
+                if nxt is None:
+                    if last is not None and (skip or j == n - 1):
+                        cand = seq + (last,)
+                        if ok(cand):
+                            yield cand
+                    break
+                seq, j = nxt
+
+    def _after_step(self, step) -> bool:
+        env = self.env
+        for c in step.conjuncts:
+            if not c.check(env):
+                return False
+        for neg in step.negations:
+            if self.witness(neg) is not None:
+                return False
+        return True
+
+    def witness(self, neg: Negation, tmin: float | None = None) -> Event | None:
+        """An event that violates negation ``neg`` for the current binding, or None."""
+        env = self.env
+        lo = hi = None
+        for name in neg.before:
+            v = env[name]
+            last = v if v.__class__ is Event else v[-1]
+            if lo is None or before(lo, last):
+                lo = last
+        for name in neg.after:
+            v = env[name]
+            first = v if v.__class__ is Event else v[0]
+            if hi is None or before(first, hi):
+                hi = first
+        buf = self.index.buffer(self.partition, neg.var.type)
+        if buf is None:
+            return None
+        lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
+        hi_ts = hi.ts if hi is not None else tmin + self.cq.window
+        name = neg.var.name
+        found = None
+        for x in buf.range(lo_ts, hi_ts):
+            if lo is not None and not before(lo, x):
+                continue
+            if hi is not None and not before(x, hi):
+                continue
+            if self.equiv and not self._same_partition(x):
+                continue
+            if self._used(x):
+                continue
+            env[name] = x
+            if all(c.check(env) for c in neg.conjuncts):
+                found = x
+                break
+        env.pop(name, None)
+        return found
+
+    def _complete(self):
+        env = self.env
+        if self.cq.strategy != "skip_till_any_match" and not accepts(self, env):
+            return
+        deferred = [n for n in self.branch.negations if n.deferred]
+        if deferred:
+            tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
+            for neg in deferred:
+                if self.witness(neg, tmin) is not None:
+                    return
+        self.results.append({n: env[n] for n in self.names if n in env})
+        self.found += 1
+        if self.cap is not None and self.found >= self.cap:
+            raise TooManyMatches()

@@ -1,0 +1,263 @@
+"""Compile WHERE expressions to closures (never eval): ``fn(env, p) -> value``.
+
+``env`` maps a variable name to its Event, or to the tuple of Events of a Kleene variable;
+``p`` is the 0-based position of the current element of the conjunct's Kleene variable (the
+``i`` of SASE+ minus one), or None for conjuncts without ``i``. Any failure (missing attribute,
+a string compared with a number, division by zero) raises EvalFailure; the caller turns it into
+"conjunct is false" and counts it.
+"""
+from __future__ import annotations
+
+import operator
+
+from cep import ast
+from cep.errors import QueryValidationError
+
+
+class EvalFailure(Exception):
+    """A conjunct could not be evaluated on the given events (internal control flow)."""
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def event_attr(event, name: str):
+    """``x.name``: the attribute, else the fields ``type``/``ts``/``id``/``key`` of the event."""
+    attrs = event.attrs
+    if name in attrs:
+        return attrs[name]
+    if name == "type":
+        return event.type
+    if name == "ts":
+        return event.ts
+    if name == "id":
+        return event.id
+    if name == "key" and event.key is not None:
+        return event.key
+    raise EvalFailure(f"event {event.type} has no attribute {name!r}")
+
+
+def field_value(event, name: str, default=None):
+    """``event_attr`` that returns ``default`` instead of failing (equivalence tests)."""
+    try:
+        return event_attr(event, name)
+    except EvalFailure:
+        return default
+
+
+def _checked_compare(op):
+    def compare(a, b):
+        if (a.__class__ is str) is not (b.__class__ is str):
+            raise EvalFailure("cannot compare a string with a non-string")
+        try:
+            return op(a, b)
+        except TypeError as exc:
+            raise EvalFailure(str(exc)) from None
+    return compare
+
+
+RAW_OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+           ">": operator.gt, ">=": operator.ge}
+FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+COMPARATORS = {
+    "=": _checked_compare(operator.eq), "!=": _checked_compare(operator.ne),
+    "<": _checked_compare(operator.lt), "<=": _checked_compare(operator.le),
+    ">": _checked_compare(operator.gt), ">=": _checked_compare(operator.ge),
+}
+
+
+def _arith(op):
+    def apply(a, b):
+        if not (_is_number(a) and _is_number(b)):
+            raise EvalFailure("arithmetic on a non-number")
+        try:
+            return op(a, b)
+        except ZeroDivisionError:
+            raise EvalFailure("division by zero") from None
+    return apply
+
+
+ARITHMETIC = {"+": _arith(operator.add), "-": _arith(operator.sub),
+              "*": _arith(operator.mul), "/": _arith(operator.truediv)}
+
+
+def _aggregate(func: str, values: list):
+    if func == "count":
+        return len(values)
+    if not values:
+        raise EvalFailure(f"{func} over no events")
+    if not all(_is_number(v) for v in values):
+        raise EvalFailure(f"{func} over a non-number")
+    if func == "sum":
+        return sum(values)
+    if func == "avg":
+        return sum(values) / len(values)
+    if func == "min":
+        return min(values)
+    return max(values)
+
+
+def kleene_offset_shift(expr) -> int:
+    """The largest ``i`` offset used in ``expr`` (0 if none): ``b[i+1]`` is normalised to ``b[i]``."""
+    offsets = [0]
+    for node in ast.walk_expr(expr):
+        idx = getattr(node, "index", None) if isinstance(node, ast.Attr) else None
+        if isinstance(node, ast.Attr) and idx is not None and idx.base == "i":
+            offsets.append(idx.offset)
+    return max(offsets)
+
+
+def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: str | None = None):
+    """Closure for ``expr``. ``kleene`` names the Kleene variables; ``shift`` is subtracted from
+    every ``i`` offset (see kleene_offset_shift)."""
+
+    def position(var, index, env, p):
+        seq = env[var]
+        if index is None or index.base == "i":
+            off = (index.offset if index is not None else 0) - shift
+            if p is None:
+                raise EvalFailure("index i used outside an element-wise conjunct")
+            k = p + off
+        elif index.base == "first":
+            k = index.offset
+        else:
+            k = len(seq) - 1 + index.offset
+        if k < 0 or k >= len(seq):
+            raise EvalFailure(f"{var}[{k + 1}] is out of range")
+        return seq[k]
+
+    def build(node):
+        if isinstance(node, ast.Literal):
+            value = node.value
+            return lambda env, p: value
+        if isinstance(node, ast.Param):
+            if node.name not in params:
+                line, col = node.pos or (None, None)
+                raise QueryValidationError(
+                    f"parameter {node.name!r} has no value (pass params={{'{node.name}': ...}}"
+                    f" or --param {node.name}=VALUE)", text, line, col)
+            value = params[node.name]
+            return lambda env, p: value
+        if isinstance(node, ast.Attr):
+            var, name = node.var, node.attr
+            if var in kleene:
+                index = node.index
+                return lambda env, p: event_attr(position(var, index, env, p), name)
+
+            def simple_attr(env, p):
+                ev = env[var]
+                try:
+                    return ev.attrs[name]
+                except KeyError:
+                    return event_attr(ev, name)
+            return simple_attr
+        if isinstance(node, ast.Len):
+            var = node.var
+            return lambda env, p: len(env[var])
+        if isinstance(node, ast.Aggregate):
+            return build_aggregate(node)
+        if isinstance(node, ast.BinOp):
+            f, left, right = ARITHMETIC[node.op], build(node.left), build(node.right)
+            return lambda env, p: f(left(env, p), right(env, p))
+        if isinstance(node, ast.Neg):
+            inner = build(node.operand)
+
+            def negate(env, p):
+                v = inner(env, p)
+                if not _is_number(v):
+                    raise EvalFailure("unary minus on a non-number")
+                return -v
+            return negate
+        if isinstance(node, ast.Compare):
+            return build_compare(node)
+        if isinstance(node, ast.BoolAnd):
+            items = [build(i) for i in node.items]
+            return lambda env, p: all(truth(f(env, p)) for f in items)
+        if isinstance(node, ast.BoolOr):
+            items = [build(i) for i in node.items]
+            return lambda env, p: any(truth(f(env, p)) for f in items)
+        if isinstance(node, ast.BoolNot):
+            inner = build(node.item)
+            return lambda env, p: not truth(inner(env, p))
+        raise QueryValidationError(f"unsupported expression {type(node).__name__}")
+
+    def build_compare(node):
+        op = RAW_OPS[node.op]
+        left, right = node.left, node.right
+        if isinstance(right, ast.Attr) and not isinstance(left, ast.Attr):
+            left, right, op = right, left, RAW_OPS[FLIPPED[node.op]]
+        if (isinstance(left, ast.Attr) and left.var not in kleene
+                and isinstance(right, (ast.Attr, ast.Literal)) and not (
+                    isinstance(right, ast.Attr) and right.var in kleene)):
+            # the common case, one closure: var.attr OP (var.attr | literal)
+            lvar, lname = left.var, left.attr
+            if isinstance(right, ast.Literal):
+                value = right.value
+                vstr = value.__class__ is str
+
+                def compare_literal(env, p):
+                    ev = env[lvar]
+                    try:
+                        x = ev.attrs[lname]
+                    except KeyError:
+                        x = event_attr(ev, lname)
+                    if (x.__class__ is str) is not vstr:
+                        raise EvalFailure("cannot compare a string with a non-string")
+                    try:
+                        return op(x, value)
+                    except TypeError as exc:
+                        raise EvalFailure(str(exc)) from None
+                return compare_literal
+            rvar, rname = right.var, right.attr
+
+            def compare_attrs(env, p):
+                a, b = env[lvar], env[rvar]
+                try:
+                    x = a.attrs[lname]
+                except KeyError:
+                    x = event_attr(a, lname)
+                try:
+                    y = b.attrs[rname]
+                except KeyError:
+                    y = event_attr(b, rname)
+                if (x.__class__ is str) is not (y.__class__ is str):
+                    raise EvalFailure("cannot compare a string with a non-string")
+                try:
+                    return op(x, y)
+                except TypeError as exc:
+                    raise EvalFailure(str(exc)) from None
+            return compare_attrs
+        f, lf, rf = COMPARATORS[node.op], build(node.left), build(node.right)
+        return lambda env, p: f(lf(env, p), rf(env, p))
+
+    def build_aggregate(node):
+        func, var, name, upto = node.func, node.var, node.attr, node.upto
+
+        def aggregate(env, p):
+            seq = env[var]
+            if upto is None:
+                items = seq
+            elif upto.base == "i":
+                if p is None:
+                    raise EvalFailure("prefix aggregate used outside an element-wise conjunct")
+                items = seq[:max(0, p + upto.offset - shift + 1)]
+                if not items:
+                    raise EvalFailure("aggregate over an empty prefix")
+            elif upto.base == "first":
+                items = seq[:upto.offset + 1]
+            else:
+                items = seq[:len(seq) + upto.offset]
+            if name is None:
+                return _aggregate(func, list(items))
+            return _aggregate(func, [event_attr(e, name) for e in items])
+        return aggregate
+
+    return build(expr)
+
+
+def truth(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise EvalFailure(f"expected a boolean, got {value!r}")

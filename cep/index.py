@@ -1,0 +1,226 @@
+"""The shared event index (LimeCEP section 4.2, "Shared TreeSet Structure"), one per process or
+actor, used by every pattern manager: partition key -> event type -> time-ordered events.
+
+Every event is stored in its type's buffer for all partitions (``ALL``) and, when it has a
+partition key, in the buffer of its key as well (two references to one Event object). Buffers
+are chunked sorted lists: an in-order event is an append to the last chunk (amortised O(1)); a
+late event is placed by bisection and inserted into one bounded chunk (O(log n)). Duplicates
+(same type, ts and id) are dropped on insert.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from cep.event import Event
+
+CHUNK = 512
+
+
+class _All:
+    def __repr__(self):
+        return "ALL"
+
+
+#: the partition that holds every event
+ALL = _All()
+#: the pseudo-type that holds events of every type (kept only when a query needs it)
+ANY_TYPE = None
+
+
+class TimeBuffer:
+    """Events of one type (and partition) ordered by (ts, id)."""
+
+    __slots__ = ("_chunks", "_times", "_last", "_len")
+
+    def __init__(self):
+        self._chunks: list[list[Event]] = []
+        self._times: list[list[float]] = []
+        self._last: list[float] = []      # the largest ts of each chunk
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        for chunk in self._chunks:
+            yield from chunk
+
+    def insert(self, ev: Event) -> bool:
+        """Add ``ev``; False if it is a duplicate (same ts and id already present)."""
+        ts = ev.ts
+        last = self._last
+        if not last or ts > last[-1]:
+            if not self._chunks or len(self._chunks[-1]) >= CHUNK:
+                self._chunks.append([ev])
+                self._times.append([ts])
+                last.append(ts)
+            else:
+                self._chunks[-1].append(ev)
+                self._times[-1].append(ts)
+                last[-1] = ts
+            self._len += 1
+            return True
+        return self._insert_slow(ev)
+
+    def _insert_slow(self, ev: Event) -> bool:
+        ts, eid = ev.ts, ev.id
+        c = bisect_left(self._last, ts)
+        chunk, times = self._chunks[c], self._times[c]
+        pos = bisect_left(times, ts)
+        # walk the run of equal timestamps (possibly across chunks) ordered by id
+        while True:
+            while pos < len(chunk) and times[pos] == ts:
+                other = chunk[pos].id
+                if other == eid:
+                    return False
+                if other > eid:
+                    break
+                pos += 1
+            else:
+                if pos == len(chunk) and c + 1 < len(self._chunks) and self._times[c + 1][0] == ts:
+                    c, pos = c + 1, 0
+                    chunk, times = self._chunks[c], self._times[c]
+                    continue
+            break
+        chunk.insert(pos, ev)
+        times.insert(pos, ts)
+        self._last[c] = times[-1]
+        self._len += 1
+        if len(chunk) > 2 * CHUNK:
+            half = len(chunk) // 2
+            self._chunks[c:c + 1] = [chunk[:half], chunk[half:]]
+            self._times[c:c + 1] = [times[:half], times[half:]]
+            self._last[c:c + 1] = [times[half - 1], times[-1]]
+        return True
+
+    def range(self, lo: float, hi: float) -> list:
+        """Events with ``lo <= ts <= hi``, in order."""
+        last = self._last
+        c = bisect_left(last, lo)
+        out: list = []
+        n = len(last)
+        while c < n:
+            times = self._times[c]
+            start = bisect_left(times, lo) if times[0] < lo else 0
+            if times[-1] <= hi:
+                out.extend(self._chunks[c][start:] if start else self._chunks[c])
+                c += 1
+                continue
+            out.extend(self._chunks[c][start:bisect_right(times, hi)])
+            break
+        return out
+
+    def count(self, lo: float, hi: float) -> int:
+        """How many events have ``lo <= ts <= hi``."""
+        last = self._last
+        c = bisect_left(last, lo)
+        total, n = 0, len(last)
+        while c < n:
+            times = self._times[c]
+            start = bisect_left(times, lo) if times[0] < lo else 0
+            if times[-1] <= hi:
+                total += len(times) - start
+                c += 1
+                continue
+            total += bisect_right(times, hi) - start
+            break
+        return total
+
+    def evict_before(self, cutoff: float) -> int:
+        """Drop events with ``ts < cutoff``; returns how many."""
+        dropped = 0
+        while self._last and self._last[0] < cutoff:
+            dropped += len(self._chunks[0])
+            del self._chunks[0], self._times[0], self._last[0]
+        if self._chunks and self._times[0][0] < cutoff:
+            k = bisect_left(self._times[0], cutoff)
+            del self._chunks[0][:k], self._times[0][:k]
+            dropped += k
+        self._len -= dropped
+        return dropped
+
+    def first_ts(self):
+        return self._times[0][0] if self._times else None
+
+
+class SharedEventIndex:
+    """All buffered events of one process/actor, shared by every query.
+
+    ``key_attr`` names the attribute whose value is the partition key (the events' ``key``).
+    """
+
+    def __init__(self, key_attr: str | None = None):
+        self.key_attr = key_attr
+        self._buffers: dict = {}          # (partition, type) -> TimeBuffer
+        self.keep_any = False             # also index every event under ANY_TYPE
+        self.duplicates = 0
+        self.inserted = 0
+        self.evicted = 0
+
+    def insert(self, ev: Event) -> bool:
+        """Index ``ev``; False (and nothing changes) if it is a duplicate."""
+        buffers = self._buffers
+        etype = ev.type
+        buf = buffers.get((ALL, etype))
+        if buf is None:
+            buf = buffers[(ALL, etype)] = TimeBuffer()
+        if not buf.insert(ev):
+            self.duplicates += 1
+            return False
+        key = ev.key
+        if key is not None:
+            kb = buffers.get((key, etype))
+            if kb is None:
+                kb = buffers[(key, etype)] = TimeBuffer()
+            kb.insert(ev)
+        if self.keep_any:
+            self._add_any(ev)
+        self.inserted += 1
+        return True
+
+    def _add_any(self, ev: Event):
+        for part in (ALL, ev.key) if ev.key is not None else (ALL,):
+            buf = self._buffers.get((part, ANY_TYPE))
+            if buf is None:
+                buf = self._buffers[(part, ANY_TYPE)] = TimeBuffer()
+            buf.insert(ev)
+
+    def enable_any(self):
+        """Start keeping the every-type buffers (needed by queries with untyped variables)."""
+        if self.keep_any:
+            return
+        self.keep_any = True
+        for (part, etype), buf in list(self._buffers.items()):
+            if part is ALL and etype is not ANY_TYPE:
+                for ev in buf:
+                    self._add_any(ev)
+
+    def buffer(self, partition, etype) -> TimeBuffer | None:
+        """The buffer of ``etype`` (None: every type) in ``partition`` (ALL: every partition)."""
+        return self._buffers.get((partition, etype))
+
+    def evict_before(self, cutoff: float) -> int:
+        """Drop every event with ``ts < cutoff``."""
+        dropped = 0
+        for k in list(self._buffers):
+            buf = self._buffers[k]
+            n = buf.evict_before(cutoff)
+            if k[0] is ALL and k[1] is not ANY_TYPE:
+                dropped += n
+            if not len(buf):
+                del self._buffers[k]
+        self.evicted += dropped
+        return dropped
+
+    def __len__(self) -> int:
+        return sum(len(b) for (p, t), b in self._buffers.items() if p is ALL and t is not ANY_TYPE)
+
+    def counts(self) -> dict:
+        """type -> number of buffered events."""
+        return {t: len(b) for (p, t), b in self._buffers.items() if p is ALL and t is not ANY_TYPE}
+
+    def events(self):
+        """Every buffered event (each once), type by type."""
+        for (p, t), b in list(self._buffers.items()):
+            if p is ALL and t is not ANY_TYPE:
+                yield from b

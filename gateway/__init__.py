@@ -1,0 +1,1 @@
+"""raycep gateway package (built in a later issue)."""

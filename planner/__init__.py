@@ -1,0 +1,1 @@
+"""raycep planner package (built in a later issue)."""

@@ -1,0 +1,1 @@
+"""raycep spark_ingest package (built in a later issue)."""

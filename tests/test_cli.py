@@ -1,0 +1,316 @@
+"""The ``raycep local`` command: in-process and as a subprocess."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from cep import cli
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SUMMARY_KEYS = {"events", "matches", "seconds", "events_per_s", "peak_rss_mb"}
+
+# a.x < b.x holds for (A@1 x=1, B@4 x=10) and (A@3 x=5, B@4 x=10), not for (A@1, B@2 x=0)
+EVENTS_CSV = "type,ts,x,sym\nA,1,1,s\nB,2,0,s\nA,3,5,s\nB,4,10,s\n"
+SEQ_AB = "PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 10 seconds"
+
+
+@pytest.fixture
+def events_csv(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text(EVENTS_CSV, encoding="utf-8")
+    return str(path)
+
+
+def run(capsys, *argv):
+    """main(argv) -> (exit status, stdout lines, stderr text)."""
+    status = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out.splitlines(), captured.err
+
+
+def pairs(records, left="a", right="b"):
+    return sorted((r["events"][left]["x"], r["events"][right]["x"]) for r in records)
+
+
+def test_local_writes_matches_and_summary(capsys, tmp_path, events_csv):
+    out = tmp_path / "deep" / "dir" / "matches.jsonl"
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv,
+                             "--out", out)
+    assert status == 0, err
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 2
+    assert pairs(records) == [(1, 10), (5, 10)]
+    for record in records:
+        assert set(record) == {"query", "events"}
+        assert set(record["events"]) == {"a", "b"}
+        for var, ev in record["events"].items():
+            assert {"id", "type", "ts", "x", "sym"} <= set(ev)
+            assert ev["type"] == var.upper()
+    names = {r["query"] for r in records}
+    assert len(names) == 1 and None not in names
+    summary = json.loads(lines[-1])
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["events"] == 4 and summary["matches"] == 2
+    assert summary["seconds"] >= 0 and summary["peak_rss_mb"] > 1
+    assert len(lines) == 1                          # matches went to the file
+    assert "Traceback" not in err
+
+
+def test_local_matches_on_stdout_summary_last(capsys, events_csv):
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv)
+    assert status == 0, err
+    assert len(lines) == 3
+    assert pairs(json.loads(line) for line in lines[:-1]) == [(1, 10), (5, 10)]
+    summary = json.loads(lines[-1])
+    assert set(summary) == SUMMARY_KEYS and summary["matches"] == 2
+
+
+def test_query_file_with_named_queries(capsys, tmp_path, events_csv):
+    qfile = tmp_path / "two.cep"
+    qfile.write_text(
+        "-- two queries\n"
+        "NAME rising PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 10 seconds;\n"
+        "NAME falling\nPATTERN SEQ(A a, B b)\nWHERE a.x > b.x\nWITHIN 10 seconds\n",
+        encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", qfile, "--events", events_csv)
+    assert status == 0, err
+    records = [json.loads(line) for line in lines[:-1]]
+    by_name = {}
+    for record in records:
+        by_name.setdefault(record["query"], []).append(record)
+    assert set(by_name) == {"rising", "falling"}
+    assert pairs(by_name["rising"]) == [(1, 10), (5, 10)]
+    assert pairs(by_name["falling"]) == [(1, 0)]
+    assert json.loads(lines[-1])["matches"] == 3
+
+
+def test_several_query_options(capsys, events_csv):
+    status, lines, err = run(
+        capsys, "local", "--events", events_csv,
+        "--query", "NAME q_lt " + SEQ_AB,
+        "--query", "NAME q_gt PATTERN SEQ(A a, B b) WHERE a.x > b.x WITHIN 10 seconds")
+    assert status == 0, err
+    names = sorted(json.loads(line)["query"] for line in lines[:-1])
+    assert names == ["q_gt", "q_lt", "q_lt"]
+
+
+def test_unnamed_queries_are_numbered_across_options(capsys, events_csv):
+    status, lines, err = run(
+        capsys, "local", "--events", events_csv, "--query", SEQ_AB,
+        "--query", "PATTERN SEQ(A a, B b) WHERE a.x > b.x WITHIN 10 seconds")
+    assert status == 0, err
+    names = sorted(json.loads(line)["query"] for line in lines[:-1])
+    assert names == ["q1", "q1", "q2"]
+
+
+def test_duplicate_query_name_across_options(capsys, events_csv):
+    status, lines, err = run(capsys, "local", "--events", events_csv,
+                             "--query", "NAME same " + SEQ_AB, "--query", "NAME same " + SEQ_AB)
+    assert status == 2 and "'same'" in err and "twice" in err
+
+
+def test_params(capsys, events_csv):
+    query = "PATTERN SEQ(A a, B b) WHERE a.x < b.x AND a.x > lo WITHIN W"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", events_csv,
+                             "--param", "lo=2", "--param", "W=5")
+    assert status == 0, err
+    assert pairs(json.loads(line) for line in lines[:-1]) == [(5, 10)]
+
+
+def test_bad_param_syntax(capsys, events_csv):
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv,
+                             "--param", "no-equals-sign")
+    assert status == 2 and "NAME=VALUE" in err
+
+
+def test_kleene_variable_is_a_list(capsys, tmp_path):
+    path = tmp_path / "k.csv"
+    path.write_text("type,ts,x\nA,1,0\nB,2,1\nB,3,2\nC,4,9\n", encoding="utf-8")
+    query = ("PATTERN SEQ(A a, B+ b[], C c) WHERE skip_till_next_match(a, b, c) "
+             "{ b[i].x > b[i-1].x AND b.LEN = 2 } WITHIN 10 seconds")
+    status, lines, err = run(capsys, "local", "--query", query, "--events", path)
+    assert status == 0, err
+    records = [json.loads(line) for line in lines[:-1]]
+    assert len(records) == 1
+    kleene = records[0]["events"]["b"]
+    assert isinstance(kleene, list) and [e["x"] for e in kleene] == [1, 2]
+
+
+def test_trailing_negation_is_emitted_at_end_of_stream(capsys, tmp_path):
+    path = tmp_path / "n.csv"
+    path.write_text("type,ts,x\nA,1,1\nB,2,2\nA,3,3\nB,4,4\nC,4.5,0\n", encoding="utf-8")
+    query = "PATTERN SEQ(A a, B b, ~C c) WITHIN 10 seconds"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", path)
+    assert status == 0, err
+    # every (a, b) pair is followed by C@4.5 inside the window, so none survives ...
+    assert json.loads(lines[-1])["matches"] == 0
+    query = "PATTERN SEQ(A a, B b, ~C c) WITHIN 2 seconds"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", path)
+    assert status == 0, err
+    # ... with a 2 s window C@4.5 only rules out (A@3, B@4); (A@1, B@2) is confirmed when
+    # the window has closed, i.e. by advance(), and (A@1, B@4) is too wide
+    records = [json.loads(line) for line in lines[:-1]]
+    assert pairs(records) == [(1, 2)]
+
+
+def test_key_partitions_by_attribute(capsys, tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("type,ts,x,sym\nA,1,1,s1\nA,2,2,s2\nB,3,5,s1\n", encoding="utf-8")
+    query = "PATTERN SEQ(A a, B b) WHERE [sym] AND a.x < b.x WITHIN 10 seconds"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", path,
+                             "--key", "sym")
+    assert status == 0, err
+    assert pairs(json.loads(line) for line in lines[:-1]) == [(1, 5)]
+
+
+def test_key_attribute_missing_is_a_row_error(capsys, tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("type,ts,x,sym\nA,1,1,s1\nB,3,5,\n", encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path,
+                             "--key", "sym")
+    assert status == 2
+    assert "p.csv" in err and "line 3" in err and "'sym'" in err
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_bad_query_syntax_exit_2_with_position(capsys, events_csv):
+    query = "PATTERN SEQ(A a, B b)\nWHERE a.x < < b.x\nWITHIN 10 seconds"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", events_csv)
+    assert status == 2
+    assert "line 2, column 13" in err
+    assert "WHERE a.x < < b.x" in err and "^" in err
+    assert "Traceback" not in err
+    assert lines == []
+
+
+def test_bad_query_in_file_names_the_file(capsys, tmp_path, events_csv):
+    qfile = tmp_path / "bad.cep"
+    qfile.write_text("NAME ok PATTERN SEQ(A a, B b) WITHIN 10 seconds;\n"
+                     "NAME broken PATTERN SEQ(A a, B b) WHERE a.x < < b.x WITHIN 10 seconds\n",
+                     encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", qfile, "--events", events_csv)
+    assert status == 2
+    assert "bad.cep" in err and "line 2, column" in err and "^" in err
+
+
+def test_invalid_query_exit_2(capsys, events_csv):
+    query = "PATTERN SEQ(A a, B b) WHERE a.x < zz.x WITHIN 10 seconds"
+    status, lines, err = run(capsys, "local", "--query", query, "--events", events_csv)
+    assert status == 2
+    assert "zz" in err and "Traceback" not in err
+
+
+def test_missing_query_file(capsys, events_csv):
+    status, lines, err = run(capsys, "local", "--query", "nowhere/q.cep", "--events",
+                             events_csv)
+    assert status == 2 and "not found" in err and "q.cep" in err
+
+
+def test_bad_event_row_exit_2(capsys, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("type,ts,x\nA,1,1\nB,later,2\nB,3,5\n", encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path)
+    assert status == 2
+    assert "bad.csv" in err and "line 3" in err and "'ts'" in err
+    assert "Traceback" not in err
+
+
+def test_skip_bad_rows_reports_and_continues(capsys, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("type,ts,x\nA,1,1\nB,later,2\nB,3,5\n,4,4\n", encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path,
+                             "--skip-bad-rows")
+    assert status == 0, err
+    assert "line 3" in err and "line 5" in err and "skipped 2 bad row" in err
+    summary = json.loads(lines[-1])
+    assert summary["events"] == 2 and summary["matches"] == 1
+
+
+def test_missing_required_column_exit_2(capsys, tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("kind,ts\nA,1\n", encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path)
+    assert status == 2 and "'type'" in err and "h.csv" in err
+
+
+@pytest.mark.parametrize("name,message", [("missing.csv", "not found"),
+                                          ("events.parquet", ".jsonl")])
+def test_unreadable_events_file(capsys, tmp_path, name, message):
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", tmp_path / name)
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_usage_errors(capsys):
+    assert cli.main([]) == 2
+    assert cli.main(["local", "--query", SEQ_AB]) == 2       # --events missing
+    assert cli.main(["--help"]) == 0
+    assert "local" in capsys.readouterr().out
+
+
+def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv)
+    assert status == 0
+    assert "events/s" in err
+    assert len(lines) == 3                          # progress never goes to stdout
+
+
+def test_jsonl_events(capsys, tmp_path):
+    path = tmp_path / "e.jsonl"
+    rows = [{"type": t, "ts": ts, "x": x} for t, ts, x in
+            [("A", 1, 1), ("B", 2, 0), ("A", 3, 5), ("B", 4, 10)]]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path)
+    assert status == 0, err
+    assert json.loads(lines[-1])["matches"] == 2
+
+
+# --------------------------------------------------------------------------- subprocess
+
+def _subprocess(*argv, cwd=ROOT):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "cep.cli", *map(str, argv)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_subprocess_run(tmp_path, events_csv):
+    out = tmp_path / "out" / "m.jsonl"
+    proc = _subprocess("local", "--query", SEQ_AB, "--events", events_csv, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    assert set(summary) == SUMMARY_KEYS and summary["matches"] == 2
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_subprocess_bad_query(events_csv):
+    proc = _subprocess("local", "--query", "PATTERN SEQ(A a, B b)\nWHERE a.x < < b.x\nWITHIN 1 "
+                       "seconds", "--events", events_csv)
+    assert proc.returncode == 2
+    assert "line 2, column 13" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sample_queries_on_sample_ticks(tmp_path):
+    """The README's main command: every sample query matches, none explodes."""
+    out = tmp_path / "matches.jsonl"
+    proc = _subprocess("local", "--query", ROOT / "examples" / "queries.cep",
+                       "--events", ROOT / "examples" / "ticks.csv", "--key", "symbol",
+                       "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    assert summary["events"] == 20000
+    counts = {}
+    with open(out, encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            counts[record["query"]] = counts.get(record["query"], 0) + 1
+            symbols = {ev["symbol"] for value in record["events"].values()
+                       for ev in (value if isinstance(value, list) else [value])}
+            assert len(symbols) == 1
+    assert set(counts) == {"dip_recovery", "rally", "clean_breakout"}
+    assert all(10 <= n <= 20000 for n in counts.values()), counts
+    assert summary["matches"] == sum(counts.values())

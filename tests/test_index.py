@@ -1,0 +1,63 @@
+"""The shared event index: ordering, late inserts, duplicates, ranges, eviction."""
+import random
+
+from cep.event import Event
+from cep.index import ALL, CHUNK, SharedEventIndex, TimeBuffer
+
+
+def ev(t, ts, key=None, eid=None, **attrs):
+    return Event(t, float(ts), attrs, key, eid)
+
+
+def test_in_order_and_late_inserts_keep_ts_id_order():
+    rng = random.Random(7)
+    events = [ev("A", rng.randint(0, 500), eid=f"e{i:05d}") for i in range(5 * CHUNK)]
+    buf = TimeBuffer()
+    for e in events:
+        assert buf.insert(e)
+    assert len(buf) == len(events)
+    assert [e.order for e in buf] == sorted(e.order for e in events)
+
+
+def test_duplicates_are_dropped_by_type_ts_and_id():
+    idx = SharedEventIndex()
+    a = ev("A", 1, x=1)
+    assert idx.insert(a)
+    assert not idx.insert(ev("A", 1, x=1))          # same content -> same derived id
+    assert idx.insert(ev("A", 1, x=2))              # different content
+    assert idx.insert(ev("B", 2, eid="k"))
+    assert not idx.insert(ev("B", 2, eid="k"))      # given id, replayed
+    assert idx.duplicates == 2
+    assert len(idx) == 3
+
+
+def test_range_and_count_by_bisection():
+    buf = TimeBuffer()
+    for i in range(3 * CHUNK):
+        buf.insert(ev("A", i))
+    got = buf.range(100, 1200)
+    assert [e.ts for e in got] == [float(i) for i in range(100, 1201)]
+    assert buf.count(100, 1200) == 1101
+    assert buf.range(5000, 6000) == [] and buf.count(-10, -1) == 0
+
+
+def test_partition_buffers_and_eviction():
+    idx = SharedEventIndex(key_attr="k")
+    for i in range(100):
+        idx.insert(ev("A", i, key=i % 4, k=i % 4))
+    assert len(idx.buffer(ALL, "A")) == 100
+    assert len(idx.buffer(1, "A")) == 25
+    dropped = idx.evict_before(50)
+    assert dropped == 50 and len(idx) == 50
+    assert all(e.ts >= 50 for e in idx.buffer(2, "A"))
+    idx.evict_before(1000)
+    assert idx.buffer(ALL, "A") is None and len(idx) == 0
+
+
+def test_any_type_buffer_is_built_on_demand():
+    idx = SharedEventIndex()
+    idx.insert(ev("A", 1))
+    idx.insert(ev("B", 2))
+    idx.enable_any()
+    idx.insert(ev("C", 3))
+    assert [e.type for e in idx.buffer(ALL, None)] == ["A", "B", "C"]
