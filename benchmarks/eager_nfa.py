@@ -28,6 +28,7 @@ them next to the query text that the lazy engine parses. Input must arrive in ev
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
@@ -36,10 +37,11 @@ from dataclasses import dataclass, field
 class Var:
     """A positive variable of the SEQ.
 
-    ``checks``: functions ``f(m) -> bool`` to test when this variable is bound (``m`` holds the
-    variables up to and including this one; for a Kleene variable they run when the run leaves
-    it, i.e. are placed on the next variable instead). ``elem_checks`` (Kleene only):
-    ``f(m, p) -> bool`` tested when element ``p`` (0-based) of this variable is taken.
+    ``checks``: functions ``f(m, e) -> bool`` tested before event ``e`` is bound to this
+    variable (``m`` holds the earlier variables' bindings; the extended run is only built when
+    they hold). A Kleene variable has none: checks on its whole iteration go on the next
+    variable. ``elem_checks`` (Kleene only): ``f(m, p) -> bool`` tested when element ``p``
+    (0-based) is taken, ``m[j]`` being the iteration including it.
     """
     name: str
     type: str
@@ -82,6 +84,7 @@ class EagerQuery:
 @dataclass
 class _Partition:
     states: list                     # states[j]: runs that have bound vars[0..j]
+    scanned: list                    # scanned[j]: ts of the last scan (it pruned states[j])
     negs: dict = field(default_factory=dict)   # negated type -> ([ts], [event])
 
 
@@ -95,7 +98,7 @@ class EagerNFA:
         self.key = query.key
         # event type -> [(j, var)]: transitions that bind variable j with an event of that type
         self._by_type: dict = {}
-        for j, v in enumerate(query.vars):
+        for j, v in reversed(list(enumerate(query.vars))):
             self._by_type.setdefault(v.type, []).append((j, v))
         self._neg_types = {n.type for n in query.negations}
         self._names = tuple(v.name for v in query.vars)
@@ -104,6 +107,8 @@ class EagerNFA:
         self._next_sweep = None
         self.runs_created = 0
         self.matches = 0
+        # a run is the tuple of its bindings; its first event's ts decides its expiry
+        self._k0 = query.vars[0].kleene
 
     # ------------------------------------------------------------------ input
     def process(self, e) -> list:
@@ -132,20 +137,23 @@ class EagerNFA:
         states = part.states
         lo = ts - self.window
         new = []                       # (state, run) created by this event
+        created = 0
         out = []
         last = self.n - 1
+        k0 = self._k0
         for j, v in trans:
             checks = v.checks
             if v.kleene:
                 elem_checks = v.elem_checks
                 # self-loop: take e as one more element of runs already in state j
-                if states[j]:
-                    keep = []
-                    for run in states[j]:
-                        if run[0] < lo:
+                runs = states[j]
+                if runs:
+                    part.scanned[j] = ts
+                    expired = False
+                    for m in runs:
+                        if (m[0][0] if k0 else m[0]).ts < lo:
+                            expired = True
                             continue
-                        keep.append(run)
-                        m = run[1]
                         seq = m[j] + (e,)
                         m2 = m[:j] + (seq,)
                         p = len(seq) - 1
@@ -153,65 +161,72 @@ class EagerNFA:
                             if not f(m2, p):
                                 break
                         else:
-                            new.append((j, (run[0], m2)))
-                    states[j] = keep
+                            new.append((j, m2))
+                    if expired:
+                        states[j] = [m for m in runs if (m[0][0] if k0 else m[0]).ts >= lo]
                 # begin the iteration with e
                 if j == 0:
                     m2 = ((e,),)
                     if all(f(m2, 0) for f in elem_checks):
-                        new.append((0, (ts, m2)))
+                        new.append((0, m2))
                     continue
                 src = states[j - 1]
                 if not src:
                     continue
-                keep = []
-                for run in src:
-                    if run[0] < lo:
+                part.scanned[j - 1] = ts
+                expired = False
+                for m in src:
+                    if (m[0][0] if k0 else m[0]).ts < lo:
+                        expired = True
                         continue
-                    keep.append(run)
-                    m2 = run[1] + ((e,),)
+                    m2 = m + ((e,),)
                     for f in elem_checks:
                         if not f(m2, 0):
                             break
                     else:
-                        new.append((j, (run[0], m2)))
-                states[j - 1] = keep
+                        new.append((j, m2))
+                if expired:
+                    states[j - 1] = [m for m in src if (m[0][0] if k0 else m[0]).ts >= lo]
                 continue
             if j == 0:
-                m2 = (e,)
-                if all(f(m2) for f in checks):
+                if all(f((), e) for f in checks):
                     if last == 0:
-                        self._emit(part, m2, out)
+                        self._emit(part, (e,), out)
                     else:
-                        new.append((0, (ts, m2)))
+                        new.append((0, (e,)))
                 continue
             src = states[j - 1]
             if not src:
                 continue
-            keep = []
-            for run in src:
-                if run[0] < lo:
+            part.scanned[j - 1] = ts
+            expired = False
+            # transitions run in descending j, so states[j] was already scanned for this event
+            # and the new runs can go straight in
+            add = None if j == last else states[j].append
+            for m in src:
+                if (m[0][0] if k0 else m[0]).ts < lo:
+                    expired = True
                     continue
-                keep.append(run)
-                m2 = run[1] + (e,)
                 for f in checks:
-                    if not f(m2):
+                    if not f(m, e):
                         break
                 else:
-                    if j == last:
-                        self._emit(part, m2, out)
+                    if add is not None:
+                        add(m + (e,))
+                        created += 1
                     else:
-                        new.append((j, (run[0], m2)))
-            states[j - 1] = keep
-        for j, run in new:
-            states[j].append(run)
-        self.runs_created += len(new)
+                        self._emit(part, m + (e,), out)
+            if expired:
+                states[j - 1] = [m for m in src if (m[0][0] if k0 else m[0]).ts >= lo]
+        for j, m in new:
+            states[j].append(m)
+        self.runs_created += len(new) + created
         return out
 
     def _part(self, pkey) -> _Partition:
         part = self.parts.get(pkey)
         if part is None:
-            part = self.parts[pkey] = _Partition([[] for _ in range(self.n)])
+            part = self.parts[pkey] = _Partition([[] for _ in range(self.n)], [-math.inf] * self.n)
         return part
 
     def _emit(self, part: _Partition, m: tuple, out: list):
@@ -241,16 +256,22 @@ class EagerNFA:
         return []
 
     def sweep(self, now: float):
-        """Drop runs and negation events that can no longer take part in a match."""
+        """Drop runs and negation events that can no longer take part in a match.
+
+        A state scanned within the last sweep period was pruned by that scan (it holds no run
+        older than a window before it) and is skipped."""
         lo = now - self.window
+        recent = now - self.sweep_every
+        k0 = self._k0
         dead = []
         for pkey, part in self.parts.items():
             alive = False
             for j, runs in enumerate(part.states):
-                if runs:
-                    keep = [r for r in runs if r[0] >= lo]
-                    part.states[j] = keep
-                    alive = alive or bool(keep)
+                if runs and part.scanned[j] < recent:
+                    runs = part.states[j] = [m for m in runs
+                                             if (m[0][0] if k0 else m[0]).ts >= lo]
+                    part.scanned[j] = now
+                alive = alive or bool(runs)
             for t, (tss, evs) in part.negs.items():
                 k = bisect_left(tss, lo)
                 if k:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from cep import ast
 from cep.errors import QueryValidationError
 from cep.expressions import EvalFailure, compile_expr, kleene_offset_shift
+from cep.validate import conjuncts as split_conjuncts, validate
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ def compile_query(query, params: dict | None = None) -> CompiledQuery:
     if isinstance(query, str):
         from cep.parser import parse_query
         query = parse_query(query)
+    else:
+        validate(query)
     params = dict(params or {})
     text = query.text
     window = _duration(query.within, params, text, "WITHIN")
@@ -155,7 +158,7 @@ def compile_query(query, params: dict | None = None) -> CompiledQuery:
     variables = {v.name: Var(v.name, v.type, v.kleene, v.negated) for v in leaves}
     kleene = frozenset(n for n, v in variables.items() if v.kleene)
     conjuncts = tuple(_compile_conjunct(c, variables, kleene, params, text)
-                      for c in _split(query.where))
+                      for c in split_conjuncts(query.where))
     branches = tuple(_branch(tree, variables, conjuncts) for tree in _dnf(query.pattern))
     return CompiledQuery(
         query=query, window=window, slide=slide, strategy=query.strategy,
@@ -180,17 +183,6 @@ def _duration(d, params, text, clause):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise QueryValidationError(f"{clause} must be a positive number, got {value!r}", text)
     return float(value) * d.unit_seconds
-
-
-def _split(expr) -> list:
-    if expr is None:
-        return []
-    if isinstance(expr, ast.BoolAnd):
-        out = []
-        for item in expr.items:
-            out.extend(_split(item))
-        return out
-    return [expr]
 
 
 def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:

@@ -59,8 +59,9 @@ def build_steps(branch: Branch, order: tuple, deferred_ok: bool = True) -> tuple
             incremental = tuple(c for c in inc if not c.unary)
             ready = [c for c in ready if c not in inc]
         take_complete = var.kleene and all(
-            c in inc for c in branch.conjuncts if name in c.vars and name not in c.set_level
-        ) if var.kleene else False
+            c in inc for c in branch.conjuncts
+            if name in c.vars and name not in c.set_level
+            and (c.kleene_i == name or c.max_first.get(name, 0) > 0))
         negs = [n for n in pending_neg if _negation_ready(n, bound, variables)]
         pending_neg = [n for n in pending_neg if n not in negs]
         steps.append(Step(

@@ -23,14 +23,15 @@ def _is_number(v) -> bool:
 
 
 def event_attr(event, name: str):
-    """``x.name``: the attribute, else the fields ``type``/``ts``/``id``/``key`` of the event."""
+    """``x.name``: ``ts`` is the event time; otherwise the attribute, else the event's own
+    ``type``/``id``/``key``."""
+    if name == "ts":
+        return event.ts
     attrs = event.attrs
     if name in attrs:
         return attrs[name]
     if name == "type":
         return event.type
-    if name == "ts":
-        return event.ts
     if name == "id":
         return event.id
     if name == "key" and event.key is not None:
@@ -46,10 +47,23 @@ def field_value(event, name: str, default=None):
         return default
 
 
-def _checked_compare(op):
+NUMERIC = frozenset((int, float))
+ORDERING = frozenset(("<", "<=", ">", ">="))
+
+
+def kinds_clash(x, y, ordering: bool) -> bool:
+    """Values of different kinds (string, boolean, number) are not comparable, and booleans
+    have no order: such a comparison fails instead of being false."""
+    cx, cy = x.__class__, y.__class__
+    if cx is not cy and not (cx in NUMERIC and cy in NUMERIC):
+        return True
+    return ordering and cx is bool
+
+
+def _checked_compare(op, ordering):
     def compare(a, b):
-        if (a.__class__ is str) is not (b.__class__ is str):
-            raise EvalFailure("cannot compare a string with a non-string")
+        if kinds_clash(a, b, ordering):
+            raise EvalFailure(f"cannot compare {a!r} with {b!r}")
         try:
             return op(a, b)
         except TypeError as exc:
@@ -62,9 +76,9 @@ RAW_OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator
 FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 COMPARATORS = {
-    "=": _checked_compare(operator.eq), "!=": _checked_compare(operator.ne),
-    "<": _checked_compare(operator.lt), "<=": _checked_compare(operator.le),
-    ">": _checked_compare(operator.gt), ">=": _checked_compare(operator.ge),
+    "=": _checked_compare(operator.eq, False), "!=": _checked_compare(operator.ne, False),
+    "<": _checked_compare(operator.lt, True), "<=": _checked_compare(operator.le, True),
+    ">": _checked_compare(operator.gt, True), ">=": _checked_compare(operator.ge, True),
 }
 
 
@@ -185,17 +199,17 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
 
     def build_compare(node):
         op = RAW_OPS[node.op]
+        ordering = node.op in ORDERING
         left, right = node.left, node.right
         if isinstance(right, ast.Attr) and not isinstance(left, ast.Attr):
             left, right, op = right, left, RAW_OPS[FLIPPED[node.op]]
-        if (isinstance(left, ast.Attr) and left.var not in kleene
+        if (isinstance(left, ast.Attr) and left.var not in kleene and left.attr != "ts"
                 and isinstance(right, (ast.Attr, ast.Literal)) and not (
-                    isinstance(right, ast.Attr) and right.var in kleene)):
+                    isinstance(right, ast.Attr) and (right.var in kleene or right.attr == "ts"))):
             # the common case, one closure: var.attr OP (var.attr | literal)
             lvar, lname = left.var, left.attr
             if isinstance(right, ast.Literal):
                 value = right.value
-                vstr = value.__class__ is str
 
                 def compare_literal(env, p):
                     ev = env[lvar]
@@ -203,8 +217,9 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                         x = ev.attrs[lname]
                     except KeyError:
                         x = event_attr(ev, lname)
-                    if (x.__class__ is str) is not vstr:
-                        raise EvalFailure("cannot compare a string with a non-string")
+                    if (x.__class__ is not value.__class__ or x.__class__ is bool) and kinds_clash(
+                            x, value, ordering):
+                        raise EvalFailure(f"cannot compare {x!r} with {value!r}")
                     try:
                         return op(x, value)
                     except TypeError as exc:
@@ -222,8 +237,9 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                     y = b.attrs[rname]
                 except KeyError:
                     y = event_attr(b, rname)
-                if (x.__class__ is str) is not (y.__class__ is str):
-                    raise EvalFailure("cannot compare a string with a non-string")
+                if (x.__class__ is not y.__class__ or x.__class__ is bool) and kinds_clash(
+                        x, y, ordering):
+                    raise EvalFailure(f"cannot compare {x!r} with {y!r}")
                 try:
                     return op(x, y)
                 except TypeError as exc:
