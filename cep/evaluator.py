@@ -150,20 +150,26 @@ class Evaluation:
                 self._step(steps, 1)
 
     def _bounds(self, step):
-        env = self.env
-        lo = hi = None
-        for name in step.after_of:
-            v = env[name]
+        """The latest event that must precede the step's variable and the earliest that must
+        follow it (the trigger at the latest)."""
+        return self._latest(step.after_of), self._earliest(step.before_of, self.trigger)
+
+    def _latest(self, names) -> Event | None:
+        lo = None
+        for name in names:
+            v = self.env[name]
             last = v if v.__class__ is Event else v[-1]
             if lo is None or before(lo, last):
                 lo = last
-        hi = self.trigger
-        for name in step.before_of:
-            v = env[name]
+        return lo
+
+    def _earliest(self, names, hi: Event | None = None) -> Event | None:
+        for name in names:
+            v = self.env[name]
             first = v if v.__class__ is Event else v[0]
-            if before(first, hi):
+            if hi is None or before(first, hi):
                 hi = first
-        return lo, hi
+        return hi
 
     def _used(self, ev) -> bool:
         for v in self.env.values():
@@ -313,17 +319,7 @@ class Evaluation:
     def witness(self, neg: Negation, tmin: float | None = None) -> Event | None:
         """An event that violates negation ``neg`` for the current binding, or None."""
         env = self.env
-        lo = hi = None
-        for name in neg.before:
-            v = env[name]
-            last = v if v.__class__ is Event else v[-1]
-            if lo is None or before(lo, last):
-                lo = last
-        for name in neg.after:
-            v = env[name]
-            first = v if v.__class__ is Event else v[0]
-            if hi is None or before(first, hi):
-                hi = first
+        lo, hi = self._latest(neg.before), self._earliest(neg.after)
         buf = self.index.buffer(self.partition, neg.var.type)
         if buf is None:
             return None

@@ -8,44 +8,8 @@ from cep.builder import (E, and_, agg, attr, avg, count, duration, first, kleene
 from cep.errors import QueryValidationError
 from cep.parser import parse_query
 
-# The paper queries of tests/test_paper_queries.py (see there for their sources).
-SASE_Q1 = """PATTERN SEQ(Shelf a, \u223c(Register b), Exit c)
-WHERE    skip_till_next_match(a, b, c) {
-                  a.tag_id = b.tag_id
-       and     a.tag_id = c.tag_id
-                  /* equivalently, [tag_id] */     }
-WITHIN    12 hours"""
-SASE_Q2 = """PATTERN SEQ(Alert a, Shipment+ b[ ])
-WHERE    skip_till_any_match(a, b[ ]) {
-                    a.type = 'contaminated'
-       and       b[1].from = a.site
-       and       b[i].from = b[i-1].to }
-WITHIN    3 hours"""
-SASE_Q3 = """PATTERN SEQ(Stock+ a[ ], Stock b)
-WHERE    skip_till_next_match(a[ ], b) {
-                    [symbol]
-       and       a[1].volume > 1000
-       and       a[i].price > avg(a[..i-1].price)
-       and       b.volume < 80%*a[a.LEN].volume }
-WITHIN    1 hour"""
-RCEP_Q1 = """PATTERN SEQ (a, b+, c)WHERE [companyID]
-
-AND a.price < b.price AND
-b.price < NEXT(b.price) AND c.price < FIRST(b.price)
-
-WITHIN 30 minutes SLIDE 2 minutes"""
-LIME_Q1 = """PATTERN SEQ(!ROOM a, STEPS+ b[])
-WHERE b[i+1].value > b[i].value
-WITHIN 10 minutes"""
-LIME_Q2 = """PATTERN SEQ(HR+ a[], SWEAT b)
-WHERE a[i].value < a[i+1].value
-AND b.levelIncreased == true
-WITHIN 5 minutes"""
-LIME_Q3 = """PATTERN SEQ( GasLeakSensor a, TemperatureSensor+ b[], SmokeDetector c )
-WHERE a.percentage > thresholdGas
-AND b[i+1].temperature > b[i].temperature
-AND c.percentage >= thresholdSmoke
-WITHIN 30 seconds"""
+# The paper queries, with their sources, live in tests/test_paper_queries.py.
+from test_paper_queries import SASE_Q1, SASE_Q2, SASE_Q3, RCEP_Q1, LIME_Q1, LIME_Q2, LIME_Q3  # noqa: E402
 VLDB_FOUR_CAMERAS = ("PATTERN SEQ(A a,B b,C c,D d)WHERE(a.vehicleID=b.vehicleID="
                      "c.vehicleID=d.vehicleID)WITHIN W")
 VLDB_CONJUNCTION = ("PATTERN AND(MSFTStock m, GOOGStock g, INTCStock i)WHERE "
