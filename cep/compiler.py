@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from cep import ast
 from cep.errors import QueryValidationError
-from cep.expressions import EvalFailure, compile_expr, kleene_offset_shift
+from cep.expressions import EvalFailure, compile_expr, kleene_offset_shift, separable
 from cep.validate import conjuncts as split_conjuncts, validate
 
 
@@ -44,6 +44,7 @@ class Conjunct:
     max_first: dict
     fn: object                    # fn(env, p) -> bool, raises EvalFailure
     unary: bool = False           # uses only the current element of kleene_i (no prefix/first)
+    separable: dict = field(default_factory=dict)   # see cep.expressions.separable
     text: str = ""
     tested: int = 0
     passed: int = 0
@@ -231,6 +232,8 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
                     set_level=frozenset(set_level), max_first=max_first, fn=fn,
                     unary=bool(i_vars) and p_min == 0 and min_off == 0 and not prefix_agg
                     and not (set(max_first) | set_level) & i_vars,
+                    separable=separable(expr, kleene, variables, params, text)
+                    if not i_vars and not negated else {},
                     text=_describe(expr))
 
 

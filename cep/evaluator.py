@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from cep.compiler import Branch, CompiledQuery, Negation
 from cep.event import Event, before
-from cep.expressions import field_value
+from cep.expressions import EvalFailure, event_attr, field_value, kinds_clash
 from cep.index import ALL, SharedEventIndex
 from cep.strategies import accepts
 
@@ -32,6 +32,7 @@ class Step:
     unary: tuple                 # Kleene: conjuncts on one element only (candidate filter)
     negations: tuple             # first-chance negations decidable after this step
     take_complete: bool = False  # Kleene: unary + incremental are its whole take condition
+    filters: tuple = ()          # separable comparisons: filter all candidates at once
 
 
 class TooManyMatches(Exception):
@@ -58,6 +59,10 @@ def build_steps(branch: Branch, order: tuple, deferred_ok: bool = True) -> tuple
             unary = tuple(c for c in inc if c.unary)
             incremental = tuple(c for c in inc if not c.unary)
             ready = [c for c in ready if c not in inc]
+        filters = ()
+        if not var.kleene:
+            filters = tuple(c for c in ready if name in c.separable)
+            ready = [c for c in ready if c not in filters]
         take_complete = var.kleene and all(
             c in inc for c in branch.conjuncts
             if name in c.vars and name not in c.set_level
@@ -69,7 +74,7 @@ def build_steps(branch: Branch, order: tuple, deferred_ok: bool = True) -> tuple
             after_of=tuple(b for b in branch.before[name] if b in bound and b != name),
             before_of=tuple(a for a in branch.after[name] if a in bound and a != name),
             check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
-            negations=tuple(negs), take_complete=take_complete))
+            negations=tuple(negs), take_complete=take_complete, filters=filters))
     return tuple(steps)
 
 
@@ -118,6 +123,11 @@ class Evaluation:
         if evs and evs[-1].ts == hi.ts:
             evs = [e for e in evs if before(e, hi)]
         if self.equiv:
+            if len(self.equiv) == 1:
+                a, value = self.equiv[0]
+                if value.__class__ is not bool:
+                    return [e for e in evs if e.attrs.get(a, _MISSING) == value
+                            or (a not in e.attrs and self._same_partition(e))]
             evs = [e for e in evs if self._same_partition(e)]
         return evs
 
@@ -144,7 +154,7 @@ class Evaluation:
                 self.env[first.var.name] = seq
                 if self._after_step(first):
                     self._step(steps, 1)
-        else:
+        elif self._filtered(first, [trig]):
             self.env[first.var.name] = trig
             if self._after_step(first):
                 self._step(steps, 1)
@@ -196,7 +206,10 @@ class Evaluation:
         conjuncts, negations, check_used = step.conjuncts, step.negations, step.check_used
         nxt = k + 1
         complete = nxt == len(steps)
-        for ev in self.candidates(step.var, lo, hi):
+        cands = self.candidates(step.var, lo, hi)
+        if step.filters:
+            cands = self._filtered(step, cands)
+        for ev in cands:
             if check_used and self._used(ev):
                 continue
             env[name] = ev
@@ -211,6 +224,49 @@ class Evaluation:
                 else:
                     self._step(steps, nxt)
         env.pop(name, None)
+
+    def _filtered(self, step, cands: list) -> list:
+        """Apply the step's separable comparisons ``f(x) OP value`` to all candidates at once:
+        ``value`` is computed once from the variables already bound."""
+        env, name = self.env, step.var.name
+        for c in step.filters:
+            if not cands:
+                break
+            attr, getter, op, ordering, other = c.separable[name]
+            n = len(cands)
+            c.tested += n
+            try:
+                value = other(env, None)
+            except EvalFailure:
+                c.failed += n
+                return []
+            vc = value.__class__
+            out, failed = [], 0
+            for e in cands:
+                if attr is not None:
+                    try:
+                        x = e.attrs[attr]
+                    except KeyError:
+                        try:
+                            x = event_attr(e, attr)
+                        except EvalFailure:
+                            failed += 1
+                            continue
+                else:
+                    try:
+                        x = getter(e)
+                    except EvalFailure:
+                        failed += 1
+                        continue
+                if (x.__class__ is not vc or vc is bool) and kinds_clash(x, value, ordering):
+                    failed += 1
+                    continue
+                if op(x, value):
+                    out.append(e)
+            c.passed += len(out)
+            c.failed += failed
+            cands = out
+        return cands
 
     def _kleene_candidates(self, step, lo, hi) -> list:
         cands = self.candidates(step.var, lo, hi)

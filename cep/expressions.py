@@ -14,12 +14,15 @@ from cep import ast
 from cep.errors import QueryValidationError
 
 
+NUMERIC = frozenset((int, float))
+
+
 class EvalFailure(Exception):
     """A conjunct could not be evaluated on the given events (internal control flow)."""
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return v.__class__ in NUMERIC
 
 
 def event_attr(event, name: str):
@@ -47,7 +50,6 @@ def field_value(event, name: str, default=None):
         return default
 
 
-NUMERIC = frozenset((int, float))
 ORDERING = frozenset(("<", "<=", ">", ">="))
 
 
@@ -277,3 +279,36 @@ def truth(value) -> bool:
     if isinstance(value, bool):
         return value
     raise EvalFailure(f"expected a boolean, got {value!r}")
+
+
+def separable(expr, kleene: frozenset, variables: dict, params: dict, text=None) -> dict:
+    """For a comparison ``f(x) OP g(others)`` where ``x`` is a simple positive variable: the
+    pieces that let the join filter all candidates of ``x`` against one value of ``g``.
+
+    Returns ``{x: (attr_name_or_None, getter, op, ordering, other_fn)}`` for each such ``x``;
+    ``getter(event)`` computes ``f`` when ``f`` is not a plain attribute.
+    """
+    if not isinstance(expr, ast.Compare):
+        return {}
+    out = {}
+    for side, other, op in ((expr.left, expr.right, expr.op),
+                            (expr.right, expr.left, FLIPPED[expr.op])):
+        names = _vars_of(side)
+        rest = _vars_of(other)
+        if len(names) != 1:
+            continue
+        (x,) = names
+        if x in kleene or x in rest or variables[x].negated:
+            continue
+        other_fn = compile_expr(other, kleene, params, 0, text)
+        if isinstance(side, ast.Attr) and side.attr != "ts":
+            attr, getter = side.attr, None
+        else:
+            fn = compile_expr(side, kleene, params, 0, text)
+            attr, getter = None, (lambda ev, fn=fn, x=x: fn({x: ev}, None))
+        out[x] = (attr, getter, RAW_OPS[op], op in ORDERING, other_fn)
+    return out
+
+
+def _vars_of(expr) -> set:
+    return {n.var for n in ast.walk_expr(expr) if isinstance(n, (ast.Attr, ast.Len, ast.Aggregate))}
