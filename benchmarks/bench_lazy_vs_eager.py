@@ -5,10 +5,11 @@
 One process, one core, ``time.perf_counter``. Both evaluators get the same pre-built Event
 objects (building them is timed separately and not counted), the lazy one through
 ``Engine.process``. The cyclic garbage collector is off during the timed loops (``--gc`` keeps
-it on): the eager baseline keeps up to millions of tracked tuples alive and a full collection
-over them roughly halves its throughput, which would make it a strawman. Memory is measured in
-separate runs under tracemalloc (which slows everything down), with the events built on the fly
-inside the traced region, so what either evaluator retains -- events included -- is counted.
+it on): the eager baseline keeps up to millions of tracked tuples alive and collections over
+them cost it ~25% of its throughput, which would tilt the comparison against it. Memory is
+measured in separate runs under tracemalloc (which slows everything down), with the events
+built on the fly inside the traced region, so what either evaluator retains -- events
+included -- is counted.
 When the eager baseline exceeds its time budget it stops; its events/s and the speed-up then
 refer to the prefix it processed, and the output says so.
 """

@@ -87,6 +87,16 @@ class Negation:
     before: frozenset          # positive vars whose events all precede the negated event
     after: frozenset           # positive vars whose events all follow it
     conjuncts: tuple           # conjuncts that mention the negated variable
+    may_be_bound: bool = True  # a positive variable could hold the same event
+
+    @property
+    def filters(self) -> tuple:
+        """Conjuncts that filter all witness candidates at once (see expressions.separable)."""
+        return tuple(c for c in self.conjuncts if self.var.name in c.separable)
+
+    @property
+    def checks(self) -> tuple:
+        return tuple(c for c in self.conjuncts if self.var.name not in c.separable)
 
     @property
     def deferred(self) -> bool:
@@ -233,7 +243,7 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
                     unary=bool(i_vars) and p_min == 0 and min_off == 0 and not prefix_agg
                     and not (set(max_first) | set_level) & i_vars,
                     separable=separable(expr, kleene, variables, params, text)
-                    if not i_vars and not negated else {},
+                    if not i_vars else {},
                     text=_describe(expr))
 
 
@@ -278,7 +288,9 @@ def _branch(tree, variables, conjuncts) -> Branch:
     applicable = [c for c in conjuncts if c.vars <= names]
     negations = tuple(
         Negation(var=variables[n], before=positions[n][0], after=positions[n][1],
-                 conjuncts=tuple(c for c in applicable if c.negated == n))
+                 conjuncts=tuple(c for c in applicable if c.negated == n),
+                 may_be_bound=any(v.type is None or variables[n].type is None
+                                  or v.type == variables[n].type for v in positives))
         for n in positions if variables[n].negated)
     return Branch(
         positives=positives,

@@ -27,9 +27,11 @@ class Engine:
         self.managers: dict = {}          # name -> PatternManager
         self._sources: dict = {}          # name -> (Query, params)
         self._by_type: dict = {}          # event type -> [PatternManager]
-        self._any: list = []              # managers that read every type
+        self._any: list = []              # managers triggered by every type
+        self._busy: set = set()           # managers with matches or triggers waiting
         self.clock = -math.inf
         self.events = 0
+        self.late_events = 0
         self._since_evict = 0
 
     # ---------------------------------------------------------------- queries
@@ -58,20 +60,24 @@ class Engine:
         """Unregister a query; its pending matches are dropped with it."""
         if name not in self.managers:
             raise CepError(f"no query named {name!r} is registered")
-        del self.managers[name]
+        self._busy.discard(self.managers.pop(name))
         del self._sources[name]
         self._reindex()
 
     def _reindex(self):
+        """Dispatch each event type to the queries it can trigger; keep the all-partitions
+        buffers only while some query reads across partitions."""
         self._by_type, self._any = {}, []
         for m in self.managers.values():
-            if None in m.cq.types:
+            if None in m.trigger_types:
                 self._any.append(m)
-                continue
-            for t in m.cq.types:
+            for t in m.trigger_types - {None}:
                 self._by_type.setdefault(t, []).append(m)
         for t, ms in self._by_type.items():
-            ms.extend(self._any)
+            ms.extend(m for m in self._any if m not in ms)
+        self.index.set_keep_all(not self.managers or any(
+            not m.partitioned or m.cq.strategy != "skip_till_any_match"
+            for m in self.managers.values()))
 
     @property
     def horizon(self) -> float:
@@ -88,14 +94,19 @@ class Engine:
         out: list = []
         if event.ts > self.clock:
             self.clock = event.ts
-            for m in self.managers.values():
-                if m.busy:
+            if self._busy:
+                for m in list(self._busy):
                     out.extend(m.tick(event.ts))
-        targets = self._by_type.get(event.type, self._any)
-        for m in targets:
+                    if not m.busy:
+                        self._busy.discard(m)
+        elif event.ts < self.clock:
+            self.late_events += 1
+        for m in self._by_type.get(event.type, self._any):
             found = m.process(event)
             if found:
                 out.extend(found)
+            if m.busy:
+                self._busy.add(m)
         self._since_evict += 1
         if self._since_evict >= EVICT_EVERY:
             self.evict()
@@ -106,6 +117,7 @@ class Engine:
         out: list = []
         for m in self.managers.values():
             out.extend(m.advance(watermark))
+        self._busy = {m for m in self.managers.values() if m.busy}
         if watermark > self.clock:
             self.clock = watermark
         if math.isfinite(watermark):
@@ -127,7 +139,7 @@ class Engine:
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
         return {
-            "events": self.events, "buffered": len(self.index),
+            "events": self.events, "late_events": self.late_events, "buffered": len(self.index),
             "duplicates": self.index.duplicates, "evicted": self.index.evicted,
             "queries": {name: m.stats() for name, m in self.managers.items()},
         }
@@ -151,4 +163,5 @@ class Engine:
             engine.index.insert(ev)
         engine.clock = snap["clock"]
         engine.events = snap["events_seen"]
+        engine._busy = {m for m in engine.managers.values() if m.busy}
         return engine

@@ -19,6 +19,10 @@ from cep.index import ALL, SharedEventIndex
 from cep.strategies import accepts
 
 _MISSING = object()
+#: attribute names that may fall back to the event's own fields
+FIELDS = frozenset(("type", "ts", "id", "key"))
+#: value kinds that compare with each other (see expressions.kinds_clash)
+FAST_KINDS = {int: frozenset((int, float)), float: frozenset((int, float)), str: frozenset((str,))}
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,8 @@ class Evaluation:
         self.equiv = self._equivalence_filter(trigger, partition)
         self.env: dict = {}
         self.results: list = []
-        self.names = cq.variables
+        self.deferred = tuple(n for n in branch.negations if n.deferred)
+        self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
 
     def _equivalence_filter(self, trigger, partition):
         attrs = self.cq.equivalence
@@ -154,7 +159,7 @@ class Evaluation:
                 self.env[first.var.name] = seq
                 if self._after_step(first):
                     self._step(steps, 1)
-        elif self._filtered(first, [trig]):
+        elif self._filtered(first.filters, first.var.name, [trig]):
             self.env[first.var.name] = trig
             if self._after_step(first):
                 self._step(steps, 1)
@@ -208,7 +213,11 @@ class Evaluation:
         complete = nxt == len(steps)
         cands = self.candidates(step.var, lo, hi)
         if step.filters:
-            cands = self._filtered(step, cands)
+            cands = self._filtered(step.filters, step.var.name, cands)
+        if complete and self.plain and not (conjuncts or negations or check_used):
+            self._complete_all(name, cands)
+            env.pop(name, None)
+            return
         for ev in cands:
             if check_used and self._used(ev):
                 continue
@@ -225,11 +234,11 @@ class Evaluation:
                     self._step(steps, nxt)
         env.pop(name, None)
 
-    def _filtered(self, step, cands: list) -> list:
-        """Apply the step's separable comparisons ``f(x) OP value`` to all candidates at once:
+    def _filtered(self, filters, name: str, cands: list) -> list:
+        """Apply separable comparisons ``f(name) OP value`` to all candidates at once:
         ``value`` is computed once from the variables already bound."""
-        env, name = self.env, step.var.name
-        for c in step.filters:
+        env = self.env
+        for c in filters:
             if not cands:
                 break
             attr, getter, op, ordering, other = c.separable[name]
@@ -241,6 +250,14 @@ class Evaluation:
                 c.failed += n
                 return []
             vc = value.__class__
+            if attr is not None and attr not in FIELDS and vc in FAST_KINDS:
+                kinds = FAST_KINDS[vc]
+                same = [e for e in cands if e.attrs.get(attr, _MISSING).__class__ in kinds]
+                out = [e for e in same if op(e.attrs[attr], value)]
+                c.passed += len(out)
+                c.failed += n - len(same)
+                cands = out
+                continue
             out, failed = [], 0
             for e in cands:
                 if attr is not None:
@@ -380,20 +397,26 @@ class Evaluation:
         if buf is None:
             return None
         lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
-        hi_ts = hi.ts if hi is not None else tmin + self.cq.window
+        cands = buf.range(lo_ts, hi.ts if hi is not None else tmin + self.cq.window)
+        if cands and lo is not None and cands[0].ts == lo.ts:
+            cands = [x for x in cands if before(lo, x)]
+        if cands and hi is not None and cands[-1].ts == hi.ts:
+            cands = [x for x in cands if before(x, hi)]
+        if cands and self.equiv:
+            cands = [x for x in cands if self._same_partition(x)]
+        if cands and neg.may_be_bound:
+            cands = [x for x in cands if not self._used(x)]
         name = neg.var.name
+        filters = neg.filters
+        if cands and filters:
+            cands = self._filtered(filters, name, cands)
+        checks = neg.checks
+        if not checks or not cands:
+            return cands[0] if cands else None
         found = None
-        for x in buf.range(lo_ts, hi_ts):
-            if lo is not None and not before(lo, x):
-                continue
-            if hi is not None and not before(x, hi):
-                continue
-            if self.equiv and not self._same_partition(x):
-                continue
-            if self._used(x):
-                continue
+        for x in cands:
             env[name] = x
-            if all(c.check(env) for c in neg.conjuncts):
+            if all(c.check(env) for c in checks):
                 found = x
                 break
         env.pop(name, None)
@@ -401,15 +424,27 @@ class Evaluation:
 
     def _complete(self):
         env = self.env
-        if self.cq.strategy != "skip_till_any_match" and not accepts(self, env):
-            return
-        deferred = [n for n in self.branch.negations if n.deferred]
-        if deferred:
-            tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
-            for neg in deferred:
-                if self.witness(neg, tmin) is not None:
-                    return
-        self.results.append({n: env[n] for n in self.names if n in env})
+        if not self.plain:
+            if self.cq.strategy != "skip_till_any_match" and not accepts(self, env):
+                return
+            if self.deferred:
+                tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
+                for neg in self.deferred:
+                    if self.witness(neg, tmin) is not None:
+                        return
+        self.results.append(env.copy())
         self.found += 1
+        if self.cap is not None and self.found >= self.cap:
+            raise TooManyMatches()
+
+    def _complete_all(self, name: str, cands: list):
+        """The last step of a plain evaluation: every candidate completes a match."""
+        env, results = self.env, self.results
+        if self.cap is not None and self.found + len(cands) >= self.cap:
+            cands = cands[:self.cap - self.found]
+        for ev in cands:
+            env[name] = ev
+            results.append(env.copy())
+        self.found += len(cands)
         if self.cap is not None and self.found >= self.cap:
             raise TooManyMatches()

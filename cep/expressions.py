@@ -298,7 +298,7 @@ def separable(expr, kleene: frozenset, variables: dict, params: dict, text=None)
         if len(names) != 1:
             continue
         (x,) = names
-        if x in kleene or x in rest or variables[x].negated:
+        if x in kleene or x in rest or any(variables[v].negated for v in rest):
             continue
         other_fn = compile_expr(other, kleene, params, 0, text)
         if isinstance(side, ast.Attr) and side.attr != "ts":

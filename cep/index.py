@@ -1,8 +1,9 @@
 """The shared event index (LimeCEP section 4.2, "Shared TreeSet Structure"), one per process or
 actor, used by every pattern manager: partition key -> event type -> time-ordered events.
 
-Every event is stored in its type's buffer for all partitions (``ALL``) and, when it has a
-partition key, in the buffer of its key as well (two references to one Event object). Buffers
+Every event is stored in the buffer of its partition key and type and, while some query reads
+across partitions (``keep_all``), also in its type's buffer for all partitions (``ALL``): two
+references to one Event object. Events without a key live in the ``ALL`` buffers only. Buffers
 are chunked sorted lists: an in-order event is an append to the last chunk (amortised O(1)); a
 late event is placed by bisection and inserted into one bounded chunk (O(log n)). Duplicates
 (same type, ts and id) are dropped on insert.
@@ -152,6 +153,7 @@ class SharedEventIndex:
     def __init__(self, key_attr: str | None = None):
         self.key_attr = key_attr
         self._buffers: dict = {}          # (partition, type) -> TimeBuffer
+        self.keep_all = True              # also index keyed events under ALL
         self.keep_any = False             # also index every event under ANY_TYPE
         self.duplicates = 0
         self.inserted = 0
@@ -160,15 +162,15 @@ class SharedEventIndex:
     def insert(self, ev: Event) -> bool:
         """Index ``ev``; False (and nothing changes) if it is a duplicate."""
         buffers = self._buffers
-        etype = ev.type
-        buf = buffers.get((ALL, etype))
+        etype, key = ev.type, ev.key
+        part = ALL if key is None or self.keep_all else key
+        buf = buffers.get((part, etype))
         if buf is None:
-            buf = buffers[(ALL, etype)] = TimeBuffer()
+            buf = buffers[(part, etype)] = TimeBuffer()
         if not buf.insert(ev):
             self.duplicates += 1
             return False
-        key = ev.key
-        if key is not None:
+        if part is ALL and key is not None:
             kb = buffers.get((key, etype))
             if kb is None:
                 kb = buffers[(key, etype)] = TimeBuffer()
@@ -179,7 +181,9 @@ class SharedEventIndex:
         return True
 
     def _add_any(self, ev: Event):
-        for part in (ALL, ev.key) if ev.key is not None else (ALL,):
+        key = ev.key
+        parts = (ALL,) if key is None else (ALL, key) if self.keep_all else (key,)
+        for part in parts:
             buf = self._buffers.get((part, ANY_TYPE))
             if buf is None:
                 buf = self._buffers[(part, ANY_TYPE)] = TimeBuffer()
@@ -190,10 +194,29 @@ class SharedEventIndex:
         if self.keep_any:
             return
         self.keep_any = True
-        for (part, etype), buf in list(self._buffers.items()):
-            if part is ALL and etype is not ANY_TYPE:
-                for ev in buf:
-                    self._add_any(ev)
+        for ev in list(self.events()):
+            self._add_any(ev)
+
+    def set_keep_all(self, keep: bool):
+        """Keep (or stop keeping) the all-partitions buffers of keyed events; rebuilds them."""
+        if keep == self.keep_all:
+            return
+        events = list(self.events())
+        self.keep_all = keep
+        self._buffers = {k: b for k, b in self._buffers.items() if k[0] is not ALL}
+        for ev in events:
+            if ev.key is None or keep:
+                for t in (ev.type, ANY_TYPE) if self.keep_any else (ev.type,):
+                    buf = self._buffers.get((ALL, t))
+                    if buf is None:
+                        buf = self._buffers[(ALL, t)] = TimeBuffer()
+                    buf.insert(ev)
+
+    def _primary(self, part, etype) -> bool:
+        """Whether this buffer counts its events (each event is counted in one buffer)."""
+        if etype is ANY_TYPE:
+            return False
+        return part is ALL if self.keep_all else True
 
     def buffer(self, partition, etype) -> TimeBuffer | None:
         """The buffer of ``etype`` (None: every type) in ``partition`` (ALL: every partition)."""
@@ -205,7 +228,7 @@ class SharedEventIndex:
         for k in list(self._buffers):
             buf = self._buffers[k]
             n = buf.evict_before(cutoff)
-            if k[0] is ALL and k[1] is not ANY_TYPE:
+            if self._primary(*k):
                 dropped += n
             if not len(buf):
                 del self._buffers[k]
@@ -213,14 +236,18 @@ class SharedEventIndex:
         return dropped
 
     def __len__(self) -> int:
-        return sum(len(b) for (p, t), b in self._buffers.items() if p is ALL and t is not ANY_TYPE)
+        return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))
 
     def counts(self) -> dict:
         """type -> number of buffered events."""
-        return {t: len(b) for (p, t), b in self._buffers.items() if p is ALL and t is not ANY_TYPE}
+        out: dict = {}
+        for (p, t), b in self._buffers.items():
+            if self._primary(p, t):
+                out[t] = out.get(t, 0) + len(b)
+        return out
 
     def events(self):
-        """Every buffered event (each once), type by type."""
-        for (p, t), b in list(self._buffers.items()):
-            if p is ALL and t is not ANY_TYPE:
+        """Every buffered event (each once)."""
+        for k, b in list(self._buffers.items()):
+            if self._primary(*k):
                 yield from b

@@ -48,7 +48,10 @@ class PatternManager:
                 var = cq.variables[name]
                 self._triggers.setdefault(var.type, []).append((b, name))
         self._any_triggers = self._triggers.pop(None, [])
+        #: event types that can complete a match (None in the set: every type)
+        self.trigger_types = frozenset(self._triggers) | ({None} if self._any_triggers else set())
         self._steps: dict = {}
+        self._var_order = tuple(cq.variables)
         self._deferred: list = []        # heap of (deadline, seq, branch_no, env, trigger)
         self._slide: list = []           # triggers waiting for their slide boundary
         self._seq = itertools.count()
@@ -166,7 +169,7 @@ class PatternManager:
                     heapq.heappush(self._deferred, (tmin + self.cq.window, next(self._seq), b,
                                                     env, trigger))
                 else:
-                    out.append(Match(self.name, env))
+                    out.append(Match(self.name, env, self._var_order))
             self.matches += len(ev.results) if not deferred else 0
         return out
 
@@ -196,7 +199,7 @@ class PatternManager:
 
     def _match(self, env: dict) -> Match:
         self.matches += 1
-        return Match(self.name, env)
+        return Match(self.name, env, self._var_order)
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:

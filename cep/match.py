@@ -8,11 +8,12 @@ class Match:
     """``bindings`` maps a variable name to an Event, or to a tuple of Events for a Kleene
     variable. Negated variables never appear."""
 
-    __slots__ = ("query", "bindings", "_key")
+    __slots__ = ("query", "bindings", "order", "_key")
 
-    def __init__(self, query: str, bindings: dict):
+    def __init__(self, query: str, bindings: dict, order: tuple | None = None):
         self.query = query
         self.bindings = bindings
+        self.order = order          # the query's variable order, for output
         self._key = None
 
     def key(self) -> frozenset:
@@ -39,8 +40,11 @@ class Match:
     def to_dict(self) -> dict:
         """The output record: ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}}``."""
         out = {}
-        for var, value in self.bindings.items():
-            out[var] = value.to_dict() if isinstance(value, Event) else [e.to_dict() for e in value]
+        b = self.bindings
+        for var in self.order or b:
+            if var in b:
+                value = b[var]
+                out[var] = value.to_dict() if isinstance(value, Event) else [e.to_dict() for e in value]
         return {"query": self.query, "events": out}
 
     def __eq__(self, other):

@@ -1,0 +1,16 @@
+"""EFREQ: ascending arrival frequency, the Lazy NFA's order (VLDB 2018, section 6.1; seed 003).
+
+A Kleene variable counts with its power-set rate ``2^(r*W)/W`` (section 4), so it goes late.
+Ties keep pattern order.
+"""
+from __future__ import annotations
+
+from planner.cost import window_count
+
+
+def efreq(problem, cost_fn=None, rng=None) -> tuple:
+    """The positive variables by ascending (effective) arrival rate."""
+    rank = sorted(range(len(problem.names)),
+                  key=lambda i: (window_count(problem.rates[i], problem.kleene[i],
+                                              problem.window), i))
+    return tuple(problem.names[i] for i in rank)
