@@ -30,9 +30,7 @@ class Engine:
         self._any: list = []              # managers triggered by every type
         self._busy: set = set()           # managers with matches or triggers waiting
         self.clock = -math.inf
-        self.events = 0
         self.late_events = 0
-        self._since_evict = 0
 
     # ---------------------------------------------------------------- queries
     def add_query(self, query, name: str | None = None, params: dict | None = None,
@@ -88,9 +86,9 @@ class Engine:
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
         """Index ``event`` and return the matches it completes (and those it releases)."""
-        if not self.index.insert(event):
+        index = self.index
+        if not index.insert(event):
             return []
-        self.events += 1
         out: list = []
         if event.ts > self.clock:
             self.clock = event.ts
@@ -107,8 +105,7 @@ class Engine:
                 out.extend(found)
             if m.busy:
                 self._busy.add(m)
-        self._since_evict += 1
-        if self._since_evict >= EVICT_EVERY:
+        if not index.inserted % EVICT_EVERY:
             self.evict()
         return out
 
@@ -124,9 +121,13 @@ class Engine:
             self.evict()
         return out
 
+    @property
+    def events(self) -> int:
+        """Events processed (duplicates not counted)."""
+        return self.index.inserted
+
     def evict(self) -> int:
         """Drop events no registered query can use any more."""
-        self._since_evict = 0
         if not self.managers or not math.isfinite(self.clock):
             return 0
         cutoff = self.clock - self.horizon
@@ -162,6 +163,6 @@ class Engine:
         for ev in snap["events"]:
             engine.index.insert(ev)
         engine.clock = snap["clock"]
-        engine.events = snap["events_seen"]
+        engine.index.inserted = snap["events_seen"]
         engine._busy = {m for m in engine.managers.values() if m.busy}
         return engine

@@ -11,6 +11,7 @@ element-wise conjuncts as each element is added).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 
 from cep.compiler import Branch, CompiledQuery, Negation
 from cep.event import Event, before
@@ -43,7 +44,7 @@ class TooManyMatches(Exception):
     """The per-trigger match cap was reached (internal control flow)."""
 
 
-def build_steps(branch: Branch, order: tuple, deferred_ok: bool = True) -> tuple:
+def build_steps(branch: Branch, order: tuple) -> tuple:
     """The join steps for ``order`` (the trigger variable first)."""
     steps, bound = [], set()
     pending_conj = list(branch.conjuncts)
@@ -251,12 +252,27 @@ class Evaluation:
                 return []
             vc = value.__class__
             if attr is not None and attr not in FIELDS and vc in FAST_KINDS:
+                if ordering:
+                    # Python raises on a missing attribute or a string/number mix; only a
+                    # boolean would compare as a number, so it is excluded (as false).
+                    try:
+                        if vc is str:
+                            out = [e for e in cands if op(e.attrs[attr], value)]
+                        else:
+                            out = [e for e in cands
+                                   if (x := e.attrs[attr]).__class__ is not bool and op(x, value)]
+                        c.passed += len(out)
+                        cands = out
+                        continue
+                    except (KeyError, TypeError):
+                        pass
                 kinds = FAST_KINDS[vc]
-                same = [e for e in cands if e.attrs.get(attr, _MISSING).__class__ in kinds]
-                out = [e for e in same if op(e.attrs[attr], value)]
-                c.passed += len(out)
-                c.failed += n - len(same)
-                cands = out
+                # one pass: True passes, None is false, False failed (wrong kind or missing)
+                flags = [(x := e.attrs.get(attr, _MISSING)).__class__ in kinds
+                         and (op(x, value) or None) for e in cands]
+                cands = list(compress(cands, flags))
+                c.passed += len(cands)
+                c.failed += flags.count(False)
                 continue
             out, failed = [], 0
             for e in cands:

@@ -167,7 +167,15 @@ class SharedEventIndex:
         buf = buffers.get((part, etype))
         if buf is None:
             buf = buffers[(part, etype)] = TimeBuffer()
-        if not buf.insert(ev):
+        last = buf._last
+        ts = ev.ts
+        if last and ts > last[-1] and len(buf._times[-1]) < CHUNK:
+            # the common case, inlined: an in-order event appended to the last chunk
+            buf._chunks[-1].append(ev)
+            buf._times[-1].append(ts)
+            last[-1] = ts
+            buf._len += 1
+        elif not buf.insert(ev):
             self.duplicates += 1
             return False
         if part is ALL and key is not None:

@@ -161,16 +161,15 @@ class PatternManager:
                             "matches were not enumerated (%d truncated triggers so far)",
                             self.name, trigger.id, self.settings.max_matches_per_trigger,
                             self.truncated)
-            branch = self.cq.branches[b]
-            deferred = any(n.deferred for n in branch.negations)
-            for env in ev.results:
-                if deferred:
+            if ev.deferred:
+                for env in ev.results:
                     tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
                     heapq.heappush(self._deferred, (tmin + self.cq.window, next(self._seq), b,
                                                     env, trigger))
-                else:
-                    out.append(Match(self.name, env, self._var_order))
-            self.matches += len(ev.results) if not deferred else 0
+            elif ev.results:
+                name, order = self.name, self._var_order
+                out.extend([Match(name, env, order) for env in ev.results])
+                self.matches += len(ev.results)
         return out
 
     def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:

@@ -28,7 +28,6 @@ import math
 from functools import lru_cache
 
 KLEENE_MAX_EXPONENT = 32.0
-ANY_MATCH = "skip_till_any_match"
 
 
 def window_count(rate: float, kleene: bool, window: float) -> float:
@@ -119,7 +118,7 @@ def _prefixes(problem, br, order):
     """For each prefix of the branch's projection of ``order``: (prod of w, min of w, f(S_k))."""
     index, sel, window = br.index, br.sel, problem.window
     multi = br.multi_masks
-    negs = [m for m in br.negation_masks]
+    negs = list(br.negation_masks)
     bound, mask = [], 0
     factor, prod_w, min_w = 1.0, 1.0, math.inf
     for name in order:
@@ -189,7 +188,7 @@ def _bits(elems) -> int:
 def _components(elems, linked) -> list:
     left, parts = list(elems), []
     while left:
-        part, frontier = [left.pop(0)], None
+        part = [left.pop(0)]
         frontier = list(part)
         while frontier:
             u = frontier.pop()
