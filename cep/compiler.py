@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from cep import ast
 from cep.errors import QueryValidationError
-from cep.expressions import EvalFailure, compile_expr, kleene_offset_shift, separable
+from cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
 from cep.validate import conjuncts as split_conjuncts, validate
 
 
@@ -97,6 +98,19 @@ class Negation:
     @property
     def checks(self) -> tuple:
         return tuple(c for c in self.conjuncts if self.var.name not in c.separable)
+
+    @cached_property
+    def extreme(self):
+        """(attr, op, value_fn) when the negation is decided by one ordering comparison on a
+        plain attribute of the negated event that no bound event can satisfy; else None (the
+        evaluator then searches witnesses one by one)."""
+        filters = self.filters
+        if self.deferred or self.may_be_bound or self.checks or len(filters) != 1:
+            return None
+        attr, _, op, ordering, other = filters[0].separable[self.var.name]
+        if attr is None or attr in FIELDS or not ordering:
+            return None
+        return attr, op, other
 
     @property
     def deferred(self) -> bool:

@@ -10,18 +10,18 @@ element-wise conjuncts as each element is added).
 """
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import compress
 
 from cep.compiler import Branch, CompiledQuery, Negation
 from cep.event import Event, before
-from cep.expressions import EvalFailure, event_attr, field_value, kinds_clash
+from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
 from cep.index import ALL, SharedEventIndex
 from cep.strategies import accepts
 
 _MISSING = object()
-#: attribute names that may fall back to the event's own fields
-FIELDS = frozenset(("type", "ts", "id", "key"))
 #: value kinds that compare with each other (see expressions.kinds_clash)
 FAST_KINDS = {int: frozenset((int, float)), float: frozenset((int, float)), str: frozenset((str,))}
 
@@ -38,6 +38,9 @@ class Step:
     negations: tuple             # first-chance negations decidable after this step
     take_complete: bool = False  # Kleene: unary + incremental are its whole take condition
     filters: tuple = ()          # separable comparisons: filter all candidates at once
+
+
+NUMERIC_KINDS = frozenset((int, float))
 
 
 class TooManyMatches(Exception):
@@ -109,6 +112,7 @@ class Evaluation:
         self.equiv = self._equivalence_filter(trigger, partition)
         self.env: dict = {}
         self.results: list = []
+        self._extremes: dict = {}
         self.deferred = tuple(n for n in branch.negations if n.deferred)
         self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
 
@@ -227,7 +231,7 @@ class Evaluation:
                 if not c.check(env):
                     break
             else:
-                if negations and any(self.witness(n) is not None for n in negations):
+                if negations and any(self.violated(n) for n in negations):
                     continue
                 if complete:
                     self._complete()
@@ -401,9 +405,58 @@ class Evaluation:
             if not c.check(env):
                 return False
         for neg in step.negations:
-            if self.witness(neg) is not None:
+            if self.violated(neg):
                 return False
         return True
+
+    def violated(self, neg: Negation) -> bool:
+        """Whether a witness of ``neg`` exists for the current binding (first-chance check).
+
+        When the negation's upper bound stays fixed during this trigger's evaluation and its only
+        condition is one comparison ``n.attr OP value``, the candidates between the bound and the
+        window start are gathered once with their suffix maxima/minima, and each check is a
+        bisection (Lazy NFA's early negation check made O(log n) per partial match).
+        """
+        spec = neg.extreme
+        if spec is None:
+            return self.witness(neg) is not None
+        hi = self._earliest(neg.after)
+        key = (id(neg), id(hi))
+        cache = self._extremes.get(key)
+        if cache is None:
+            cache = self._extremes[key] = self._extreme_table(neg, spec, hi)
+        attr, op, other = spec
+        try:
+            value = other(self.env, None)
+        except EvalFailure:
+            return False
+        if value.__class__ not in NUMERIC_KINDS:
+            return self.witness(neg) is not None
+        events, times, extreme = cache
+        lo = self._latest(neg.before)
+        k = 0
+        if lo is not None:
+            k = bisect_left(times, lo.ts)
+            while k < len(events) and not before(lo, events[k]):
+                k += 1
+        return k < len(events) and op(extreme[k], value)
+
+    def _extreme_table(self, neg, spec, hi) -> tuple:
+        attr, op, _ = spec
+        buf = self.index.buffer(self.partition, neg.var.type)
+        cands = buf.range(self.tlow, hi.ts) if buf is not None else []
+        if cands and cands[-1].ts == hi.ts:
+            cands = [x for x in cands if before(x, hi)]
+        if cands and self.equiv:
+            cands = [x for x in cands if self._same_partition(x)]
+        kept = [(x, v) for x in cands
+                if (v := x.attrs.get(attr, _MISSING)).__class__ in NUMERIC_KINDS]
+        pick = max if op in (operator.gt, operator.ge) else min
+        extreme = [0.0] * len(kept)
+        for k in range(len(kept) - 1, -1, -1):
+            v = kept[k][1]
+            extreme[k] = v if k == len(kept) - 1 else pick(v, extreme[k + 1])
+        return [x for x, _ in kept], [x.ts for x, _ in kept], extreme
 
     def witness(self, neg: Negation, tmin: float | None = None) -> Event | None:
         """An event that violates negation ``neg`` for the current binding, or None."""

@@ -15,6 +15,8 @@ from cep.errors import QueryValidationError
 
 
 NUMERIC = frozenset((int, float))
+#: attribute names that may fall back to the event's own fields
+FIELDS = frozenset(("type", "ts", "id", "key"))
 
 
 class EvalFailure(Exception):

@@ -5,7 +5,23 @@ a full plan lists all of them, and a prefix of a plan is accepted too (GREEDY an
 prefixes). Each DNF branch is costed on the projection of the order onto its variables, and the
 query's cost is the sum over branches (each branch is evaluated on its own, section 4).
 
-Model, for the prefix ``S_k`` of the first ``k`` variables of a branch's projected order:
+Which orders are priced depends on ``problem.executed`` (planner.problem, "Execution model"):
+
+* raw (``executed=False``, the paper's model): each branch's projection of ``order``, as written.
+* executed (the default): what the lazy engine runs. For every trigger variable ``t`` of a branch
+  (``BranchProblem.triggers``), the engine evaluates ``(t,) + (the branch's other variables in
+  the order of ``order``)``, see ``executed_orders``; the branch costs the SUM of the raw cost of
+  these orders over its triggers. A trigger is bound in its own evaluations even when a plan
+  prefix does not list it yet, so the trigger terms are constant and the empty order already
+  costs them. Weighting: every prefix term of Cost_ord((t,) + rest) carries the factor
+  ``W * r_t``, the number of evaluations ``t`` triggers per window, so the plain sum is the
+  trigger-arrival-rate-weighted total (``W * R`` times the mean cost of one evaluation when the
+  trigger of an evaluation is ``t`` with probability ``r_t / R``, ``R`` = sum of the trigger
+  rates); a trigger of rate 0 adds nothing. A branch with one trigger (a SEQ) costs exactly
+  Cost((t,) + rest). Cost_ord^next is summed the same way. For the latency cost see
+  ``latency_cost``.
+
+Model, for the prefix ``S_k`` of the first ``k`` variables of a priced order:
 
 * ``w_v = W * r_v``: the expected number of events of ``v`` in a window; for a Kleene variable
   the power-set type of section 4, ``r' = 2^(r*W) / W``, so ``w_v = 2^(r*W)``, with the
@@ -19,8 +35,11 @@ Model, for the prefix ``S_k`` of the first ``k`` variables of a branch's project
   that section 4 adds to reduce SEQ to AND; it is computed exactly (linear extensions of the
   SEQ/AND partial order restricted to ``S_k``, divided by ``|S_k|!``), not as a product of 1/2s.
 
-Every term depends only on the set ``S_k``, never on the order inside it; so every cost here
-(and any sum of them) is additive over prefixes, which is what makes DP-LD exact.
+Every term depends only on the set ``S_k``, never on the order inside it. In the executed mode
+the prefixes of the order run for trigger ``t`` are ``{t} | (P & branch)`` for the prefixes ``P``
+of the plan, so every term still depends only on the set of variables a plan prefix has bound
+(the triggers being bound from the start). So every cost here (and any sum of them) is additive
+over plan prefixes, which is what makes DP-LD exact.
 """
 from __future__ import annotations
 
@@ -38,12 +57,33 @@ def window_count(rate: float, kleene: bool, window: float) -> float:
     return rate * window
 
 
+def executed_orders(branch, order) -> tuple:
+    """The orders the engine runs for ``branch`` under the plan ``order``: one per trigger
+    ``t``, ``(t,) + (the branch's other variables in plan order)`` (cep.manager ``_steps_for``).
+    Variables of ``order`` outside the branch are dropped; so are branch variables missing from
+    ``order`` (a plan prefix), except the trigger, which its evaluation always binds first."""
+    index = branch.index
+    return tuple((t,) + tuple(n for n in order if n != t and n in index)
+                 for t in branch.triggers)
+
+
+def _priced(problem, order):
+    """(branch, order to price) pairs under the problem's execution model (module doc)."""
+    for br in problem.branches:
+        if problem.executed and br.triggers:
+            for run in executed_orders(br, order):
+                yield br, run
+        else:
+            yield br, order
+
+
 def cost_ord(problem, order) -> float:
     """Cost_ord (section 3.1, skip-till-any-match): expected number of partial matches,
-    ``sum_k W^k * prod_{i<=k} r_{p_i} * prod_{i<=j<=k} sel_{p_i,p_j}`` (model: module doc)."""
+    ``sum_k W^k * prod_{i<=k} r_{p_i} * prod_{i<=j<=k} sel_{p_i,p_j}`` (model: module doc),
+    of the orders the execution model runs (executed mode: summed over triggers)."""
     total = 0.0
-    for br in problem.branches:
-        for prod_w, _, factor in _prefixes(problem, br, order):
+    for br, run in _priced(problem, order):
+        for prod_w, _, factor in _prefixes(problem, br, run):
             total += prod_w * factor if factor else 0.0
     return total
 
@@ -55,10 +95,11 @@ def cost_ord_next(problem, order) -> float:
     The paper prints ``sum_k W * m[k]``; ``m[k]`` already counts the partial matches of a
     window, so the extra constant ``W`` is left out (the best order is the same; the scale
     matches cost_ord, which keeps the latency weight alpha comparable across strategies).
+    Executed mode: summed over the triggers' orders, like cost_ord.
     """
     total = 0.0
-    for br in problem.branches:
-        for _, min_w, factor in _prefixes(problem, br, order):
+    for br, run in _priced(problem, order):
+        for _, min_w, factor in _prefixes(problem, br, run):
             total += min_w * factor if factor else 0.0
     return total
 
@@ -72,6 +113,13 @@ def latency_cost(problem, order) -> float:
     output profiler), each trigger is taken as equally likely and the mean is used. Branches
     are summed, like cost_ord. Only positive variables count, as in the paper; Kleene
     variables count their power-set size. Mean and sum keep the cost additive over prefixes.
+
+    Executed mode: the engine binds ``T_n`` first, so every other variable of the branch is
+    examined after the last event arrives, whatever the plan: per trigger ``t``,
+    ``sum_{v != t} w_v`` over the branch variables the plan (prefix) lists, mean over the
+    triggers, sum over branches. For a full plan this does not depend on the order (the lazy
+    engine does all of its work after the trigger), so alpha shifts the reported cost but never
+    changes the executed-mode choice.
     """
     total = 0.0
     window = problem.window
@@ -80,7 +128,18 @@ def latency_cost(problem, order) -> float:
         n_trig = bin(triggers).count("1")
         if not n_trig:
             continue
-        index, mask, lat = br.index, 0, 0.0
+        index, lat = br.index, 0.0
+        if problem.executed:
+            for name in order:
+                v = index.get(name)
+                if v is None:
+                    continue
+                others = n_trig - (triggers >> v & 1)
+                if others:
+                    lat += window_count(br.rates[v], br.kleene[v], window) * others
+            total += lat / n_trig
+            continue
+        mask = 0
         for name in order:
             v = index.get(name)
             if v is None:

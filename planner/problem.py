@@ -30,11 +30,21 @@ that section 2.1 mentions). A conjunct with no variable does not depend on the o
 left out. Conjuncts that mention a negated variable make up the negation's selectivity, and
 their positive variables are among the ones the negation check waits for. The equivalence
 test ``[attr]`` is not modelled: rates are expected per partition when a query is partitioned.
+
+Execution model (``PlanProblem.executed``, default True). The engine evaluates lazily: for each
+event that can be a match's last event it binds that trigger variable ``t`` first, then the other
+positive variables of the branch in the plan's order (cep.manager ``_steps_for``). So where a
+plan puts ``t`` is ignored for ``t``'s own evaluations. In the executed mode the cost functions
+(planner.cost) price, per branch and per trigger ``t``, the order ``(t,) + (the others in plan
+order)``; a variable that is the only trigger of every branch it belongs to (the last variable
+of a SEQ) is then ``fixed``: its position never matters, plans put it first and the search
+algorithms order only the other (``free``) variables. With ``executed=False`` the cost
+functions price the plan's full order as written, the paper's model, and every variable is free.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cep import ast
@@ -99,7 +109,11 @@ class BranchProblem:
 @dataclass(frozen=True)
 class PlanProblem:
     """What a plan search needs to know about a query (``names``: its positive variables in
-    pattern order, with their type rate and Kleene flag)."""
+    pattern order, with their type rate and Kleene flag).
+
+    ``executed``: cost plans as the engine runs them, trigger first (module doc); False: the
+    paper's model, the full order as written. ``fixed`` / ``free``: see the module doc.
+    """
     name: str
     names: tuple
     rates: tuple
@@ -107,10 +121,30 @@ class PlanProblem:
     window: float
     strategy: str
     branches: tuple
+    executed: bool = True
 
     @cached_property
     def index(self) -> dict:
         return {n: i for i, n in enumerate(self.names)}
+
+    @cached_property
+    def fixed(self) -> tuple:
+        """Variables whose position no executed order depends on (executed mode only): each is
+        the only trigger of every branch it belongs to. Pattern order; plans list them first."""
+        if not self.executed:
+            return ()
+        return tuple(n for n in self.names
+                     if all(br.triggers == (n,) for br in self.branches if n in br.index))
+
+    @cached_property
+    def free(self) -> tuple:
+        """The variables a plan search orders (pattern order): all but ``fixed``."""
+        fixed = set(self.fixed)
+        return tuple(n for n in self.names if n not in fixed)
+
+    def with_executed(self, executed: bool) -> "PlanProblem":
+        """This problem under the executed model (True) or the paper's raw model (False)."""
+        return self if self.executed == executed else replace(self, executed=bool(executed))
 
 
 def _mask(index: dict, names) -> int:
@@ -122,8 +156,9 @@ def _mask(index: dict, names) -> int:
 
 def problem_from_query(cq: CompiledQuery, rates: dict | None = None,
                        selectivities: dict | None = None, pass_rates: dict | None = None,
-                       name: str | None = None) -> PlanProblem:
-    """Build the PlanProblem of ``cq`` from measured rates and selectivities (keys: see module)."""
+                       name: str | None = None, executed: bool = True) -> PlanProblem:
+    """Build the PlanProblem of ``cq`` from measured rates and selectivities (keys: see module);
+    ``executed``: the execution model the costs follow (module doc; False: the paper's)."""
     rates = _check_rates(rates or {})
     sels = _conjunct_selectivities(cq, selectivities or {})
     pass_rates = dict(pass_rates or {})
@@ -138,7 +173,7 @@ def problem_from_query(cq: CompiledQuery, rates: dict | None = None,
         names=names,
         rates=tuple(type_rate(rates, cq.variables[n].type) for n in names),
         kleene=tuple(cq.variables[n].kleene for n in names),
-        window=cq.window, strategy=cq.strategy, branches=branches)
+        window=cq.window, strategy=cq.strategy, branches=branches, executed=bool(executed))
 
 
 def type_rate(rates: dict, type_name: str | None) -> float:

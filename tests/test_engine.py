@@ -212,3 +212,15 @@ def test_index_keeps_only_the_largest_window():
         eng.process(Event("A" if i % 2 else "B", i * 0.1, {}))
     eng.evict()
     assert len(eng.index) <= 10 / 0.1 + 2
+
+
+@pytest.mark.parametrize("cond", ["b.x > a.x", "b.x <= a.x", "b.x < c.x", "b.x >= 5"])
+def test_negation_checked_by_range_extremes_agrees_with_the_oracle(cond):
+    from cep.parser import parse_query
+    from oracle import oracle_matches
+    text = f"PATTERN SEQ(A a, ~B b, C c) WHERE [k] AND a.x < c.x AND {cond} WITHIN 6 seconds"
+    for seed in range(5):
+        events = sorted(stream(160, seed=seed), key=lambda e: e.order)
+        eng = Engine_with(text, key_attr="k")
+        got = {k for _, k in keys(run(eng, events))}
+        assert got == oracle_matches(parse_query(text), events), (cond, seed)

@@ -4,8 +4,10 @@ VLDB 2018 sections 3.1 and 6.1): the exact optimum among all orders.
 ``best[S]`` is the cheapest order of the set ``S`` as a plan prefix, built from
 ``best[S - {v}] + (v,)``. This is exact when the cost of the rest of a plan depends on the set
 of variables already bound and not on their order, which holds for every cost in planner.cost
-(and their sums). Time and memory grow as ``2^n * n`` cost evaluations: above ``DP_MAX_VARS``
-variables DP-LD runs II-GREEDY instead and logs that it did.
+(and their sums), in both execution models. The subsets are those of the free variables; the
+fixed ones (executed mode: triggers whose position the engine ignores, planner.problem) are a
+prefix bound from the start. Time and memory grow as ``2^n * n`` cost evaluations for ``n``
+free variables: above ``DP_MAX_VARS`` DP-LD runs II-GREEDY instead and logs that it did.
 """
 from __future__ import annotations
 
@@ -19,13 +21,13 @@ log = logging.getLogger(__name__)
 
 def dp_left_deep(problem, cost_fn, rng=None) -> tuple:
     """The cheapest order (ties: the one found first, scanning in pattern order)."""
-    names = tuple(problem.names)
+    names = tuple(problem.free)
     n = len(names)
     if n > DP_MAX_VARS:
-        log.info("DP-LD: query %r has %d positive variables (> %d): using II-GREEDY",
+        log.info("DP-LD: query %r has %d variables to order (> %d): using II-GREEDY",
                  problem.name, n, DP_MAX_VARS)
         return ii_greedy(problem, cost_fn, rng)
-    best = {0: ()}
+    best = {0: tuple(problem.fixed)}
     for mask in range(1, 1 << n):
         best_order, best_cost = None, None
         for v in range(n):

@@ -1,7 +1,7 @@
 """Iterative improvement (Swami 1989, Steinbrunn et al. 1997; VLDB 2018 section 6.1).
 
 Local search over orders with two moves, swap (exchange two positions) and cycle (rotate three
-positions), taking every improving move found while scanning the neighbourhood in a random
+positions) of the free variables (the fixed ones, executed mode, stay first: planner.problem), taking every improving move found while scanning the neighbourhood in a random
 order, until a full scan finds none: a local minimum for both moves. ``RESTARTS`` descents in
 all, the first from the pattern order (II-RANDOM) or from GREEDY (II-GREEDY), the others from
 random orders; the cheapest local minimum wins. Starting one descent from TRIVIAL / GREEDY means
@@ -44,9 +44,11 @@ def apply_move(order: tuple, move: tuple) -> tuple:
 
 
 def descend(problem, cost_fn, start: tuple, rng: random.Random) -> tuple:
-    """(local minimum, its cost) reached from ``start`` by improving swap/cycle moves."""
+    """(local minimum, its cost) reached from ``start`` (the fixed variables, then the free
+    ones) by improving swap/cycle moves of the free positions."""
     order, cost = tuple(start), cost_fn(problem, tuple(start))
-    neighbourhood = moves(len(order))
+    lo = len(problem.fixed)
+    neighbourhood = [tuple(i + lo for i in m) for m in moves(len(order) - lo)]
     improved = True
     while improved:
         improved = False
@@ -63,9 +65,10 @@ def improve(problem, cost_fn, first: tuple, rng) -> tuple:
     """Best local minimum of RESTARTS descents: one from ``first``, the rest from random orders."""
     rng = as_rng(rng)
     best, best_cost = descend(problem, cost_fn, first, rng)
-    names = list(problem.names)
+    fixed, names = tuple(problem.fixed), list(problem.free)
     for _ in range(RESTARTS - 1):
-        order, cost = descend(problem, cost_fn, tuple(rng.sample(names, len(names))), rng)
+        start = fixed + tuple(rng.sample(names, len(names)))
+        order, cost = descend(problem, cost_fn, start, rng)
         if cost < best_cost:
             best, best_cost = order, cost
     return best
