@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cep import cli
+from gateway import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"events", "matches", "seconds", "events_per_s", "peak_rss_mb"}
@@ -274,7 +274,7 @@ def test_jsonl_events(capsys, tmp_path):
 def _subprocess(*argv, cwd=ROOT):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "cep.cli", *map(str, argv)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *map(str, argv)], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -1,4 +1,8 @@
-"""Plan search (planner.algorithms), problems from compiled queries, and make_plan."""
+"""Plan search (planner.algorithms), problems from compiled queries, and make_plan.
+
+The properties run in the executed model (the default: the orders the engine runs, triggers
+first; only ``problem.free`` is searched) and, where noted, in the paper's raw model too.
+"""
 from __future__ import annotations
 
 import itertools
@@ -7,14 +11,18 @@ import math
 import random
 from functools import partial
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cep import Engine, Event
 from cep.compiler import compile_query
 from cep.errors import PlanningError
+from cep.index import SharedEventIndex
+from cep.manager import PatternManager
 from planner.algorithms import ALGORITHMS, greedy, greedy_order, ii_greedy, trivial
-from planner.cost import combined_cost, cost_ord
+from planner.cost import combined_cost, cost_for, cost_ord
 from planner.plan import TREE_NFA, Plan, make_plan
 from planner.problem import (BranchProblem, PlanProblem, measured_selectivities,
                              problem_from_query)
@@ -84,13 +92,16 @@ def _leaf(leaf):
 
 
 @st.composite
-def problems(draw, min_vars=2, max_vars=8):
+def problems(draw, min_vars=2, max_vars=8, executed=True):
+    """(cq, problem); ``executed`` None: either model."""
     cq = compile_query(draw(query_texts(min_vars, max_vars)))
     rate = st.floats(0.0, 5.0, allow_nan=False)
     rates = {t: draw(rate) for t in TYPES if draw(st.integers(0, 4))}
     sel = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0))
     sels = {i: draw(sel) for i in range(len(cq.conjuncts)) if draw(st.booleans())}
-    return cq, problem_from_query(cq, rates, sels)
+    if executed is None:
+        executed = draw(st.booleans())
+    return cq, problem_from_query(cq, rates, sels, executed=executed)
 
 
 def cost_fns(problem):
@@ -100,7 +111,7 @@ def cost_fns(problem):
 # --------------------------------------------------------------------------- properties
 
 @settings(max_examples=60, **SETTINGS)
-@given(problems(), st.integers(0, 2 ** 32))
+@given(problems(executed=None), st.integers(0, 2 ** 32))
 def test_every_algorithm_returns_a_permutation_no_worse_than_trivial(case, seed):
     cq, p = case
     for cost_fn in cost_fns(p):
@@ -109,6 +120,7 @@ def test_every_algorithm_returns_a_permutation_no_worse_than_trivial(case, seed)
         for name, algorithm in ALGORITHMS.items():
             order = algorithm(p, cost_fn, random.Random(seed))
             assert sorted(order) == sorted(cq.positive_names), name
+            assert order[:len(p.fixed)] == p.fixed, name
             costs[name] = cost_fn(p, order)
         for name in ("GREEDY", "II-RANDOM", "II-GREEDY", "DP-LD"):
             assert costs[name] <= base, name
@@ -117,13 +129,48 @@ def test_every_algorithm_returns_a_permutation_no_worse_than_trivial(case, seed)
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(problems(max_vars=7))
-def test_dp_ld_equals_brute_force_minimum(case):
+@given(problems(max_vars=7), st.randoms(use_true_random=False))
+def test_dp_ld_equals_brute_force_minimum(case, rnd):
+    # executed model: brute force over the orders of the searchable variables (fixed first)
     cq, p = case
+    for cost_fn in cost_fns(p):
+        best = min(cost_fn(p, p.fixed + perm) for perm in itertools.permutations(p.free))
+        got = cost_fn(p, ALGORITHMS["DP-LD"](p, cost_fn))
+        assert math.isclose(got, best, rel_tol=1e-9, abs_tol=1e-300), (got, best)
+        # any order of all the variables runs like its free part behind the fixed ones
+        for _ in range(5):
+            perm = tuple(rnd.sample(p.names, len(p.names)))
+            moved = p.fixed + tuple(n for n in perm if n not in p.fixed)
+            assert math.isclose(cost_fn(p, perm), cost_fn(p, moved), rel_tol=1e-9,
+                                abs_tol=1e-300)
+            assert got <= cost_fn(p, perm) * (1 + 1e-9) + 1e-300
+
+
+@settings(max_examples=15, **SETTINGS)
+@given(problems(max_vars=7, executed=False))
+def test_dp_ld_equals_brute_force_minimum_in_the_raw_model(case):
+    cq, p = case
+    assert p.fixed == () and p.free == p.names
     for cost_fn in cost_fns(p):
         best = min(cost_fn(p, perm) for perm in itertools.permutations(p.names))
         got = cost_fn(p, ALGORITHMS["DP-LD"](p, cost_fn))
         assert math.isclose(got, best, rel_tol=1e-9, abs_tol=1e-300), (got, best)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(problems(), st.randoms(use_true_random=False))
+def test_executed_cost_is_the_raw_cost_of_the_orders_the_engine_runs(case, rnd):
+    # the orders come from the engine itself (PatternManager._steps_for with a static plan)
+    cq, p = case
+    order = tuple(rnd.sample(p.names, len(p.names)))
+    manager = PatternManager("q", cq, SharedEventIndex(), order)
+    expected = 0.0
+    for b, br in enumerate(p.branches):
+        single = dataclasses.replace(p, branches=(br,), executed=False)
+        for t in br.triggers:
+            run = tuple(step.var.name for step in manager._steps_for(b, t, None))
+            expected += cost_for(p)(single, run)
+    assert math.isclose(cost_for(p)(p, order), expected, rel_tol=1e-9, abs_tol=1e-300)
 
 
 @settings(max_examples=20, **SETTINGS)
@@ -137,17 +184,18 @@ def test_make_plan_is_reproducible_for_a_seed(case, seed):
 
 # --------------------------------------------------------------------------- examples
 
-def toy(rates, sel, window=1.0):
+def toy(rates, sel, window=1.0, triggers=None, executed=False):
+    """A one-branch problem without SEQ precedence; every variable a trigger unless given."""
     names = tuple("abcdefgh"[:len(rates)])
     br = BranchProblem(names, tuple(rates), (False,) * len(names), sel, (),
-                       tuple(frozenset() for _ in names), (), names)
+                       tuple(frozenset() for _ in names), (), triggers or names)
     return PlanProblem("toy", names, tuple(rates), (False,) * len(names), window,
-                       "skip_till_any_match", (br,))
+                       "skip_till_any_match", (br,), executed)
 
 
 def test_plain_greedy_can_be_worse_than_trivial_so_greedy_keeps_the_better():
-    # rates a=10, b=10, c=5, W=1, sel(a,b)=0.01. Greedy takes the rarest c first (5), then
-    # a (5*10 = 50), then b (500*0.01 = 5): 60. The pattern order pays 10 + 1 + 5 = 16.
+    # raw model. Rates a=10, b=10, c=5, W=1, sel(a,b)=0.01. Greedy takes the rarest c first
+    # (5), then a (5*10 = 50), then b (500*0.01 = 5): 60. The pattern order pays 10 + 1 + 5 = 16.
     p = toy((10.0, 10.0, 5.0), ((1.0, 0.01, 1.0), (0.01, 1.0, 1.0), (1.0, 1.0, 1.0)))
     assert greedy_order(p, cost_ord) == ("c", "a", "b")
     assert cost_ord(p, ("c", "a", "b")) == pytest.approx(60.0)
@@ -156,12 +204,45 @@ def test_plain_greedy_can_be_worse_than_trivial_so_greedy_keeps_the_better():
     assert cost_ord(p, ii_greedy(p, cost_ord)) == pytest.approx(16.0)
 
 
+def test_plain_greedy_can_be_worse_than_trivial_in_the_executed_model():
+    # the same behind a fixed trigger d of rate 1: every run starts (d, ...), the terms gain a
+    # factor W*r_d = 1 and (d) adds 1. Greedy: 1 + 5 + 50 + 5; pattern order 1 + 10 + 1 + 5.
+    sel = tuple(tuple(0.01 if {i, j} == {0, 1} else 1.0 for j in range(4)) for i in range(4))
+    p = toy((10.0, 10.0, 5.0, 1.0), sel, triggers=("d",), executed=True)
+    assert p.fixed == ("d",) and p.free == ("a", "b", "c")
+    assert trivial(p) == ("d", "a", "b", "c")
+    assert greedy_order(p, cost_ord) == ("d", "c", "a", "b")
+    assert cost_ord(p, ("d", "c", "a", "b")) == pytest.approx(61.0)
+    assert cost_ord(p, ("d", "a", "b", "c")) == pytest.approx(17.0)
+    assert greedy(p, cost_ord) == ("d", "a", "b", "c")
+    assert cost_ord(p, ALGORITHMS["DP-LD"](p, cost_ord)) == pytest.approx(17.0)
+
+
+def test_fixed_and_free_variables():
+    def fixed(text, executed=True):
+        p = problem_from_query(compile_query(text), executed=executed)
+        return p.fixed, p.free
+    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds") == (("c",), ("a", "b"))
+    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds", executed=False) == \
+        ((), ("a", "b", "c"))
+    # several triggers: each is ordered in the others' evaluations, so all are searched
+    assert fixed("PATTERN AND(A a, B b, C c) WITHIN 1 seconds") == ((), ("a", "b", "c"))
+    assert fixed("PATTERN SEQ(A a, AND(B b, C c)) WITHIN 1 seconds") == ((), ("a", "b", "c"))
+    assert fixed("PATTERN SEQ(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 seconds") == \
+        (("b", "d"), ("a", "c"))
+    assert fixed("PATTERN AND(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 seconds") == \
+        ((), ("a", "b", "c", "d"))
+
+
 def test_efreq_orders_by_ascending_rate_kleene_last():
     cq = compile_query("PATTERN SEQ(A a, B+ b[], C c, D d) WITHIN 10 seconds")
-    p = problem_from_query(cq, {"A": 3.0, "B": 0.5, "C": 1.0, "D": 2.0})
+    rates = {"A": 3.0, "B": 0.5, "C": 1.0, "D": 2.0}
+    p = problem_from_query(cq, rates, executed=False)
     assert ALGORITHMS["EFREQ"](p, cost_ord) == ("c", "d", "a", "b")   # b: 2^5/10 per second
-    q = problem_from_query(cq, {"A": 3.0, "B": 0.01, "C": 1.0, "D": 1.0})
+    assert ALGORITHMS["EFREQ"](p.with_executed(True), cost_ord) == ("d", "c", "a", "b")
+    q = problem_from_query(cq, {"A": 3.0, "B": 0.01, "C": 1.0, "D": 1.0}, executed=False)
     assert ALGORITHMS["EFREQ"](q, cost_ord) == ("b", "c", "d", "a")   # ties: pattern order
+    assert ALGORITHMS["EFREQ"](q.with_executed(True), cost_ord) == ("d", "b", "c", "a")
 
 
 def test_cost_based_plan_binds_the_selective_pair_first():
@@ -169,12 +250,35 @@ def test_cost_based_plan_binds_the_selective_pair_first():
     cq = compile_query("PATTERN SEQ(A a, B b, C c) WHERE a.x = c.x WITHIN 10 seconds")
     p = problem_from_query(cq, {"A": 1.0, "B": 1.0, "C": 1.0}, {0: 0.001})
     for name in ("GREEDY", "II-RANDOM", "II-GREEDY", "DP-LD"):
-        assert set(ALGORITHMS[name](p, cost_ord)[:2]) == {"a", "c"}, name
+        assert ALGORITHMS[name](p, cost_ord) == ("c", "a", "b"), name
+        assert set(ALGORITHMS[name](p.with_executed(False), cost_ord)[:2]) == {"a", "c"}, name
+
+
+def test_make_plan_plans_what_runs_and_keeps_the_raw_model_on_request():
+    # the raw model picks (a, c, b), which the engine runs as (c, a, b): 10 + 5 + 1/6; the
+    # executed model picks (c, b, a): 10 + 0.5 + 1/6 (tests/test_planner_cost.py)
+    cq = compile_query("PATTERN SEQ(A a, B b, C c) WHERE b.x = c.x WITHIN 1 seconds")
+    stats = {"rates": {"A": 1.0, "B": 10.0, "C": 10.0}, "selectivities": {0: 0.01}}
+    ex = problem_from_query(cq, stats["rates"], stats["selectivities"])
+    for algorithm in ALGORITHMS:
+        if algorithm in ("TRIVIAL", "EFREQ"):
+            continue
+        plan = make_plan(cq, stats, algorithm)
+        assert plan.order == ("c", "b", "a"), algorithm
+        assert plan.cost == pytest.approx(10 + 0.5 + 1 / 6)
+        raw = make_plan(cq, stats, algorithm, executed=False)
+        # (a, c, b) or its tie (a, b, c): both run as (c, a, b)
+        assert raw.order[0] == "a", algorithm
+        assert raw.cost == pytest.approx(1 + 5 + 1 / 6)
+        assert cost_ord(ex, raw.order) == pytest.approx(10 + 5 + 1 / 6)
+    # a PlanProblem given in either model is planned in the requested one
+    assert make_plan(cq, ex.with_executed(False), "DP-LD").order == ("c", "b", "a")
+    assert make_plan(cq, ex, "DP-LD", executed=False).order == ("a", "c", "b")
 
 
 def test_dp_ld_falls_back_to_ii_greedy_above_threshold(monkeypatch, caplog):
     from planner.algorithms import dynamic_programming
-    monkeypatch.setattr(dynamic_programming, "DP_MAX_VARS", 3)
+    monkeypatch.setattr(dynamic_programming, "DP_MAX_VARS", 2)   # 3 free: a, b, c
     cq = compile_query("PATTERN SEQ(A a, B b, C c, D d) WHERE a.x = d.x WITHIN 10 seconds")
     p = problem_from_query(cq, {"A": 4.0, "B": 1.0, "C": 2.0, "D": 3.0})
     with caplog.at_level(logging.INFO, logger="planner.algorithms.dynamic_programming"):
@@ -267,6 +371,8 @@ def test_make_plan_fields_and_tree_nfa():
     assert plan.algorithm == "DP-LD" and sorted(plan.order) == ["a", "b", "c"]
     p = problem_from_query(cq, stats["rates"], stats["selectivities"])
     assert plan.cost == pytest.approx(combined_cost(p, plan.order, 0.2))
+    raw = make_plan(cq, stats, "DP-LD", alpha=0.2, executed=False)
+    assert raw.cost == pytest.approx(combined_cost(p.with_executed(False), raw.order, 0.2))
     tree = make_plan(cq, p, TREE_NFA)
     assert tree.order is None and tree.algorithm == TREE_NFA and tree.cost > 0
     with pytest.raises(PlanningError, match="alpha"):

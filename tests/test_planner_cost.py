@@ -1,4 +1,9 @@
-"""Cost model of planner.cost against hand-computed values (VLDB 2018, sections 3.1, 4, 5)."""
+"""Cost model of planner.cost against hand-computed values (VLDB 2018, sections 3.1, 4, 5).
+
+The first part checks the paper's raw model (``executed=False``: the full order as written);
+the second the executed model, the default, which prices the orders the lazy engine runs
+(per trigger ``t`` of a branch: ``(t,) + the others in plan order``, summed over triggers).
+"""
 from __future__ import annotations
 
 import math
@@ -7,12 +12,17 @@ import pytest
 
 from cep.compiler import compile_query
 from planner.cost import (KLEENE_MAX_EXPONENT, combined_cost, cost_for, cost_ord, cost_ord_next,
-                          latency_cost, seq_probability, window_count)
+                          executed_orders, latency_cost, seq_probability, window_count)
 from planner.problem import problem_from_query
 
 
-def problem(text, rates=None, sels=None, pass_rates=None):
-    return problem_from_query(compile_query(text), rates, sels, pass_rates)
+def problem(text, rates=None, sels=None, pass_rates=None, executed=False):
+    """The paper's raw model unless ``executed``."""
+    return problem_from_query(compile_query(text), rates, sels, pass_rates, executed=executed)
+
+
+def executed(text, rates=None, sels=None, pass_rates=None):
+    return problem(text, rates, sels, pass_rates, executed=True)
 
 
 # AND(A a, B b, C c), W = 2, rates 1, 2, 3; sel(a,c) = 0.1, sel(b,b) = 0.5
@@ -136,3 +146,110 @@ def test_zero_selectivity_never_gives_nan():
                 {"A": 1e300, "B": 50.0}, {0: 0.0})
     assert cost_ord(p, ("a", "b")) == pytest.approx(1e302)
     assert not math.isnan(cost_ord(p, ("b", "a")))
+
+
+# --------------------------------------------------------------------------- executed model
+
+def test_the_executed_model_is_the_default():
+    cq = compile_query("PATTERN SEQ(A a, B b) WITHIN 1 seconds")
+    assert problem_from_query(cq).executed
+    assert not problem_from_query(cq).with_executed(False).executed
+
+
+def test_executed_orders_put_each_trigger_first():
+    seq = executed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds").branches[0]
+    assert executed_orders(seq, ("a", "b", "c")) == (("c", "a", "b"),)
+    assert executed_orders(seq, ("b",)) == (("c", "b"),)          # a prefix: trigger bound anyway
+    conj = executed(AND3).branches[0]
+    assert executed_orders(conj, ("b", "c", "a")) == (("a", "b", "c"), ("b", "c", "a"),
+                                                      ("c", "b", "a"))
+
+
+def test_executed_sequence_hand_computed():
+    # SEQ(A a, B b, C c), W = 1, rates 50, 1, 10: the engine runs (c, a, b) or (c, b, a).
+    p = executed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds", {"A": 50.0, "B": 1.0, "C": 10.0})
+    # (c, a, b): 10;  10*50 * P(a<c) = 250;  10*50*1 * P(a<b<c) = 500/6
+    cab = 10 + 250 + 500 / 6
+    # (c, b, a): 10;  10*1 * P(b<c) = 5;  500/6
+    cba = 10 + 5 + 500 / 6
+    assert cost_ord(p, ("c", "a", "b")) == pytest.approx(cab)
+    assert cost_ord(p, ("c", "b", "a")) == pytest.approx(cba)
+    assert cab - cba == pytest.approx(245.0)
+    # where the plan puts the trigger does not matter: it runs first anyway
+    assert cost_ord(p, ("a", "b", "c")) == cost_ord(p, ("a", "c", "b")) == pytest.approx(cab)
+    assert cost_ord(p, ("b", "a", "c")) == pytest.approx(cba)
+    # the raw model prices (b, a, c) as written: 1 + 25 + 500/6, an order that never runs
+    assert cost_ord(p.with_executed(False), ("b", "a", "c")) == pytest.approx(1 + 25 + 500 / 6)
+
+
+def test_raw_model_prefers_an_order_that_runs_worse():
+    # SEQ(A a, B b, C c) WHERE b.x = c.x, W = 1, rates 1, 10, 10, sel 0.01
+    text = "PATTERN SEQ(A a, B b, C c) WHERE b.x = c.x WITHIN 1 seconds"
+    raw = problem(text, {"A": 1.0, "B": 10.0, "C": 10.0}, {0: 0.01})
+    ex = raw.with_executed(True)
+    # raw: (a, c, b) = 1 + 10/2 + 1/6 beats (c, b, a) = 10 + 100*0.01/2 + 1/6
+    assert cost_ord(raw, ("a", "c", "b")) == pytest.approx(1 + 5 + 1 / 6)
+    assert cost_ord(raw, ("c", "b", "a")) == pytest.approx(10 + 0.5 + 1 / 6)
+    # but (a, c, b) runs as (c, a, b): 10 + 10/2 + 1/6, the dearer of the two
+    assert cost_ord(ex, ("a", "c", "b")) == pytest.approx(10 + 5 + 1 / 6)
+    assert cost_ord(ex, ("c", "b", "a")) == pytest.approx(10 + 0.5 + 1 / 6)
+
+
+def test_executed_conjunction_sums_over_triggers():
+    p = executed(AND3, AND3_RATES, AND3_SELS)
+    # plan (a, c, b); W = 2, rates 1, 2, 3, sel(a,c) = 0.1, sel(b,b) = 0.5
+    # trigger a runs (a, c, b): 2 + 4*3*0.1 + 8*6*0.05 = 2 + 1.2 + 2.4
+    # trigger b runs (b, a, c): 4*0.5 + 8*0.5 + 2.4 = 2 + 4 + 2.4
+    # trigger c runs (c, a, b): 6 + 1.2 + 2.4
+    assert cost_ord(p, ("a", "c", "b")) == pytest.approx(5.6 + 8.4 + 9.6)
+    # m[k] = W*min(r)*prod sel: a: 2 + 0.2 + 0.1;  b: 2 + 2*1*0.5 + 0.1;  c: 6 + 0.2 + 0.1
+    assert cost_ord_next(p, ("a", "c", "b")) == pytest.approx(2.3 + 3.1 + 6.3)
+    # each trigger's evaluations are weighted by its rate: a trigger of rate 0 adds nothing
+    q = executed(AND3, {"A": 1.0, "B": 2.0, "C": 0.0}, AND3_SELS)
+    # a: (a, c, b) = 2 + 0 + 0;  b: (b, a, c) = 2 + 4 + 0
+    assert cost_ord(q, ("a", "c", "b")) == pytest.approx(2 + 6)
+
+
+def test_executed_prefix_cost_binds_the_triggers_from_the_start():
+    p = executed(AND3, AND3_RATES, AND3_SELS)
+    assert cost_ord(p, ()) == pytest.approx(2 + 2 + 6)          # (a), (b), (c)
+    # adding a: new terms (b, a) = 4 and (c, a) = 4*3*0.1 = 1.2; none for a's own evaluation
+    assert cost_ord(p, ("a",)) == pytest.approx(10 + 4 + 1.2)
+    s = executed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds", {"A": 50.0, "B": 1.0, "C": 10.0})
+    assert cost_ord(s, ()) == pytest.approx(10.0)
+    assert cost_ord(s, ("c",)) == pytest.approx(10.0)
+    assert cost_ord(s, ("c", "a")) == pytest.approx(260.0)
+
+
+def test_executed_or_branches_and_kleene_trigger():
+    p = executed("PATTERN OR(SEQ(A a, B b), AND(C c, B d)) WITHIN 1 seconds",
+                 {"A": 1.0, "B": 2.0, "C": 3.0})
+    # branch 1 runs (b, a): 2 + 2*1*0.5;  branch 2 runs (c, d) and (d, c): 3 + 6 and 2 + 6
+    for order in (("d", "a", "c", "b"), ("a", "b", "c", "d")):
+        assert cost_ord(p, order) == pytest.approx(3 + 9 + 8)
+    k = executed("PATTERN SEQ(A a, B+ b[]) WITHIN 2 seconds", {"A": 1.0, "B": 1.5})
+    # runs (b, a): w_b = 8, then 8 * 2 * P(a<b)
+    assert cost_ord(k, ("a", "b")) == cost_ord(k, ("b", "a")) == pytest.approx(8 + 8)
+
+
+def test_executed_negation():
+    text = "PATTERN AND(A a, SEQ(B b, ~N n, C c)) WHERE n.x = a.x WITHIN 1 seconds"
+    p = executed(text, {"N": 2.0}, {0: 0.5})
+    assert p.branches[0].triggers == ("a", "c")
+    # plan (b, c, a). Trigger a runs (a, b, c): 1 + 1 + P(b<c) * pass = 2 + 0.5/e;
+    # trigger c runs (c, b, a): 1 + 1*P(b<c) + 0.5/e
+    assert cost_ord(p, ("b", "c", "a")) == pytest.approx(2 + 0.5 / math.e + 1.5 + 0.5 / math.e)
+
+
+def test_executed_latency_does_not_depend_on_the_order():
+    p = executed("PATTERN SEQ(A a, B b, C c) WITHIN 2 seconds", {"A": 1.0, "B": 2.0, "C": 3.0})
+    # T_n = c is bound first: a and b are always examined after it, W * (rA + rB) = 6
+    for order in (("c", "a", "b"), ("a", "c", "b"), ("a", "b", "c")):
+        assert latency_cost(p, order) == pytest.approx(6.0)
+    assert latency_cost(p, ("a",)) == pytest.approx(2.0)          # prefix: what it lists
+    q = executed("PATTERN AND(A a, B b) WITHIN 2 seconds", {"A": 1.0, "B": 2.0})
+    # last = a: W*rB = 4 after it; last = b: W*rA = 2; the mean
+    assert latency_cost(q, ("a", "b")) == latency_cost(q, ("b", "a")) == pytest.approx(3.0)
+    assert combined_cost(p, ("c", "a", "b"), 0.5) == pytest.approx(
+        cost_ord(p, ("c", "a", "b")) + 3.0)
+    assert cost_for(p) is cost_ord

@@ -4,8 +4,9 @@ Each is a pure function ``(problem, cost_fn, rng=None) -> tuple`` of the positiv
 names (a permutation of ``problem.names``): ``problem.fixed`` first (executed mode: the triggers
 whose position the engine ignores; empty in the raw mode), then an order of ``problem.free``,
 which is all they search. ``cost_fn(problem, order)`` is one of planner.cost (it must accept
-plan prefixes, always starting with ``problem.fixed``). ``ALGORITHMS`` maps the paper's names to them. The Tree-NFA
-mode (order chosen per trigger from buffer counts) is not a search: see planner.plan.TREE_NFA.
+plan prefixes, always starting with ``problem.fixed``). ``ALGORITHMS`` maps the paper's names
+to them. The Tree-NFA mode (order chosen per trigger from buffer counts) is not a search: see
+planner.plan.TREE_NFA.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Iterative improvement (Swami 1989, Steinbrunn et al. 1997; VLDB 2018 section 6.1).
 
 Local search over orders with two moves, swap (exchange two positions) and cycle (rotate three
-positions) of the free variables (the fixed ones, executed mode, stay first: planner.problem), taking every improving move found while scanning the neighbourhood in a random
+positions) of the free variables (the fixed ones of the executed mode stay first, see
+planner.problem), taking every improving move found while scanning the neighbourhood in a random
 order, until a full scan finds none: a local minimum for both moves. ``RESTARTS`` descents in
 all, the first from the pattern order (II-RANDOM) or from GREEDY (II-GREEDY), the others from
 random orders; the cheapest local minimum wins. Starting one descent from TRIVIAL / GREEDY means
