@@ -19,6 +19,7 @@ from cep.compiler import Branch, CompiledQuery, Negation
 from cep.event import Event, before
 from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
 from cep.index import ALL, SharedEventIndex
+from cep.match import Match
 from cep.strategies import accepts
 
 _MISSING = object()
@@ -41,6 +42,28 @@ class Step:
 
 
 NUMERIC_KINDS = frozenset((int, float))
+
+
+# One comprehension per order operator (no call per candidate). Python raises on a missing
+# attribute or a string/number mix; a boolean would compare as a number, so it is excluded
+# (a failed comparison is false).
+def _lt(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) < value and x.__class__ is not bool]
+
+
+def _le(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) <= value and x.__class__ is not bool]
+
+
+def _gt(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) > value and x.__class__ is not bool]
+
+
+def _ge(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) >= value and x.__class__ is not bool]
+
+
+ORDER_FILTERS = {operator.lt: _lt, operator.le: _le, operator.gt: _gt, operator.ge: _ge}
 
 
 class TooManyMatches(Exception):
@@ -100,7 +123,7 @@ class Evaluation:
     """One trigger's evaluation of one branch (a short-lived object)."""
 
     def __init__(self, cq: CompiledQuery, branch: Branch, index: SharedEventIndex, trigger: Event,
-                 partition, cap: int | None):
+                 partition, cap: int | None, query: str = "", order: tuple | None = None):
         self.cq = cq
         self.branch = branch
         self.index = index
@@ -115,6 +138,8 @@ class Evaluation:
         self._extremes: dict = {}
         self.deferred = tuple(n for n in branch.negations if n.deferred)
         self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
+        self.query = query                # results are Match objects, or binding dicts while
+        self.order = order                # deferred negations still have to confirm them
 
     def _equivalence_filter(self, trigger, partition):
         attrs = self.cq.equivalence
@@ -257,14 +282,8 @@ class Evaluation:
             vc = value.__class__
             if attr is not None and attr not in FIELDS and vc in FAST_KINDS:
                 if ordering:
-                    # Python raises on a missing attribute or a string/number mix; only a
-                    # boolean would compare as a number, so it is excluded (as false).
                     try:
-                        if vc is str:
-                            out = [e for e in cands if op(e.attrs[attr], value)]
-                        else:
-                            out = [e for e in cands
-                                   if (x := e.attrs[attr]).__class__ is not bool and op(x, value)]
+                        out = ORDER_FILTERS[op](cands, attr, value)
                         c.passed += len(out)
                         cands = out
                         continue
@@ -501,19 +520,24 @@ class Evaluation:
                 for neg in self.deferred:
                     if self.witness(neg, tmin) is not None:
                         return
-        self.results.append(env.copy())
+                self.results.append(env.copy())
+                self.found += 1
+                if self.cap is not None and self.found >= self.cap:
+                    raise TooManyMatches()
+                return
+        self.results.append(Match(self.query, env.copy(), self.order))
         self.found += 1
         if self.cap is not None and self.found >= self.cap:
             raise TooManyMatches()
 
     def _complete_all(self, name: str, cands: list):
         """The last step of a plain evaluation: every candidate completes a match."""
-        env, results = self.env, self.results
+        env = self.env
+        env.pop(name, None)
         if self.cap is not None and self.found + len(cands) >= self.cap:
             cands = cands[:self.cap - self.found]
-        for ev in cands:
-            env[name] = ev
-            results.append(env.copy())
+        query, order = self.query, self.order
+        self.results.extend([Match(query, {**env, name: ev}, order) for ev in cands])
         self.found += len(cands)
         if self.cap is not None and self.found >= self.cap:
             raise TooManyMatches()

@@ -145,7 +145,7 @@ class PatternManager:
     def _evaluation(self, b: int, trigger: Event) -> Evaluation:
         part = trigger.key if self.partitioned and trigger.key is not None else ALL
         return Evaluation(self.cq, self.cq.branches[b], self.index, trigger, part,
-                          self.settings.max_matches_per_trigger)
+                          self.settings.max_matches_per_trigger, self.name, self._var_order)
 
     def _evaluate(self, trigger: Event, targets) -> list:
         self.triggers_evaluated += 1
@@ -167,8 +167,7 @@ class PatternManager:
                     heapq.heappush(self._deferred, (tmin + self.cq.window, next(self._seq), b,
                                                     env, trigger))
             elif ev.results:
-                name, order = self.name, self._var_order
-                out.extend([Match(name, env, order) for env in ev.results])
+                out.extend(ev.results)
                 self.matches += len(ev.results)
         return out
 
