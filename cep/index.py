@@ -246,6 +246,10 @@ class SharedEventIndex:
     def __len__(self) -> int:
         return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))
 
+    def partitions(self) -> int:
+        """How many partition keys have buffered events."""
+        return len({p for p, _ in self._buffers if p is not ALL})
+
     def counts(self) -> dict:
         """type -> number of buffered events."""
         out: dict = {}

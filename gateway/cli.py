@@ -84,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--skip-bad-rows", action="store_true",
                        help="skip malformed event rows (reported on stderr) instead of "
                             "stopping at the first one")
+    local.add_argument("--planner", default="adaptive", metavar="NAME",
+                       help="how plans are chosen: 'adaptive' (default: DP-LD re-planned when "
+                            "the statistics drift), 'adaptive:ALGO', a static ALGO planned once "
+                            "from the first statistics (TRIVIAL, EFREQ, GREEDY, II-RANDOM, "
+                            "II-GREEDY, DP-LD) or 'tree-nfa' (order chosen at every trigger)")
+    local.add_argument("--order", action="append", default=[], metavar="[QUERY=]VAR,VAR,...",
+                       help="a forced static order of the positive variables (QUERY= is "
+                            "needed when several queries are given); overrides --planner")
+    local.add_argument("--check-every", type=int, default=2000, metavar="N",
+                       help="events between two looks at the statistics (default 2000)")
     local.set_defaults(func=run_local)
     return parser
 
@@ -93,13 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
 def run_local(args) -> int:
     """Parse the queries, stream the events through one Engine, write matches and a summary."""
     from cep.engine import Engine                   # imported late: `raycep --help` stays cheap
+    from planner.local import PlannedEngine, settings_for
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
-    engine = Engine(key_attr=args.key)
+    orders = parse_orders(args.order, [q.name for _, q in queries])
+    if args.check_every < 1:
+        raise UsageError("error: --check-every must be at least 1")
+    try:
+        settings_for(args.planner)
+    except CepError as exc:
+        raise UsageError(f"error: --planner: {exc}") from None
+    engine = PlannedEngine(Engine(key_attr=args.key), check_every=args.check_every)
     for label, query in queries:
         try:
-            engine.add_query(query, name=query.name, params=params or None)
+            engine.add_query(query, name=query.name, params=params or None,
+                             order=orders.get(query.name), planner=args.planner)
         except CepError as exc:
             name = f" {query.name!r}" if query.name else ""
             _err(f"cannot add query{name} from {label}: {exc}")
@@ -126,6 +145,10 @@ def run_local(args) -> int:
             out.close()
     seconds = time.perf_counter() - started
     bad.report()
+    for change in engine.history:
+        order = ",".join(change.order) if change.order else "per trigger (tree-nfa)"
+        _err(f"plan: query {change.query} v{change.version} after {change.events} events: "
+             f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
     n_matches = sum(counts.values())
     for name, count in counts.items():
         _err(f"query {name}: {count} matches")
@@ -139,6 +162,26 @@ def run_local(args) -> int:
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def parse_orders(values, names) -> dict:
+    """``--order [QUERY=]VAR,VAR,...`` values -> {query name: (var, ...)}."""
+    out = {}
+    for value in values:
+        query, sep, spec = value.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise UsageError("error: --order needs QUERY=VAR,... when several queries "
+                                 f"are given ({', '.join(names)})")
+            query = names[0]
+        elif query not in names:
+            raise UsageError(f"error: --order names unknown query {query!r} "
+                             f"(queries: {', '.join(names)})")
+        order = tuple(v.strip() for v in spec.split(",") if v.strip())
+        if not order:
+            raise UsageError(f"error: --order {value!r} lists no variable")
+        out[query] = order
+    return out
 
 
 def load_queries(values) -> list:

@@ -82,3 +82,14 @@ def _problem(cq, stats, name) -> PlanProblem:
     get = stats.get if isinstance(stats, Mapping) else (lambda k: getattr(stats, k, None))
     return problem_from_query(cq, get("rates"), get("selectivities"), get("pass_rates"),
                               name=name)
+
+
+def order_cost(cq: CompiledQuery, stats, order: tuple, alpha: float = 0.0,
+               executed: bool = True) -> float:
+    """The estimated cost of ``order`` for ``cq`` under ``stats`` (same model as make_plan)."""
+    problem = stats if isinstance(stats, PlanProblem) else _problem(cq, stats, None)
+    order = tuple(order)
+    if set(order) != set(cq.positive_names) or len(order) != len(cq.positive_names):
+        raise PlanningError(f"{list(order)} is not an order of the positive variables "
+                            f"{list(cq.positive_names)}")
+    return combined_cost(problem.with_executed(bool(executed)), order, alpha=float(alpha))

@@ -1,0 +1,107 @@
+"""The planner running in-process next to one Engine (``raycep local``; the PlannerActor does
+the same for a cluster).
+
+Every ``check_every`` events it samples the statistics (arrival rates over a sliding horizon of
+event time, selectivities from the evaluator's counters), asks each query's AdaptivePolicy
+whether to re-plan, and installs a new plan between two events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cep.engine import Engine
+from cep.errors import PlanningError
+from planner.adaptive import AdaptationSettings, AdaptivePolicy
+from planner.algorithms import ALGORITHMS
+from planner.plan import TREE_NFA
+from planner.stats import RateTracker, SelectivityTracker, Statistics
+
+ADAPTIVE = "adaptive"
+
+
+def settings_for(planner: str) -> AdaptationSettings | None:
+    """``--planner`` value -> settings. ``adaptive`` (default: adaptive DP-LD),
+    ``adaptive:NAME``, a static ``NAME`` (planned once, from the first statistics), or
+    ``tree-nfa`` (no static plan: the order is chosen at every trigger; returns None)."""
+    if planner == TREE_NFA:
+        return None
+    if planner == ADAPTIVE:
+        return AdaptationSettings()
+    if planner.startswith(ADAPTIVE + ":"):
+        return AdaptationSettings(algorithm=planner.split(":", 1)[1], adaptive=True)
+    if planner in ALGORITHMS:
+        return AdaptationSettings(algorithm=planner, adaptive=False)
+    known = ", ".join([ADAPTIVE, *(f"{ADAPTIVE}:{a}" for a in ALGORITHMS), *ALGORITHMS, TREE_NFA])
+    raise PlanningError(f"unknown planner {planner!r} (known: {known})")
+
+
+@dataclass(frozen=True)
+class PlanChange:
+    events: int          # events processed when the plan was installed
+    clock: float         # event time then
+    query: str
+    order: tuple | None
+    version: int
+    algorithm: str
+    cost: float
+
+
+class PlannedEngine:
+    """An Engine whose queries are planned from measured statistics."""
+
+    def __init__(self, engine: Engine | None = None, check_every: int = 2000,
+                 horizon: float = 60.0):
+        self.engine = engine or Engine()
+        self.check_every = check_every
+        self.rates = RateTracker(horizon)
+        self.policies: dict = {}
+        self._selectivity: dict = {}
+        self.history: list = []
+        self._seen = 0
+
+    def add_query(self, query, name: str | None = None, params: dict | None = None,
+                  order: tuple | None = None, planner: str = ADAPTIVE) -> str:
+        """Register a query; ``order`` forces a static order, else ``planner`` decides."""
+        settings = settings_for(planner) if order is None else None
+        name = self.engine.add_query(query, name=name, params=params, order=order)
+        if settings is not None:
+            cq = self.engine.managers[name].cq
+            self.policies[name] = AdaptivePolicy(cq, name, settings)
+            self._selectivity[name] = SelectivityTracker(cq)
+        return name
+
+    def remove_query(self, name: str):
+        self.engine.remove_query(name)
+        self.policies.pop(name, None)
+        self._selectivity.pop(name, None)
+
+    def process(self, event) -> list:
+        self.rates.observe(event.type, event.ts)
+        out = self.engine.process(event)
+        self._seen += 1
+        if self.policies and not self._seen % self.check_every:
+            self.replan()
+        return out
+
+    def advance(self, watermark: float) -> list:
+        return self.engine.advance(watermark)
+
+    def statistics(self, name: str) -> Statistics:
+        """Current statistics for query ``name``; rates are per partition for a query that the
+        engine evaluates partition by partition (the cost model counts events per window)."""
+        rates = self.rates.rates()
+        manager = self.engine.managers[name]
+        if manager.partitioned:
+            parts = max(1, self.engine.index.partitions())
+            rates = {t: r / parts for t, r in rates.items()}
+        return Statistics(rates, self._selectivity[name].sample())
+
+    def replan(self):
+        """Ask every policy; install the plans that changed (between two events)."""
+        for name, policy in self.policies.items():
+            plan = policy.consider(self.statistics(name))
+            if plan is None:
+                continue
+            self.engine.managers[name].set_order(plan.order, plan.version)
+            self.history.append(PlanChange(self._seen, self.engine.clock, name, plan.order,
+                                           plan.version, plan.algorithm, plan.cost))
