@@ -1,0 +1,117 @@
+"""PlannerService: the cluster's planner (DESIGN.md "Control"). Partition actors report their
+statistics; the service merges them per query, asks each query's AdaptivePolicy, and pushes new
+plan versions to every subscribed partition actor (``set_plan(query, order, version)``).
+
+A plain class, so it runs in-process too; ``planner_actor()`` wraps it as the Ray actor.
+"""
+from __future__ import annotations
+
+import logging
+
+from cep.compiler import compile_query
+from cep.errors import PlanningError
+from planner.adaptive import AdaptationSettings, AdaptivePolicy
+from planner.plan import Plan
+from planner.stats import Statistics
+
+log = logging.getLogger("raycep.planner")
+
+
+class PlannerService:
+    def __init__(self, settings: AdaptationSettings | None = None):
+        self.settings = settings or AdaptationSettings()
+        self._policies: dict = {}           # query -> AdaptivePolicy
+        self._partitioned: dict = {}        # query -> evaluated per partition key?
+        self._reports: dict = {}            # (partition, query) -> report dict
+        self._subscribers: dict = {}        # partition -> handle with set_plan(...)
+
+    # ---------------------------------------------------------------- queries
+    def register(self, name: str, query, params: dict | None = None,
+                 settings: AdaptationSettings | None = None, partitioned: bool = False):
+        """Start planning query ``name`` (text or Query AST)."""
+        if name in self._policies:
+            raise PlanningError(f"query {name!r} is already planned")
+        cq = compile_query(query, params)
+        self._policies[name] = AdaptivePolicy(cq, name, settings or self.settings)
+        self._partitioned[name] = partitioned
+
+    def unregister(self, name: str):
+        self._policies.pop(name, None)
+        self._partitioned.pop(name, None)
+        self._reports = {k: v for k, v in self._reports.items() if k[1] != name}
+
+    def subscribe(self, partition: str, handle):
+        """``handle.set_plan(query, order, version)`` (a Ray actor handle's ``.remote`` is
+        used when present) receives every new plan."""
+        self._subscribers[partition] = handle
+
+    # ---------------------------------------------------------------- statistics
+    def report(self, partition: str, query: str, rates: dict, tested: dict, passed: dict,
+               keys: int = 1):
+        """Statistics of one partition for one query since its previous report: arrival rates
+        (events/s by type), per-conjunct tested/passed counts and the number of partition keys
+        it holds. A report replaces the partition's previous one."""
+        if query not in self._policies:
+            raise PlanningError(f"statistics for unknown query {query!r}")
+        self._reports[(partition, query)] = {"rates": dict(rates), "tested": dict(tested),
+                                             "passed": dict(passed), "keys": max(1, int(keys))}
+
+    def statistics(self, query: str) -> Statistics:
+        """The merged statistics of ``query``: rates add up over partitions (divided by the
+        number of keys for a query evaluated per key); selectivity = sum passed / sum tested."""
+        reports = [r for (p, q), r in self._reports.items() if q == query]
+        rates: dict = {}
+        tested: dict = {}
+        passed: dict = {}
+        keys = 0
+        for r in reports:
+            keys += r["keys"]
+            for t, v in r["rates"].items():
+                rates[t] = rates.get(t, 0.0) + v
+            for k, n in r["tested"].items():
+                k = int(k)
+                tested[k] = tested.get(k, 0) + n
+                passed[k] = passed.get(k, 0) + r["passed"].get(k, r["passed"].get(str(k), 0))
+        if self._partitioned.get(query) and keys:
+            rates = {t: v / keys for t, v in rates.items()}
+        sels = {k: passed[k] / n for k, n in tested.items() if n > 0}
+        return Statistics(rates, sels)
+
+    # ---------------------------------------------------------------- planning
+    def replan(self) -> dict:
+        """Re-plan every query that has statistics; push and return the plans that changed."""
+        changed = {}
+        for name, policy in self._policies.items():
+            if not any(q == name for _, q in self._reports):
+                continue
+            plan = policy.consider(self.statistics(name))
+            if plan is not None:
+                changed[name] = plan
+                self._push(plan)
+        return {name: _as_dict(p) for name, p in changed.items()}
+
+    def plans(self) -> dict:
+        return {name: _as_dict(p.plan) for name, p in self._policies.items() if p.plan}
+
+    def _push(self, plan: Plan):
+        for partition, handle in list(self._subscribers.items()):
+            set_plan = handle.set_plan
+            try:
+                if hasattr(set_plan, "remote"):
+                    set_plan.remote(plan.query, plan.order, plan.version)
+                else:
+                    set_plan(plan.query, plan.order, plan.version)
+            except Exception as exc:      # an unreachable partition must not stop the others
+                log.warning("cannot push plan v%d of %s to partition %s: %s", plan.version,
+                            plan.query, partition, exc)
+
+
+def _as_dict(plan: Plan) -> dict:
+    return {"query": plan.query, "order": list(plan.order) if plan.order else None,
+            "version": plan.version, "algorithm": plan.algorithm, "cost": plan.cost}
+
+
+def planner_actor(**options):
+    """The Ray actor class of PlannerService (``planner_actor().remote(settings)``)."""
+    import ray
+    return ray.remote(**options)(PlannerService) if options else ray.remote(PlannerService)
