@@ -42,6 +42,7 @@ class Step:
 
 
 NUMERIC_KINDS = frozenset((int, float))
+_TS = operator.attrgetter("ts")
 
 
 # One comprehension per order operator (no call per candidate). Python raises on a missing
@@ -241,9 +242,12 @@ class Evaluation:
         conjuncts, negations, check_used = step.conjuncts, step.negations, step.check_used
         nxt = k + 1
         complete = nxt == len(steps)
-        cands = self.candidates(step.var, lo, hi)
         if step.filters:
-            cands = self._filtered(step.filters, step.var.name, cands)
+            cands = self._selected(step, lo, hi)
+            if cands is None:
+                cands = self._filtered(step.filters, name, self.candidates(step.var, lo, hi))
+        else:
+            cands = self.candidates(step.var, lo, hi)
         if complete and self.plain and not (conjuncts or negations or check_used):
             self._complete_all(name, cands)
             env.pop(name, None)
@@ -263,6 +267,41 @@ class Evaluation:
                 else:
                     self._step(steps, nxt)
         env.pop(name, None)
+
+    def _selected(self, step, lo, hi) -> list | None:
+        """Candidates of ``step`` that pass its first filter, compared column-wise by the index
+        when the filter is an order comparison of a plain attribute with a number and the
+        partition's buffer needs no further partition filter; None when that does not apply."""
+        first = step.filters[0]
+        name = step.var.name
+        attr, _, op, ordering, other = first.separable[name]
+        if not ordering or attr is None or attr in FIELDS or self.equiv:
+            return None
+        try:
+            value = other(self.env, None)
+        except EvalFailure:
+            return None
+        if value.__class__ is not float and value.__class__ is not int:
+            return None
+        buf = self.index.buffer(self.partition, step.var.type)
+        if buf is None:
+            return []
+        lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
+        evs, n, unchecked = buf.select(lo_ts, hi.ts, attr, op, value)
+        first.tested += n - len(unchecked)
+        first.passed += len(evs)
+        if unchecked:                   # counted by _filtered
+            rest = self._filtered((first,), name, unchecked)
+            if rest:
+                ordered = not evs or evs[-1].ts <= rest[0].ts
+                evs = evs + rest if ordered else sorted(evs + rest, key=_TS)
+        if evs and lo is not None and evs[0].ts == lo.ts:
+            evs = [e for e in evs if before(lo, e)]
+        if evs and evs[-1].ts == hi.ts:
+            evs = [e for e in evs if before(e, hi)]
+        if len(step.filters) > 1 and evs:
+            evs = self._filtered(step.filters[1:], name, evs)
+        return evs
 
     def _filtered(self, filters, name: str, cands: list) -> list:
         """Apply separable comparisons ``f(name) OP value`` to all candidates at once:

@@ -11,6 +11,7 @@ late event is placed by bisection and inserted into one bounded chunk (O(log n))
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import compress, repeat
 
 from cep.event import Event
 
@@ -31,13 +32,14 @@ ANY_TYPE = None
 class TimeBuffer:
     """Events of one type (and partition) ordered by (ts, id)."""
 
-    __slots__ = ("_chunks", "_times", "_last", "_len")
+    __slots__ = ("_chunks", "_times", "_last", "_len", "_cols")
 
     def __init__(self):
         self._chunks: list[list[Event]] = []
         self._times: list[list[float]] = []
         self._last: list[float] = []      # the largest ts of each chunk
         self._len = 0
+        self._cols: dict = {}             # (id(chunk), attr) -> (chunk, numeric values | None)
 
     def __len__(self) -> int:
         return self._len
@@ -85,6 +87,8 @@ class TimeBuffer:
             break
         chunk.insert(pos, ev)
         times.insert(pos, ts)
+        if self._cols:
+            self._cols = {k: v for k, v in self._cols.items() if k[0] != id(chunk)}
         self._last[c] = times[-1]
         self._len += 1
         if len(chunk) > 2 * CHUNK:
@@ -110,6 +114,53 @@ class TimeBuffer:
             out.extend(self._chunks[c][start:bisect_right(times, hi)])
             break
         return out
+
+    def select(self, lo: float, hi: float, attr: str, op, value) -> tuple:
+        """Events with ``lo <= ts <= hi`` whose attribute ``attr`` satisfies
+        ``op(attr, value)`` for a number ``value`` and an order operator, compared column-wise
+        in C over full chunks whose ``attr`` values are all numbers (cached per chunk).
+
+        Returns ``(selected, in_range, unchecked)``: ``unchecked`` are the events of chunks that
+        could not be compared column-wise (the caller filters them itself).
+        """
+        last = self._last
+        c = bisect_left(last, lo)
+        n = len(last)
+        selected: list = []
+        unchecked: list = []
+        in_range = 0
+        while c < n:
+            times = self._times[c]
+            chunk = self._chunks[c]
+            start = bisect_left(times, lo) if times[0] < lo else 0
+            end = len(times) if times[-1] <= hi else bisect_right(times, hi)
+            in_range += end - start
+            if end > start:
+                vals = self._column(c, attr) if c < n - 1 else None
+                if vals is None:
+                    unchecked.extend(chunk[start:end])
+                elif start == 0 and end == len(chunk):
+                    selected.extend(compress(chunk, map(op, vals, repeat(value))))
+                else:
+                    selected.extend(compress(chunk[start:end],
+                                             map(op, vals[start:end], repeat(value))))
+            if end < len(times):
+                break
+            c += 1
+        return selected, in_range, unchecked
+
+    def _column(self, c: int, attr: str):
+        """The values of ``attr`` in sealed chunk ``c`` if they are all numbers (not booleans),
+        else None."""
+        chunk = self._chunks[c]
+        key = (id(chunk), attr)
+        entry = self._cols.get(key)
+        if entry is not None and entry[0] is chunk:
+            return entry[1]
+        vals = [e.attrs.get(attr) for e in chunk]
+        ok = all(v.__class__ is float or v.__class__ is int for v in vals)
+        self._cols[key] = (chunk, vals if ok else None)
+        return self._cols[key][1]
 
     def count(self, lo: float, hi: float) -> int:
         """How many events have ``lo <= ts <= hi``."""
@@ -138,6 +189,9 @@ class TimeBuffer:
             del self._chunks[0][:k], self._times[0][:k]
             dropped += k
         self._len -= dropped
+        if dropped and self._cols:
+            live = {id(c) for c in self._chunks[1:]}     # the first chunk may have been cut
+            self._cols = {key: v for key, v in self._cols.items() if key[0] in live}
         return dropped
 
     def first_ts(self):

@@ -224,3 +224,20 @@ def test_negation_checked_by_range_extremes_agrees_with_the_oracle(cond):
         eng = Engine_with(text, key_attr="k")
         got = {k for _, k in keys(run(eng, events))}
         assert got == oracle_matches(parse_query(text), events), (cond, seed)
+
+
+def test_column_wise_filters_agree_with_the_row_wise_path():
+    """Long streams (many index chunks) with values of mixed kinds: the column-wise filter of
+    ``a.x < b.x`` must give what the row-wise path of the equivalent ``a.x + 0 < b.x`` gives."""
+    rng = random.Random(5)
+    events, ts = [], 0.0
+    for i in range(6000):
+        ts += 0.01
+        x = rng.choice([rng.randint(0, 50), rng.random() * 50]) if i % 997 else "text"
+        attrs = {"x": x} if i % 1499 else {}
+        events.append(Event(rng.choice("AAAAB"), ts, attrs, id=f"e{i:06d}"))
+    results = []
+    for cond in ("a.x < b.x", "a.x + 0 < b.x", "b.x > a.x", "b.x > a.x + 0"):
+        eng = Engine_with(f"PATTERN SEQ(A a, B b) WHERE {cond} WITHIN 3 seconds")
+        results.append(keys(run(eng, events)))
+    assert results[0] and all(r == results[0] for r in results)

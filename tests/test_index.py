@@ -61,3 +61,32 @@ def test_any_type_buffer_is_built_on_demand():
     idx.enable_any()
     idx.insert(ev("C", 3))
     assert [e.type for e in idx.buffer(ALL, None)] == ["A", "B", "C"]
+
+
+def test_select_compares_column_wise_like_a_plain_filter():
+    import operator
+    rng = random.Random(11)
+    buf = TimeBuffer()
+    kinds = [lambda: rng.randint(0, 9), lambda: rng.random() * 10]
+    for i in range(6 * CHUNK):
+        # most chunks hold numbers only; a few values of other kinds make some chunks fall back
+        attrs = {"v": rng.choice(kinds)()}
+        if i in (700, 1900):
+            attrs = {"v": "text"}
+        if i in (1200,):
+            attrs = {}
+        if i in (2600,):
+            attrs = {"v": True}
+        buf.insert(ev("A", i * 0.5, eid=f"e{i:05d}", **attrs))
+    for op in (operator.lt, operator.le, operator.gt, operator.ge):
+        for lo, hi, value in ((0, 10_000, 4.5), (100.25, 900, 3), (333, 1500.5, 7.0)):
+            selected, n, unchecked = buf.select(lo, hi, "v", op, value)
+            in_range = buf.range(lo, hi)
+            assert n == len(in_range)
+            assert all(e in in_range for e in selected + unchecked)
+            checked = [e for e in in_range if e not in unchecked]
+            assert selected == [e for e in checked if op(e.attrs["v"], value)]
+            # every chunk with a non-number (and the growing last chunk) is left to the caller
+            for e in in_range:
+                if e.attrs.get("v").__class__ not in (int, float):
+                    assert e in unchecked
