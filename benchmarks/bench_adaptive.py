@@ -40,7 +40,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.workloads import StreamSpec, stream
 from cep import Engine, Event
@@ -49,7 +49,8 @@ from planner.local import PlannedEngine
 TARGET_PHASE = 0.8        # adaptive >= 0.8x the best static order in every phase
 TARGET_OVERALL = 10.0     # adaptive >= 10x the worst static order overall
 REPEAT_BELOW = 6.0        # runs faster than this (s) are repeated ...
-REPEATS = 3               # ... this many times in all; the fastest time per phase counts
+REPEATS = 3               # ... this many times in all (2 with --quick); fastest per phase counts
+SENSITIVITY = (250, 500, 2000)   # other check_every values tried with adaptive:DP-LD
 ADAPTIVE = ("adaptive:GREEDY", "adaptive:DP-LD")
 
 
@@ -62,7 +63,7 @@ class Config:
     rare: float = 1.0         # events/s of the rare type of A/B in a phase
     common: float = 300.0     # events/s of the other one
     trigger: float = 50.0     # events/s of C
-    check_every: int = 500    # PlannedEngine: events between two statistics checks
+    check_every: int = 1000   # PlannedEngine: events between two statistics checks
     seed: int = 1
 
     @property
@@ -148,12 +149,12 @@ def run_once(cfg: Config, run: str, events: list) -> dict:
                         for c in history]}
 
 
-def run_all(cfg: Config, events: list, runs: list, log=print) -> list:
+def run_all(cfg: Config, events: list, runs: list, repeats: int = REPEATS, log=print) -> list:
     results = []
     for run in runs:
         best = run_once(cfg, run, events)
         reps = 1
-        while sum(best["seconds"]) < REPEAT_BELOW and reps < REPEATS:
+        while sum(best["seconds"]) < REPEAT_BELOW and reps < repeats:
             again = run_once(cfg, run, events)
             assert again["matches"] == best["matches"] and again["evals"] == best["evals"]
             best["seconds"] = [min(x, y) for x, y in zip(best["seconds"], again["seconds"])]
@@ -237,6 +238,29 @@ def report(cfg: Config, results: list, log=print) -> dict:
     return verdict
 
 
+def sensitivity(cfg: Config, events: list, results: list, log=print) -> list:
+    """adaptive:DP-LD with other check_every values (one run each): how often it re-plans and
+    what it costs; the statistics are sampled over shorter or longer stretches."""
+    statics = [r for r in results if r["run"] in static_runs()]
+    worst = max((sum(r["seconds"]) for r in statics), default=None)
+    n = cfg.phase_events * cfg.phases
+    rows = []
+    log("\nsensitivity: adaptive:DP-LD with other check_every values (one run each)")
+    for every in (cfg.check_every, *[c for c in SENSITIVITY if c != cfg.check_every]):
+        r = next((x for x in results if x["run"] == "adaptive:DP-LD"), None) \
+            if every == cfg.check_every else None
+        if r is None:
+            r = run_once(replace(cfg, check_every=every), "adaptive:DP-LD", events)
+        total = sum(r["seconds"])
+        vs = f"{worst / total:5.1f}x the worst static" if worst else ""
+        same = r["matches"] == results[0]["matches"]
+        log(f"  check_every {every:>5}: {n / total:>9,.0f} events/s overall {vs}; "
+            f"{len(r['changes'])} plan installs; {fmt_evals(sum(r['evals']))} predicate "
+            f"evaluations; matches {'equal' if same else 'DIFFER'}")
+        rows.append((every, total, len(r["changes"]), same))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"{QUICK.phase_events:,} events per "
@@ -244,14 +268,15 @@ def main(argv=None) -> int:
     ap.add_argument("--phase-events", type=int, help="events per phase")
     ap.add_argument("--phases", type=int, help="number of phases")
     ap.add_argument("--window", type=float, help="query window (s)")
+    ap.add_argument("--check-every", type=int, help="PlannedEngine check_every (events)")
     ap.add_argument("--only", action="append", help="run only these runs (repeatable): "
                     "cab, tree-nfa, EFREQ, adaptive:DP-LD, ...")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     over = {k: v for k, v in (("phase_events", args.phase_events), ("phases", args.phases),
-                              ("window", args.window)) if v is not None}
+                              ("window", args.window),
+                                              ("check_every", args.check_every)) if v is not None}
     if over:
-        from dataclasses import replace
         cfg = replace(cfg, **over)
     runs = static_runs() + ["tree-nfa", "EFREQ", *ADAPTIVE]
     if args.only:
@@ -276,10 +301,13 @@ def main(argv=None) -> int:
     events = make_events(cfg)
     print(f"building {len(events):,} events took {time.perf_counter() - t:.1f} s (not counted)")
     t_all = time.perf_counter()
-    results = run_all(cfg, events, runs)
+    results = run_all(cfg, events, runs, repeats=2 if args.quick else REPEATS)
     verdict = report(cfg, results)
+    same = verdict["matches_equal"]
+    if not args.only:
+        same = all(row[3] for row in sensitivity(cfg, events, results)) and same
     print(f"total wall time {time.perf_counter() - t_all:.0f} s")
-    return 0 if verdict["matches_equal"] else 1
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from itertools import compress, repeat
 
 from cep.event import Event
 
-CHUNK = 512
+CHUNK = 128
 
 
 class _All:
