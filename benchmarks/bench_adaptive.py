@@ -2,6 +2,7 @@
 paper, seed 003 section 8.3: "the rarest event was switched after each 100,000 incoming events").
 
     python3 -m benchmarks.bench_adaptive [--quick] [--phase-events N] [--phases K] [--window W]
+                                         [--check-every N] [--only RUN ...]
 
 Query: ``SEQ(A a, B b, C c) WHERE a.k = c.k AND b.k = c.k AND a.v < b.v``. The engine binds the
 trigger ``c`` first and then ``a`` and ``b`` in the plan's order, so of the six static orders only
@@ -22,8 +23,8 @@ Runs (same events, one process, cyclic GC off in the timed loops):
   ``adaptive:DP-LD`` with the default AdaptationSettings (re-plan when a statistic moved by
   more than 2x, swap only if 10% cheaper). The rate horizon is the query window: the order
   that is cheapest for a trigger depends on the events buffered in its window, so rates over
-  the last window are the right statistic (a shorter horizon switches too early, while the
-  window is still full of the previous phase's frequent type).
+  the last window are the natural statistic (the sensitivity runs at the end vary the horizon
+  and ``check_every``; a horizon much longer than the window switches late).
 
 Per phase and overall: events/s (the time of ``process`` over the phase's events) and predicate
 evaluations (the sum of the ``tested`` counters of the conjuncts). Runs that take less than
@@ -50,7 +51,8 @@ TARGET_PHASE = 0.8        # adaptive >= 0.8x the best static order in every phas
 TARGET_OVERALL = 10.0     # adaptive >= 10x the worst static order overall
 REPEAT_BELOW = 6.0        # runs faster than this (s) are repeated ...
 REPEATS = 3               # ... this many times in all (2 with --quick); fastest per phase counts
-SENSITIVITY = (250, 500, 2000)   # other check_every values tried with adaptive:DP-LD
+SENSITIVITY = ({"check_every": 250}, {"check_every": 500}, {"check_every": 2000},
+               {"horizon": 0.25}, {"horizon": 3.0})   # adaptive:DP-LD variants (horizon: x W)
 ADAPTIVE = ("adaptive:GREEDY", "adaptive:DP-LD")
 
 
@@ -64,7 +66,12 @@ class Config:
     common: float = 300.0     # events/s of the other one
     trigger: float = 50.0     # events/s of C
     check_every: int = 1000   # PlannedEngine: events between two statistics checks
+    horizon: float | None = None   # PlannedEngine: rate horizon (s); None: the window
     seed: int = 1
+
+    @property
+    def rate_horizon(self) -> float:
+        return self.window if self.horizon is None else self.horizon
 
     @property
     def query(self) -> str:
@@ -107,7 +114,7 @@ def new_engine(cfg: Config, run: str):
         eng.add_query(cfg.query, name="q")
         return eng, eng
     if run == "EFREQ" or run in ADAPTIVE:
-        pe = PlannedEngine(check_every=cfg.check_every, horizon=cfg.window)
+        pe = PlannedEngine(check_every=cfg.check_every, horizon=cfg.rate_horizon)
         pe.add_query(cfg.query, name="q", planner=run)
         return pe, pe.engine
     eng = Engine()
@@ -239,25 +246,31 @@ def report(cfg: Config, results: list, log=print) -> dict:
 
 
 def sensitivity(cfg: Config, events: list, results: list, log=print) -> list:
-    """adaptive:DP-LD with other check_every values (one run each): how often it re-plans and
-    what it costs; the statistics are sampled over shorter or longer stretches."""
+    """adaptive:DP-LD with other check_every values and rate horizons (one run each): how
+    often it re-plans and what that costs."""
     statics = [r for r in results if r["run"] in static_runs()]
     worst = max((sum(r["seconds"]) for r in statics), default=None)
     n = cfg.phase_events * cfg.phases
     rows = []
-    log("\nsensitivity: adaptive:DP-LD with other check_every values (one run each)")
-    for every in (cfg.check_every, *[c for c in SENSITIVITY if c != cfg.check_every]):
+    log("\nsensitivity: adaptive:DP-LD with other settings (one run each; the first line is the "
+        "run above)")
+    variants = [{}] + list(SENSITIVITY)
+    for change in variants:
+        if "horizon" in change:
+            change = {"horizon": change["horizon"] * cfg.window}
         r = next((x for x in results if x["run"] == "adaptive:DP-LD"), None) \
-            if every == cfg.check_every else None
+            if not change else None
+        c = replace(cfg, **change)
         if r is None:
-            r = run_once(replace(cfg, check_every=every), "adaptive:DP-LD", events)
+            r = run_once(c, "adaptive:DP-LD", events)
         total = sum(r["seconds"])
-        vs = f"{worst / total:5.1f}x the worst static" if worst else ""
+        vs = f"{worst / total:5.1f}x the worst static; " if worst else ""
         same = r["matches"] == results[0]["matches"]
-        log(f"  check_every {every:>5}: {n / total:>9,.0f} events/s overall {vs}; "
-            f"{len(r['changes'])} plan installs; {fmt_evals(sum(r['evals']))} predicate "
-            f"evaluations; matches {'equal' if same else 'DIFFER'}")
-        rows.append((every, total, len(r["changes"]), same))
+        log(f"  check_every {c.check_every:>5}, horizon {c.rate_horizon:>5g} s: "
+            f"{n / total:>9,.0f} events/s overall = {vs}{len(r['changes'])} plan installs; "
+            f"{fmt_evals(sum(r['evals']))} predicate evaluations; matches "
+            f"{'equal' if same else 'DIFFER'}")
+        rows.append((change, total, len(r["changes"]), same))
     return rows
 
 
@@ -295,14 +308,18 @@ def main(argv=None) -> int:
     phase_s = cfg.phase_events / (cfg.rare + cfg.common + cfg.trigger)
     print(f"        one window holds ~{per_window:,.0f} events; a phase lasts ~{phase_s:,.0f} s "
           f"of event time ({phase_s / cfg.window:.0f} windows)")
-    print(f"planner: PlannedEngine(check_every={cfg.check_every}, horizon={cfg.window:g} s = "
-          f"the window), AdaptationSettings defaults (threshold 2.0, margin 0.1, alpha 0)")
+    print(f"planner: PlannedEngine(check_every={cfg.check_every}, horizon={cfg.rate_horizon:g} s"
+          f"{' = the window' if cfg.horizon is None else ''}), AdaptationSettings defaults "
+          f"(threshold 2.0, margin 0.1, alpha 0)")
     t = time.perf_counter()
     events = make_events(cfg)
     print(f"building {len(events):,} events took {time.perf_counter() - t:.1f} s (not counted)")
     t_all = time.perf_counter()
     results = run_all(cfg, events, runs, repeats=2 if args.quick else REPEATS)
     verdict = report(cfg, results)
+    if args.quick:
+        print("  (--quick: a phase lasts only a few windows, so the phase transitions dominate; "
+              "the targets are meant for the full run)")
     same = verdict["matches_equal"]
     if not args.only:
         same = all(row[3] for row in sensitivity(cfg, events, results)) and same

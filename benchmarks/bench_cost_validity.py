@@ -10,7 +10,8 @@ the orders that start with the trigger are taken; for AND every permutation is d
 
 For each (query, rates) one stream is generated with exactly those rates (benchmarks.workloads:
 Poisson arrivals; ``v`` uniform in [0, 100), ``k`` uniform over ``KEYS`` values), so the
-selectivities are known: ``x.v < y.v`` 0.5 and ``x.k = y.k`` 1/KEYS. The estimated cost is
+selectivities are known: ``x.v < y.v`` 0.5 and ``x.k = y.k`` 1/keys (``KEYS``, or 1000 for
+``seq3-sel``, the very selective shape of benchmarks.bench_adaptive). The estimated cost is
 ``planner.plan.order_cost(cq, {"rates", "selectivities"}, order)`` (executed model, alpha 0),
 the expected work per window. Measured, per window of event time (stream duration / W):
 
@@ -21,7 +22,9 @@ the expected work per window. Measured, per window of event time (stream duratio
 
 The Spearman rank correlation (average ranks for ties; implemented here) between the estimated
 cost and each measure is printed over all plans, and averaged within each (query, rates) group
-(where the planner actually has to choose).
+(where the planner actually has to choose), with the share of concordant plan pairs within the
+groups. For comparison the same figures are given for a diagnostic model that is not the
+planner's (``examined_candidates``: the candidates the evaluator scans).
 """
 from __future__ import annotations
 
@@ -40,13 +43,14 @@ from benchmarks.workloads import StreamSpec, stream
 from cep import Engine, Event
 from cep.compiler import compile_query
 from cep.parser import parse_query
+from planner.cost import seq_probability, window_count
 from planner.plan import order_cost
+from planner.problem import problem_from_query
 
 KEYS = 10                 # x.k = y.k holds with probability 1 / KEYS
-WINDOW = 10.0
+WINDOW = 5.0
 REPEATS = 3               # runs per plan; the fastest counts (1 when a run is slow)
 SLOW = 1.0
-SEL = {"<": 0.5, "=": 1.0 / KEYS}
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Case:
     pattern: str
     preds: tuple              # (x, op, y): "x.v < y.v" or "x.k = y.k"
     rates: tuple              # several rate settings: dicts type -> events/s
+    keys: int = KEYS          # values of k: x.k = y.k holds with probability 1 / keys
 
     def text(self) -> str:
         where = " AND ".join(f"{x}.{'v' if op == '<' else 'k'} {op} {y}.{'v' if op == '<' else 'k'}"
@@ -72,6 +77,9 @@ CASES = (
          ({"A": 8, "B": 2, "C": 1}, {"A": 1, "B": 4, "C": 8})),
     Case("nested", "SEQ(A a, AND(B b, C c), D d)", (("a", "<", "b"), ("c", "=", "d")),
          ({"A": 6, "B": 2, "C": 8, "D": 3},)),
+    # the shape of benchmarks.bench_adaptive: very selective predicates with the trigger
+    Case("seq3-sel", "SEQ(A a, B b, C c)", (("a", "=", "c"), ("b", "=", "c"), ("a", "<", "b")),
+         ({"A": 2, "B": 60, "C": 10}, {"A": 60, "B": 2, "C": 10}), keys=1000),
 )
 
 
@@ -87,8 +95,8 @@ def executed_orders(cq) -> list:
     return list(itertools.permutations(names))
 
 
-def make_stream(rates: dict, duration: float, seed: int) -> list:
-    spec = StreamSpec(rates=dict(rates), keys=KEYS, seed=seed)
+def make_stream(rates: dict, duration: float, seed: int, keys: int = KEYS) -> list:
+    spec = StreamSpec(rates=dict(rates), keys=keys, seed=seed)
     n = int(spec.rate * duration)
     return [Event(e.type, e.ts, e.attrs, id=e.id) for e in stream(spec, n)]
 
@@ -124,6 +132,36 @@ def best_run(text, order, events) -> tuple:
     return best
 
 
+def examined_candidates(problem, order) -> float:
+    """Diagnostic, not the planner's model: candidates the lazy evaluator examines per window.
+
+    For each trigger ``t`` the engine binds ``(t,) + rest`` and, at step ``k``, scans every
+    buffered event of ``v_k`` in the time range left by the variables already bound, for each
+    partial match over ``S_{k-1}``: ``PM(S_{k-1}) * w_k * P_seq(S_k) / P_seq(S_{k-1})``. The
+    step's own predicates do not reduce this work (they decide which candidates survive), while
+    Cost_ord counts ``PM(S_k)``, after them. Pairwise predicates only (all the cases here).
+    """
+    total = 0.0
+    for br in problem.branches:
+        for t in br.triggers:
+            run = (t,) + tuple(n for n in order if n != t and n in br.index)
+            mask, bound, pm, prev = 0, [], 1.0, 1.0
+            for k, name in enumerate(run):
+                v = br.index[name]
+                w = window_count(br.rates[v], br.kleene[v], problem.window)
+                mask |= 1 << v
+                seq = seq_probability(br.pred_masks, mask)
+                cands = pm * w * seq / prev
+                if k:
+                    total += cands
+                f = br.sel[v][v]
+                for u in bound:
+                    f *= br.sel[v][u]
+                pm, prev = cands * f, seq
+                bound.append(v)
+    return total
+
+
 def ranks(xs: list) -> list:
     """1-based ranks, ties get the average of their positions."""
     order = sorted(range(len(xs)), key=lambda i: xs[i])
@@ -152,75 +190,113 @@ def spearman(x: list, y: list) -> float:
     return pearson(ranks(x), ranks(y))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="short streams")
-    ap.add_argument("--windows", type=float, help="stream length in windows (default 60; 8 "
-                    "with --quick)")
-    args = ap.parse_args(argv)
-    windows = args.windows or (8.0 if args.quick else 60.0)
+def collect(windows: float, cases=CASES, log=print) -> list:
+    """Run every plan of ``cases`` on streams of ``windows`` windows; one row per plan."""
     duration = windows * WINDOW
-    print(f"raycep cost-model validity benchmark{' (--quick)' if args.quick else ''}")
-    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores; "
-          f"one process; cyclic GC off in the timed loops")
-    print(f"streams: {duration:g} s of event time ({windows:g} windows of {WINDOW:g} s) per "
-          f"rate setting; k uniform over {KEYS} values (x.k = y.k: selectivity {1 / KEYS:g}), "
-          f"v ~ U(0,100) (x.v < y.v: 0.5)")
-    t_all = time.perf_counter()
-    rows, ok = [], True
-    print(f"\n{'plan':34}{'est. cost':>12}{'ms/window':>11}{'net ms/w':>10}{'evals/window':>14}"
-          f"{'matches':>9}")
-    for ci, case in enumerate(CASES):
+    rows = []
+    log(f"\n{'plan':34}{'est. cost':>12}{'ms/window':>11}{'net ms/w':>10}{'evals/window':>14}"
+        f"{'matches':>9}")
+    for ci, case in enumerate(cases):
         text = case.text()
         cq = compile_query(parse_query(text))
-        sels = {}
-        for i, c in enumerate(cq.conjuncts):
-            sels[i] = SEL["<"] if "<" in c.text else SEL["="]
-        print(f"-- {case.name}: {text}")
+        sels = {i: 0.5 if "<" in c.text else 1.0 / case.keys for i, c in enumerate(cq.conjuncts)}
+        log(f"-- {case.name}: {text}")
         for ri, rates in enumerate(case.rates):
-            events = make_stream(rates, duration, seed=100 * ci + ri + 1)
+            events = make_stream(rates, duration, seed=100 * ci + ri + 1, keys=case.keys)
             base = min(run(f"PATTERN SEQ(A a, Z z) WITHIN {WINDOW:g} seconds", None, events)[0]
                        for _ in range(REPEATS))
             stats = {"rates": dict(rates), "selectivities": sels}
+            problem = problem_from_query(cq, dict(rates), sels)
             reference = None
             for order in executed_orders(cq):
-                cost = order_cost(cq, stats, order)
                 seconds, evals, keys = best_run(text, order, events)
                 if reference is None:
                     reference = keys
-                elif keys != reference:
-                    ok = False
-                per = windows
                 row = {"case": case.name, "group": (ci, ri), "order": "".join(order),
-                       "cost": cost, "time": seconds / per,
-                       "net": max(seconds - base, 0.0) / per, "evals": evals / per,
-                       "matches": len(keys), "same": keys == reference}
+                       "cost": order_cost(cq, stats, order),
+                       "scan": examined_candidates(problem, order),
+                       "time": seconds / windows, "net": max(seconds - base, 0.0) / windows,
+                       "evals": evals / windows, "matches": len(keys),
+                       "same": keys == reference}
                 rows.append(row)
-                rs = ":".join(f"{r:g}" for r in rates.values())
-                label = f"{case.name} {rs} {row['order']}"
-                print(f"{label:34}{cost:>12.4g}{row['time'] * 1e3:>11.2f}"
-                      f"{row['net'] * 1e3:>10.2f}{row['evals']:>14,.0f}{len(keys):>9,}"
-                      f"{'' if row['same'] else '  MATCHES DIFFER'}")
-    costs = [r["cost"] for r in rows]
-    print(f"\n{len(rows)} plans ({len({r['group'] for r in rows})} query/rate settings)")
-    result = {}
-    for key, name in (("time", "measured time per window"), ("net", "net time per window "
-                      "(minus insert/dispatch baseline)"), ("evals", "predicate evaluations "
-                      "per window")):
-        rho = spearman(costs, [r[key] for r in rows])
-        groups = {}
-        for r in rows:
-            groups.setdefault(r["group"], []).append(r)
-        within = [spearman([r["cost"] for r in g], [r[key] for r in g])
-                  for g in groups.values() if len(g) > 2]
-        result[key] = rho
-        print(f"Spearman rho, estimated cost vs {name}: {rho:+.3f} over all plans; mean "
-              f"{statistics.mean(within):+.3f} within the {len(within)} settings with > 2 "
-              f"orders (min {min(within):+.3f})")
-    # log-log Pearson: how far the estimate is from proportional
-    lc = [math.log(c) for c in costs]
+                label = f"{case.name} {':'.join(f'{r:g}' for r in rates.values())} {row['order']}"
+                log(f"{label:34}{row['cost']:>12.4g}{row['time'] * 1e3:>11.2f}"
+                    f"{row['net'] * 1e3:>10.2f}{row['evals']:>14,.0f}{len(keys):>9,}"
+                    f"{'' if row['same'] else '  MATCHES DIFFER'}")
+    return rows
+
+
+def correlations(rows: list, model: str, measure: str) -> tuple:
+    """(rho over all plans, mean rho within settings with > 2 orders, min of those)."""
+    overall = spearman([r[model] for r in rows], [r[measure] for r in rows])
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    within = [spearman([r[model] for r in g], [r[measure] for r in g])
+              for g in groups.values() if len(g) > 2]
+    return overall, statistics.mean(within), min(within)
+
+
+def concordance(rows: list, model: str, measure: str) -> tuple:
+    """(concordant pairs, pairs) of plans of one setting: ordered alike by the model and the
+    measure; a tie in the model counts one half."""
+    good, total = 0.0, 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if a["group"] != b["group"]:
+                continue
+            total += 1
+            dm, dx = a[model] - b[model], a[measure] - b[measure]
+            good += 0.5 if dm == 0 else 1.0 if (dm > 0) == (dx > 0) else 0.0
+    return good, total
+
+
+def report(rows: list, log=print) -> dict:
+    groups = len({r["group"] for r in rows})
+    multi = sum(1 for g in {r["group"] for r in rows}
+                if sum(1 for r in rows if r["group"] == g) > 2)
+    log(f"\n{len(rows)} plans over {groups} query/rate settings. Spearman rank correlation: "
+        f"over all plans / mean within the {multi} settings with > 2 orders / lowest of those")
+    measures = (("time", "time/window"), ("net", "net time/window"), ("evals", "evaluations"))
+    log(f"{'model':34}" + "".join(f"{m:>26}" for _, m in measures))
+    out = {}
+    for model, name in (("cost", "order_cost (planner, Cost_ord)"),
+                        ("scan", "examined candidates (diagnostic)")):
+        cells = []
+        for key, _ in measures:
+            c = correlations(rows, model, key)
+            out[(model, key)] = c
+            cells.append(f"{c[0]:+.3f} / {c[1]:+.3f} / {c[2]:+.3f}")
+        log(f"{name:34}" + "".join(f"{c:>26}" for c in cells))
+    for model, name in (("cost", "order_cost"), ("scan", "examined candidates")):
+        cells = []
+        for key in ("time", "evals"):
+            good, total = concordance(rows, model, key)
+            cells.append(f"{key} {good:g}/{total} ({good / total:.0%})")
+        log(f"concordant pairs within settings, {name}: " + ", ".join(cells))
+    lc = [math.log(r["cost"]) for r in rows]
     le = [math.log(max(r["evals"], 1e-9)) for r in rows]
-    print(f"Pearson of log(cost) vs log(evaluations): {pearson(lc, le):+.3f}")
+    log(f"Pearson correlation of log(cost) and log(evaluations): {pearson(lc, le):+.3f}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="short streams")
+    ap.add_argument("--windows", type=float, help="stream length in windows (default 100; 8 "
+                    "with --quick)")
+    args = ap.parse_args(argv)
+    windows = args.windows or (8.0 if args.quick else 100.0)
+    print(f"raycep cost-model validity benchmark{' (--quick)' if args.quick else ''}")
+    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores; "
+          f"one process; cyclic GC off in the timed loops")
+    print(f"streams: {windows * WINDOW:g} s of event time ({windows:g} windows of {WINDOW:g} s) "
+          f"per rate setting; k uniform over {KEYS} values (x.k = y.k: selectivity "
+          f"{1 / KEYS:g}; seq3-sel: 1000 values), v ~ U(0,100) (x.v < y.v: 0.5)")
+    t_all = time.perf_counter()
+    rows = collect(windows)
+    report(rows)
+    ok = all(r["same"] for r in rows)
     print(f"matches: {'equal across the orders of every setting' if ok else 'DIFFER'}")
     print(f"total wall time {time.perf_counter() - t_all:.0f} s")
     return 0 if ok else 1

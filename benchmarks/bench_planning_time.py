@@ -148,9 +148,9 @@ def main(argv=None) -> int:
             free = statistics.median(r["free"])
             print(f"{n:>4}{free:>5g}{ms(statistics.median(r['build'])):>9}" +
                   "".join(f"{ms(statistics.median(r['time'][a])):>11}" for a in algs))
-        print(f"--- {shape}: estimated cost relative to DP-LD, geometric mean / worst over the "
+        print(f"--- {shape}: estimated cost relative to DP-LD, geometric mean/worst over the "
               f"patterns")
-        print(f"{'vars':>4}" + "".join(f"{a:>18}" for a in algs if a != "DP-LD"))
+        print(f"{'vars':>4}" + "".join(f" {a:>17}" for a in algs if a != "DP-LD"))
         for n, r in rows:
             cells = []
             for a in algs:
@@ -161,8 +161,8 @@ def main(argv=None) -> int:
                 flag = ""
                 if min(ratios) < 1 - TOL and max(r["free"]) <= DP_MAX_VARS:
                     flag, ok = "!", False
-                cells.append(f"{geomean(ratios):.3g} / {max(ratios):.3g}{flag}")
-            print(f"{n:>4}" + "".join(f"{c:>18}" for c in cells))
+                cells.append(f"{geomean(ratios):.3g}/{max(ratios):.3g}{flag}")
+            print(f"{n:>4}" + "".join(f" {c:>17}" for c in cells))
     print("\n=== all shapes and sizes: cost relative to DP-LD")
     for a, ratios in summary.items():
         opt = sum(1 for x in ratios if x <= 1 + TOL)

@@ -53,12 +53,17 @@ class RateTracker:
 
 
 class SelectivityTracker:
-    """Selectivity of each conjunct of a compiled query, from its tested/passed counters since
-    the previous ``sample()`` (at least ``min_tested`` evaluations, else the last estimate)."""
+    """Selectivity of each conjunct of a compiled query from its tested/passed counters.
 
-    def __init__(self, cq, min_tested: int = 50):
+    Each ``sample()`` takes the evaluations since the previous one (at least ``min_tested``,
+    else the last estimate stays), Laplace-smoothed ``(passed + 1) / (tested + 2)`` so a short
+    run of failures never reads as selectivity 0 (which would zero every cost term with the
+    conjunct), and averaged with the previous estimate (weight ``1 - smoothing``)."""
+
+    def __init__(self, cq, min_tested: int = 50, smoothing: float = 0.5):
         self.cq = cq
         self.min_tested = min_tested
+        self.smoothing = smoothing
         self._last = [(c.tested, c.passed) for c in cq.conjuncts]
         self.estimates: dict = {}
 
@@ -68,7 +73,10 @@ class SelectivityTracker:
             t0, p0 = self._last[k]
             dt, dp = c.tested - t0, c.passed - p0
             if dt >= self.min_tested:
-                self.estimates[k] = dp / dt
+                new = (dp + 1) / (dt + 2)
+                old = self.estimates.get(k)
+                self.estimates[k] = new if old is None else \
+                    self.smoothing * old + (1 - self.smoothing) * new
                 self._last[k] = (c.tested, c.passed)
         return dict(self.estimates)
 
