@@ -216,3 +216,43 @@ def walk_expr(expr):
             yield from walk_expr(item)
     elif isinstance(expr, BoolNot):
         yield from walk_expr(expr.item)
+
+
+def expr_text(expr) -> str:
+    """Query-language text of an expression (for messages and statistics)."""
+    def index(var, idx):
+        if idx is None:
+            return var
+        if idx.base == "i":
+            return f"{var}[i{idx.offset:+d}]" if idx.offset else f"{var}[i]"
+        if idx.base == "first":
+            return f"{var}[{idx.offset + 1}]"
+        return f"{var}[{var}.LEN{idx.offset:+d}]" if idx.offset else f"{var}[{var}.LEN]"
+
+    def text(e) -> str:
+        if isinstance(e, Literal):
+            return repr(e.value) if isinstance(e.value, str) else str(e.value).lower() \
+                if isinstance(e.value, bool) else str(e.value)
+        if isinstance(e, Param):
+            return e.name
+        if isinstance(e, Attr):
+            return f"{index(e.var, e.index)}.{e.attr}"
+        if isinstance(e, Len):
+            return f"{e.var}.LEN"
+        if isinstance(e, Aggregate):
+            target = e.var if e.upto is None else f"{e.var}[..{index('', e.upto)[1:-1]}]"
+            return f"{e.func}({target}{'.' + e.attr if e.attr else ''})"
+        if isinstance(e, BinOp):
+            return f"({text(e.left)} {e.op} {text(e.right)})"
+        if isinstance(e, Neg):
+            return f"-{text(e.operand)}"
+        if isinstance(e, Compare):
+            return f"{text(e.left)} {e.op} {text(e.right)}"
+        if isinstance(e, BoolAnd):
+            return "(" + " AND ".join(text(i) for i in e.items) + ")"
+        if isinstance(e, BoolOr):
+            return "(" + " OR ".join(text(i) for i in e.items) + ")"
+        if isinstance(e, BoolNot):
+            return f"NOT {text(e.item)}"
+        return type(e).__name__
+    return text(expr)

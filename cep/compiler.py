@@ -50,6 +50,7 @@ class Conjunct:
     tested: int = 0
     passed: int = 0
     failed: int = 0
+    last_error: str = ""          # why the latest failed evaluation failed
 
     def check(self, env) -> bool:
         """All instances (every valid ``i`` for an element-wise conjunct) hold."""
@@ -60,8 +61,9 @@ class Conjunct:
             else:
                 fn = self.fn
                 ok = all(fn(env, p) for p in range(self.p_min, len(env[self.kleene_i])))
-        except EvalFailure:
+        except EvalFailure as exc:
             self.failed += 1
+            self.last_error = str(exc)
             return False
         if ok:
             self.passed += 1
@@ -74,8 +76,9 @@ class Conjunct:
         self.tested += 1
         try:
             ok = self.fn(env, p)
-        except EvalFailure:
+        except EvalFailure as exc:
             self.failed += 1
+            self.last_error = str(exc)
             return False
         if ok:
             self.passed += 1
@@ -258,11 +261,7 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
                     and not (set(max_first) | set_level) & i_vars,
                     separable=separable(expr, kleene, variables, params, text)
                     if not i_vars else {},
-                    text=_describe(expr))
-
-
-def _describe(expr) -> str:
-    return type(expr).__name__ if not hasattr(expr, "op") else f"{type(expr).__name__}({expr.op})"
+                    text=ast.expr_text(expr))
 
 
 def _dnf(node) -> list:

@@ -334,27 +334,23 @@ class Evaluation:
                          and (op(x, value) or None) for e in cands]
                 cands = list(compress(cands, flags))
                 c.passed += len(cands)
-                c.failed += flags.count(False)
+                fails = flags.count(False)
+                if fails:
+                    c.failed += fails
+                    c.last_error = f"attribute {attr!r} missing or not comparable with {value!r}"
                 continue
             out, failed = [], 0
             for e in cands:
-                if attr is not None:
-                    try:
-                        x = e.attrs[attr]
-                    except KeyError:
-                        try:
-                            x = event_attr(e, attr)
-                        except EvalFailure:
-                            failed += 1
-                            continue
-                else:
-                    try:
-                        x = getter(e)
-                    except EvalFailure:
-                        failed += 1
-                        continue
+                try:
+                    x = (e.attrs[attr] if attr in e.attrs else event_attr(e, attr)) \
+                        if attr is not None else getter(e)
+                except EvalFailure as exc:
+                    failed += 1
+                    c.last_error = str(exc)
+                    continue
                 if (x.__class__ is not vc or vc is bool) and kinds_clash(x, value, ordering):
                     failed += 1
+                    c.last_error = f"cannot compare {x!r} with {value!r}"
                     continue
                 if op(x, value):
                     out.append(e)

@@ -207,7 +207,8 @@ class PatternManager:
             "pending": len(self._deferred) + len(self._slide),
             "plan": list(self.order) if self.order else None, "plan_version": self.version,
             "conjuncts": [{"text": c.text, "tested": c.tested, "passed": c.passed,
-                           "failed": c.failed} for c in self.cq.conjuncts],
+                           "failed": c.failed, "last_error": c.last_error}
+                          for c in self.cq.conjuncts],
         }
 
     def snapshot(self) -> dict:

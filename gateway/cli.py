@@ -152,6 +152,12 @@ def run_local(args) -> int:
     n_matches = sum(counts.values())
     for name, count in counts.items():
         _err(f"query {name}: {count} matches")
+    for name, qstats in engine.engine.stats()["queries"].items():
+        for c in qstats["conjuncts"]:
+            if c["failed"]:
+                _err(f"warning: query {name}: condition `{c['text']}` could not be evaluated "
+                     f"{c['failed']} times out of {c['tested']} (counted as false): "
+                     f"{c['last_error']}")
     summary = {
         "events": n_events,
         "matches": n_matches,

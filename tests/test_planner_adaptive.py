@@ -173,3 +173,12 @@ def test_cli_planner_and_order_flags(tmp_path, capsys):
     assert main(["local", "-q", SEQ3, "-e", str(path), "--planner", "NOPE"]) == 2
     assert main(["local", "-q", SEQ3, "-e", str(path), "--order", "zz=a,b,c"]) == 2
     assert "unknown query 'zz'" in capsys.readouterr().err
+
+
+def test_cli_warns_about_conditions_that_cannot_be_evaluated(tmp_path, capsys):
+    path = tmp_path / "ev.csv"
+    path.write_text("type,ts,x\nA,1,1\nB,2,5\nA,3,2\nB,4,6\n")
+    query = "PATTERN SEQ(A a, B b) WHERE a.x < b.x AND a.typo > 0 WITHIN 10 seconds"
+    assert main(["local", "-q", query, "-e", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "condition `a.typo > 0` could not be evaluated" in err and "'typo'" in err
