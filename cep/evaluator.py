@@ -571,8 +571,7 @@ class Evaluation:
         env.pop(name, None)
         if self.cap is not None and self.found + len(cands) >= self.cap:
             cands = cands[:self.cap - self.found]
-        query, order = self.query, self.order
-        self.results.extend([Match(query, {**env, name: ev}, order) for ev in cands])
+        self.results.extend(Match.batch(self.query, env.copy(), name, cands, self.order))
         self.found += len(cands)
         if self.cap is not None and self.found >= self.cap:
             raise TooManyMatches()

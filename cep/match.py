@@ -1,26 +1,57 @@
 """A match: the events bound to each variable of a query."""
 from __future__ import annotations
 
+from operator import itemgetter
+
 from cep.event import Event
 
+_new = tuple.__new__
 
-class Match:
-    """``bindings`` maps a variable name to an Event, or to a tuple of Events for a Kleene
-    variable. Negated variables never appear."""
 
-    __slots__ = ("query", "bindings", "order", "_key")
+class Match(tuple):
+    """An immutable record of one match.
 
-    def __init__(self, query: str, bindings: dict, order: tuple | None = None):
-        self.query = query
-        self.bindings = bindings
-        self.order = order          # the query's variable order, for output
-        self._key = None
+    ``bindings`` maps a variable name to an Event, or to a tuple of Events for a Kleene
+    variable; negated variables never appear. ``order`` is the query's variable order (for
+    output). The evaluator creates many matches that share all bindings but the last variable:
+    those store the shared part once and the last binding apart (``Match.extend``), and
+    ``bindings`` joins them when read.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, query: str, bindings: dict, order: tuple | None = None):
+        return _new(cls, (query, bindings, None, None, order))
+
+    @staticmethod
+    def extend(query: str, base: dict, name: str, event, order: tuple | None) -> "Match":
+        """The match ``base`` plus ``name = event`` (``base`` must not change afterwards)."""
+        return _new(Match, (query, base, name, event, order))
+
+    @staticmethod
+    def batch(query: str, base: dict, name: str, events, order: tuple | None) -> list:
+        """``[Match.extend(query, base, name, e, order) for e in events]``, without a call per
+        match."""
+        return [_new(Match, (query, base, name, e, order)) for e in events]
+
+    query = property(itemgetter(0))
+    order = property(itemgetter(4))
+
+    @property
+    def bindings(self) -> dict:
+        _, base, name, event, _ = self
+        if name is None:
+            return base
+        out = dict(base)
+        out[name] = event
+        return out
+
+    def __getnewargs__(self):
+        return (self.query, self.bindings, self.order)
 
     def key(self) -> frozenset:
         """Canonical identity: {(var, id) or (var, (id, ...))}; equal for equal matches."""
-        if self._key is None:
-            self._key = match_key(self.bindings)
-        return self._key
+        return match_key(self.bindings)
 
     @property
     def first_ts(self) -> float:
@@ -49,6 +80,9 @@ class Match:
 
     def __eq__(self, other):
         return isinstance(other, Match) and self.query == other.query and self.key() == other.key()
+
+    def __ne__(self, other):
+        return not self == other
 
     def __hash__(self):
         return hash((self.query, self.key()))
