@@ -54,7 +54,8 @@ def test_local_writes_matches_and_summary(capsys, tmp_path, events_csv):
     summary = json.loads(lines[-1])
     assert set(summary) == SUMMARY_KEYS
     assert summary["events"] == 4 and summary["matches"] == 2
-    assert summary["seconds"] >= 0 and summary["peak_rss_mb"] > 1
+    wall, rss = summary["seconds"], summary["peak_rss_mb"]     # reported, not judged
+    assert isinstance(wall, float) and rss > 1
     assert len(lines) == 1                          # matches went to the file
     assert "Traceback" not in err
 

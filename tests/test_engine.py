@@ -106,7 +106,7 @@ def test_and_with_negation_and_or_branches():
     eng2 = Engine()
     eng2.add_query("PATTERN AND(A a, B b, ~C c) WITHIN 5 seconds", name="and")
     assert run(eng2, [Event("B", 1, {}), Event("A", 2.5, {}), Event("C", 4, {})]) == []
-    assert run(Engine_with("PATTERN AND(A a, B b, ~C c) WITHIN 5 seconds"),
+    assert run(Engine_with("PATTERN AND(A a, B b, ~C c) WITHIN 5 s"),
                [Event("B", 1, {}), Event("A", 2, {}), Event("C", 5.5, {})]) == []
 
 

@@ -9,7 +9,12 @@ from cep.parser import parse_query
 from cep.validate import conjuncts
 
 
-def window_seconds(duration):
+def unit_of(duration):
+    """Seconds per unit of a WITHIN/SLIDE clause."""
+    return duration.unit_seconds
+
+
+def window_length(duration):
     return duration.amount.value * duration.unit_seconds
 
 
@@ -51,8 +56,8 @@ def test_sase_query1_negation_and_comment():
                         ("Exit", "c", False, False)]
     assert isinstance(q.pattern, Seq)
     assert q.strategy == "skip_till_next_match"
-    assert window_seconds(q.within) == 12 * 3600
-    assert q.within.unit_seconds == 3600.0
+    assert window_length(q.within) == 12 * 3600
+    assert unit_of(q.within) == 3600.0
     # the comment "equivalently, [tag_id]" is a comment, not an equivalence test
     assert q.equivalence == ()
     assert conjuncts(q.where) == [
@@ -66,7 +71,7 @@ def test_sase_query2_kleene_indices():
     q = parse_query(SASE_Q2)
     assert flags(q) == [("Alert", "a", False, False), ("Shipment", "b", True, False)]
     assert q.strategy == "skip_till_any_match"
-    assert window_seconds(q.within) == 3 * 3600
+    assert window_length(q.within) == 3 * 3600
     assert conjuncts(q.where) == [
         Compare("=", Attr("a", "type"), Literal("contaminated")),
         Compare("=", Attr("b", "from", KIndex("first", 0)), Attr("a", "site")),
@@ -79,7 +84,7 @@ def test_sase_query3_equivalence_aggregate_percent():
     assert flags(q) == [("Stock", "a", True, False), ("Stock", "b", False, False)]
     assert q.strategy == "skip_till_next_match"
     assert q.equivalence == ("symbol",)
-    assert window_seconds(q.within) == 3600
+    assert window_length(q.within) == 3600
     c1, c2, c3 = conjuncts(q.where)
     assert c1 == Compare(">", Attr("a", "volume", KIndex("first", 0)), Literal(1000))
     assert c2 == Compare(">", Attr("a", "price", KIndex("i", 0)),
@@ -106,9 +111,9 @@ def test_rcep_query1_untyped_leaves_next_first_slide():
     assert flags(q) == [(None, "a", False, False), (None, "b", True, False),
                         (None, "c", False, False)]
     assert q.equivalence == ("companyID",)
-    assert window_seconds(q.within) == 1800
-    assert q.within.unit_seconds == 60.0
-    assert window_seconds(q.slide) == 120
+    assert window_length(q.within) == 1800
+    assert unit_of(q.within) == 60.0
+    assert window_length(q.slide) == 120
     assert q.strategy == "skip_till_any_match"
     assert conjuncts(q.where) == [
         Compare("<", Attr("a", "price"), Attr("b", "price")),
@@ -153,7 +158,7 @@ LIME_EXAMPLE = "PATTERN SEQ(A, B+, C) WITHIN 10 secs"
 def test_limecep_query1_bang_negation_next_index():
     q = parse_query(LIME_Q1)
     assert flags(q) == [("ROOM", "a", False, True), ("STEPS", "b", True, False)]
-    assert window_seconds(q.within) == 600
+    assert window_length(q.within) == 600
     assert q.where == Compare(">", Attr("b", "value", KIndex("i", 1)),
                               Attr("b", "value", KIndex("i", 0)))
 
@@ -161,7 +166,7 @@ def test_limecep_query1_bang_negation_next_index():
 def test_limecep_query2_double_equals_true():
     q = parse_query(LIME_Q2)
     assert flags(q) == [("HR", "a", True, False), ("SWEAT", "b", False, False)]
-    assert window_seconds(q.within) == 300
+    assert window_length(q.within) == 300
     assert conjuncts(q.where) == [
         Compare("<", Attr("a", "value", KIndex("i", 0)), Attr("a", "value", KIndex("i", 1))),
         Compare("=", Attr("b", "levelIncreased"), Literal(True)),
@@ -173,7 +178,7 @@ def test_limecep_query3_parameters():
     q = parse_query(LIME_Q3)
     assert [v.name for v in event_vars(q.pattern)] == ["a", "b", "c"]
     assert event_vars(q.pattern)[1].kleene
-    assert window_seconds(q.within) == 30
+    assert window_length(q.within) == 30
     c1, c2, c3 = conjuncts(q.where)
     assert c1 == Compare(">", Attr("a", "percentage"), Param("thresholdGas"))
     assert c2 == Compare(">", Attr("b", "temperature", KIndex("i", 1)),
@@ -191,7 +196,7 @@ def test_limecep_evaluation_queries():
     ex = parse_query(LIME_EXAMPLE)
     assert flags(ex) == [(None, "A", False, False), (None, "B", True, False),
                          (None, "C", False, False)]
-    assert window_seconds(ex.within) == 10
+    assert window_length(ex.within) == 10
 
 
 # --------------------------------------------------------------------------- VLDB 2018 (seed 001)
@@ -212,7 +217,7 @@ VLDB_CONJUNCTION = ("PATTERN AND(MSFTStock m, GOOGStock g, INTCStock i)WHERE "
 def test_vldb_four_cameras_chained_equality():
     q = parse_query(VLDB_FOUR_CAMERAS)
     assert [v.type for v in event_vars(q.pattern)] == ["A", "B", "C", "D"]
-    assert q.within.amount == Param("W") and q.within.unit_seconds == 1.0
+    assert q.within.amount == Param("W") and unit_of(q.within) == 1.0
     assert isinstance(q.where, BoolAnd)
     assert q.where.items == (
         Compare("=", Attr("a", "vehicleID"), Attr("b", "vehicleID")),
@@ -232,4 +237,4 @@ def test_vldb_conjunction_with_variable_named_i():
     assert q.pattern.children == (EventVar("MSFTStock", "m"), EventVar("GOOGStock", "g"),
                                   EventVar("INTCStock", "i"))
     assert q.where == Compare("<", Attr("m", "difference"), Attr("g", "difference"))
-    assert window_seconds(q.within) == 1200
+    assert window_length(q.within) == 1200

@@ -298,7 +298,8 @@ def test_keywords_case_insensitive():
     q = parse_query("pattern seq(Stock s, Stock t) where s.price < t.price AND not s.x "
                     "within 5 Minutes slide 1 MINUTE strategy SKIP_TILL_NEXT_MATCH")
     assert q.strategy == "skip_till_next_match"
-    assert isinstance(q.where, BoolAnd) and q.within.unit_seconds == 60.0
+    unit = q.within.unit_seconds
+    assert isinstance(q.where, BoolAnd) and unit == 60.0
 
 
 def test_strategy_forms():
@@ -512,7 +513,7 @@ def _relayout(text, data):
 
 
 def test_layout_and_keyword_case_do_not_change_the_ast():
-    hypothesis = pytest.importorskip("hypothesis")
+    import hypothesis
     st = hypothesis.strategies
 
     @hypothesis.settings(max_examples=60, deadline=None)

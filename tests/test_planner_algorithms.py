@@ -222,15 +222,15 @@ def test_fixed_and_free_variables():
     def fixed(text, executed=True):
         p = problem_from_query(compile_query(text), executed=executed)
         return p.fixed, p.free
-    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds") == (("c",), ("a", "b"))
-    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 seconds", executed=False) == \
+    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 s") == (("c",), ("a", "b"))
+    assert fixed("PATTERN SEQ(A a, B b, C c) WITHIN 1 s", executed=False) == \
         ((), ("a", "b", "c"))
     # several triggers: each is ordered in the others' evaluations, so all are searched
-    assert fixed("PATTERN AND(A a, B b, C c) WITHIN 1 seconds") == ((), ("a", "b", "c"))
-    assert fixed("PATTERN SEQ(A a, AND(B b, C c)) WITHIN 1 seconds") == ((), ("a", "b", "c"))
-    assert fixed("PATTERN SEQ(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 seconds") == \
+    assert fixed("PATTERN AND(A a, B b, C c) WITHIN 1 s") == ((), ("a", "b", "c"))
+    assert fixed("PATTERN SEQ(A a, AND(B b, C c)) WITHIN 1 s") == ((), ("a", "b", "c"))
+    assert fixed("PATTERN SEQ(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 s") == \
         (("b", "d"), ("a", "c"))
-    assert fixed("PATTERN AND(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 seconds") == \
+    assert fixed("PATTERN AND(A a, OR(B b, SEQ(C c, D d))) WITHIN 1 s") == \
         ((), ("a", "b", "c", "d"))
 
 
@@ -257,7 +257,7 @@ def test_cost_based_plan_binds_the_selective_pair_first():
 def test_make_plan_plans_what_runs_and_keeps_the_raw_model_on_request():
     # the raw model picks (a, c, b), which the engine runs as (c, a, b): 10 + 5 + 1/6; the
     # executed model picks (c, b, a): 10 + 0.5 + 1/6 (tests/test_planner_cost.py)
-    cq = compile_query("PATTERN SEQ(A a, B b, C c) WHERE b.x = c.x WITHIN 1 seconds")
+    cq = compile_query("PATTERN SEQ(A a, B b, C c) WHERE b.x = c.x WITHIN 1 s")
     stats = {"rates": {"A": 1.0, "B": 10.0, "C": 10.0}, "selectivities": {0: 0.01}}
     ex = problem_from_query(cq, stats["rates"], stats["selectivities"])
     for algorithm in ALGORITHMS:
