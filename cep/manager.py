@@ -38,6 +38,7 @@ class PatternManager:
         self.cq = cq
         self.index = index
         self.settings = settings
+        self._steps: dict = {}           # (branch, trigger var, order) -> join steps
         self.order = None
         self.version = 0
         self.set_order(order)
@@ -50,7 +51,6 @@ class PatternManager:
         self._any_triggers = self._triggers.pop(None, [])
         #: event types that can complete a match (None in the set: every type)
         self.trigger_types = frozenset(self._triggers) | ({None} if self._any_triggers else set())
-        self._steps: dict = {}
         self._var_order = tuple(cq.variables)
         self._deferred: list = []        # heap of (deadline, seq, branch_no, env, trigger)
         self._slide: list = []           # triggers waiting for their slide boundary
@@ -73,8 +73,7 @@ class PatternManager:
                     f"variable exactly once: {sorted(names)}")
         self.order = order
         self.version = self.version + 1 if version is None else version
-        if hasattr(self, "_steps"):
-            self._steps.clear()
+        self._steps.clear()
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
