@@ -1,1 +1,9 @@
-"""raycep actors package (built in a later issue)."""
+"""raycep actors: partition workers (one shared index + many pattern managers) and routing.
+
+Importing this package does not import ray; ``partition_actor()`` does.
+"""
+from actors.partition import PartitionWorker, match_id, match_record, partition_actor
+from actors.routing import GLOBAL_PARTITION, event_key, partition_of, split_by_partition
+
+__all__ = ["PartitionWorker", "partition_actor", "match_id", "match_record",
+           "GLOBAL_PARTITION", "event_key", "partition_of", "split_by_partition"]

@@ -1,0 +1,156 @@
+"""PartitionWorker: one partition of the cluster (DESIGN.md "Data flow"): one cep Engine, i.e.
+one shared event index and one pattern manager per registered query, fed by msgpack batches.
+
+A plain class, tested in-process; ``partition_actor()`` wraps it as the Ray actor (the only
+place ray is imported). The planner pushes plans with ``set_plan(query, order, version)`` and
+reads ``report()`` (the arguments of ``PlannerService.report``).
+
+Delivery is at-least-once and idempotent: a batch whose ``(source, batch_id)`` was seen among
+the last ``remember_batches`` batches is acknowledged (``"redelivered": True``) and not
+processed again; events are also deduplicated by id in the index, so a redelivered batch that
+was forgotten still yields no duplicate matches for events that are still buffered. Each
+match carries a stable ``id`` (a hash of the query name and the bound event ids), so a reader
+can de-duplicate matches that reach it twice.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+import msgpack
+
+from cep.codec import decode_batch
+from cep.engine import Engine
+from cep.errors import PlanningError
+from cep.match import Match
+from planner.stats import RateTracker
+
+
+def match_id(match: Match) -> str:
+    """A stable id of a match: blake2b of the query name and its bindings (var -> event ids)."""
+    items = sorted(match.key(), key=lambda item: item[0])
+    body = msgpack.packb([match.query, [[v, list(i) if isinstance(i, tuple) else i]
+                                        for v, i in items]], use_bin_type=True)
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+def match_record(match: Match) -> dict:
+    """``match.to_dict()`` plus its ``id``."""
+    out = match.to_dict()
+    out["id"] = match_id(match)
+    return out
+
+
+class PartitionWorker:
+    def __init__(self, partition: str = "p0", key_attr: str | None = None, settings=None,
+                 rate_horizon: float = 60.0, remember_batches: int = 10_000):
+        self.partition = partition
+        self.engine = Engine(key_attr, settings)
+        self.rates = RateTracker(rate_horizon)
+        self.remember_batches = remember_batches
+        self._recent: OrderedDict = OrderedDict()   # (source, batch_id) -> None, oldest first
+        self._reported: dict = {}                   # query -> [(tested, passed)] at last report
+        self.batches = 0
+        self.redelivered = 0
+        self.bad_rows = 0
+
+    # ---------------------------------------------------------------- queries
+    def add_query(self, name: str, text, params: dict | None = None,
+                  order: tuple | None = None) -> str:
+        """Register a query (text or Query AST) under ``name``; it sees the events that arrive
+        from now on (and those still buffered in the index)."""
+        name = self.engine.add_query(text, name=name, params=params, order=order)
+        self._reported[name] = [(c.tested, c.passed)
+                                for c in self.engine.managers[name].cq.conjuncts]
+        return name
+
+    def remove_query(self, name: str):
+        """Unregister a query; its pending matches are dropped, the other queries are untouched."""
+        self.engine.remove_query(name)
+        self._reported.pop(name, None)
+
+    def queries(self) -> list:
+        return list(self.engine.managers)
+
+    def set_plan(self, query: str, order, version: int | None = None) -> bool:
+        """Install a plan (an order of the positive variables, None: Tree-NFA) between two
+        batches. A plan older than the current version is ignored (returns False)."""
+        manager = self.engine.managers.get(query)
+        if manager is None:
+            raise PlanningError(f"partition {self.partition}: no query named {query!r} "
+                                f"is registered")
+        if version is not None and version < manager.version:
+            return False
+        manager.set_order(tuple(order) if order is not None else None, version)
+        return True
+
+    # ---------------------------------------------------------------- input
+    def ingest(self, batch: bytes) -> dict:
+        """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
+        changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
+
+        Returns ``{"batch_id", "events", "duplicates", "bad_rows", "matches", "redelivered"}``.
+        """
+        decoded, problems = decode_batch(batch, errors="collect")
+        ident = (decoded.source, decoded.batch_id)
+        if ident in self._recent:
+            self.redelivered += 1
+            return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0,
+                    "bad_rows": [], "matches": [], "redelivered": True}
+        engine = self.engine
+        dup0 = engine.index.duplicates
+        matches: list = []
+        for ev in decoded.events:
+            self.rates.observe(ev.type, ev.ts)
+            matches.extend(engine.process(ev))
+        self._recent[ident] = None
+        if len(self._recent) > self.remember_batches:
+            self._recent.popitem(last=False)
+        self.batches += 1
+        self.bad_rows += len(problems)
+        return {"batch_id": decoded.batch_id, "events": len(decoded.events),
+                "duplicates": engine.index.duplicates - dup0,
+                "bad_rows": [str(p) for p in problems],
+                "matches": [match_record(m) for m in matches], "redelivered": False}
+
+    def advance(self, watermark: float) -> list:
+        """No event with ``ts <= watermark`` will arrive any more: the deferred matches whose
+        window closed (as match records with ids)."""
+        return [match_record(m) for m in self.engine.advance(watermark)]
+
+    # ---------------------------------------------------------------- state
+    def stats(self) -> dict:
+        out = self.engine.stats()
+        out.update(partition=self.partition, batches=self.batches,
+                   redelivered_batches=self.redelivered, bad_rows=self.bad_rows,
+                   plans={name: {"order": list(m.order) if m.order else None,
+                                 "version": m.version}
+                          for name, m in self.engine.managers.items()})
+        return out
+
+    def report(self) -> dict:
+        """Per query, the statistics since the previous report, as PlannerService.report takes
+        them: ``{query: {"rates", "tested", "passed", "keys"}}`` (use
+        ``service.report(worker.partition, query, **entry)``). Rates are events/s of event
+        time of the query's types; tested/passed are per conjunct index."""
+        rates = self.rates.rates()
+        out = {}
+        for name, m in self.engine.managers.items():
+            types = m.cq.types
+            q_rates = dict(rates) if None in types else \
+                {t: r for t, r in rates.items() if t in types}
+            last = self._reported.get(name) or [(0, 0)] * len(m.cq.conjuncts)
+            now = [(c.tested, c.passed) for c in m.cq.conjuncts]
+            tested = {k: t - last[k][0] for k, (t, _) in enumerate(now)}
+            passed = {k: p - last[k][1] for k, (_, p) in enumerate(now)}
+            self._reported[name] = now
+            keys = self.engine.index.partitions() if m.partitioned else 1
+            out[name] = {"rates": q_rates, "tested": tested, "passed": passed,
+                         "keys": max(1, keys)}
+        return out
+
+
+def partition_actor(**options):
+    """The Ray actor class of PartitionWorker (``partition_actor().remote("p0", key_attr)``)."""
+    import ray
+    return ray.remote(**options)(PartitionWorker) if options else ray.remote(PartitionWorker)

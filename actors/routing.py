@@ -1,0 +1,69 @@
+"""Routing: which partition actor receives an event. One function, used by every producer
+(gateway, Spark jobs, tests) alike, so an event key always lands on the same actor.
+
+The hash is blake2b of a canonical msgpack encoding of the key, not Python's ``hash()``,
+which is salted per process (PYTHONHASHSEED) and would send a key to different actors from
+different producers. Integral floats are encoded as integers (``3.0`` routes like ``3``, as the
+equivalence test ``[k]`` treats them alike); strings and integers otherwise never collide by
+construction (``"3"`` and ``3`` are different keys).
+
+Events without a partition key go to the designated global partition ``GLOBAL_PARTITION``
+(0). A query without a key equivalence (no ``[key]`` test) sees only the events of the actor it
+runs on, so for such a query producers must route the events of its types to the global
+partition as well; that actor then carries the whole stream of those types (the cost of a
+global query: no parallelism for it).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import msgpack
+
+from cep.errors import IngestError
+
+#: the partition that receives events without a key (and runs the global queries)
+GLOBAL_PARTITION = 0
+
+
+def _canonical(key):
+    if isinstance(key, float) and key.is_integer():
+        return int(key)
+    if isinstance(key, (list, tuple)):
+        return [_canonical(k) for k in key]
+    return key
+
+
+def partition_of(key, n_partitions: int) -> int:
+    """The partition index (0 .. n_partitions-1) of ``key``; stable across processes, hosts and
+    Python runs. ``None`` (no key) maps to GLOBAL_PARTITION."""
+    if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 1:
+        raise ValueError(f"n_partitions must be a positive integer, got {n_partitions!r}")
+    if key is None:
+        return GLOBAL_PARTITION
+    try:
+        body = msgpack.packb(_canonical(key), use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        raise IngestError(f"partition key {key!r} ({type(key).__name__}) cannot be encoded; "
+                          f"use a string, number, boolean or a list of those",
+                          field="key") from None
+    digest = hashlib.blake2b(body, digest_size=8).digest()
+    return int.from_bytes(digest, "big") % n_partitions
+
+
+def event_key(event, key_attr: str | None = None):
+    """The routing key of ``event``: its ``key``, or its ``key_attr`` attribute when given."""
+    if key_attr is None:
+        return event.key
+    return event.attrs.get(key_attr)
+
+
+def split_by_partition(events, n: int, key_attr: str | None = None) -> dict:
+    """Group ``events`` by partition index, keeping their order within each group.
+
+    The key is ``event.key`` (or the attribute ``key_attr`` when given); events without one go
+    to GLOBAL_PARTITION. Only non-empty groups appear in the result.
+    """
+    out: dict = {}
+    for ev in events:
+        out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
+    return out

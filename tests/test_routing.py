@@ -1,0 +1,70 @@
+"""actors.routing: one stable hash of the partition key, shared by every producer."""
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from actors.routing import GLOBAL_PARTITION, partition_of, split_by_partition
+from cep import Event
+from cep.errors import IngestError
+
+# fixed values: a change here re-routes every deployed key, so it must be deliberate
+EXPECTED = [("AAPL", 4, 1), ("MSFT", 4, 2), ("IBM", 7, 2), ("", 4, 0), (0, 7, 1), (1, 7, 5),
+            (42, 4, 2), ([1, "a"], 7, 6)]
+
+
+@pytest.mark.parametrize("key,n,expected", EXPECTED)
+def test_fixed_values(key, n, expected):
+    assert partition_of(key, n) == expected
+
+
+def test_stable_across_processes_and_hash_seeds():
+    code = ("from actors.routing import partition_of; "
+            "print([partition_of(k, 7) for k in ['AAPL', 'MSFT', 'IBM', 0, 1, 42]])")
+    outs = set()
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                text=True, check=True).stdout)
+    assert len(outs) == 1
+    assert outs.pop().strip() == str([partition_of(k, 7) for k in
+                                      ["AAPL", "MSFT", "IBM", 0, 1, 42]])
+
+
+def test_same_key_same_partition():
+    for key in ["AAPL", "x" * 100, 7, -3, 2 ** 40]:
+        assert len({partition_of(key, 5) for _ in range(10)}) == 1
+    assert partition_of(3.0, 5) == partition_of(3, 5)      # [k] treats them alike
+
+
+def test_spread_over_partitions():
+    for n in (2, 4, 8):
+        counts = Counter(partition_of(f"key-{i}", n) for i in range(4000))
+        assert set(counts) == set(range(n))
+        assert min(counts.values()) > 0.8 * 4000 / n
+        counts = Counter(partition_of(i, n) for i in range(4000))
+        assert min(counts.values()) > 0.8 * 4000 / n
+
+
+def test_no_key_goes_to_the_global_partition_and_bad_arguments_are_clear():
+    assert partition_of(None, 4) == GLOBAL_PARTITION == 0
+    with pytest.raises(ValueError):
+        partition_of("a", 0)
+    with pytest.raises(IngestError):
+        partition_of(object(), 4)
+
+
+def test_split_by_partition_keeps_order_and_uses_key_or_attribute():
+    events = [Event("A", float(i), {"sym": f"s{i % 5}"}, key=(f"s{i % 5}" if i % 3 else None))
+              for i in range(60)]
+    groups = split_by_partition(events, 3)
+    assert sorted(e.ts for g in groups.values() for e in g) == [e.ts for e in events]
+    for p, group in groups.items():
+        assert [e.ts for e in group] == sorted(e.ts for e in group)
+        for e in group:
+            assert p == (GLOBAL_PARTITION if e.key is None else partition_of(e.key, 3))
+    by_attr = split_by_partition(events, 3, key_attr="sym")
+    for p, group in by_attr.items():
+        assert all(partition_of(e.attrs["sym"], 3) == p for e in group)
