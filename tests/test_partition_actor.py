@@ -154,7 +154,7 @@ def test_report_has_the_shape_planner_service_takes():
 
 @pytest.mark.ray
 def test_two_partition_actors_find_the_engine_matches():
-    ray = pytest.importorskip("ray")
+    import ray
     events = stream(600, seed=7, keys=6)
     queries = (("seq", SEQ3), ("pair", PAIR))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
