@@ -14,7 +14,7 @@ class Match(tuple):
     ``bindings`` maps a variable name to an Event, or to a tuple of Events for a Kleene
     variable; negated variables never appear. ``order`` is the query's variable order (for
     output). The evaluator creates many matches that share all bindings but the last variable:
-    those store the shared part once and the last binding apart (``Match.extend``), and
+    those store the shared part once and the last binding apart (``Match.batch``), and
     ``bindings`` joins them when read.
     """
 
@@ -24,14 +24,9 @@ class Match(tuple):
         return _new(cls, (query, bindings, None, None, order))
 
     @staticmethod
-    def extend(query: str, base: dict, name: str, event, order: tuple | None) -> "Match":
-        """The match ``base`` plus ``name = event`` (``base`` must not change afterwards)."""
-        return _new(Match, (query, base, name, event, order))
-
-    @staticmethod
     def batch(query: str, base: dict, name: str, events, order: tuple | None) -> list:
-        """``[Match.extend(query, base, name, e, order) for e in events]``, without a call per
-        match."""
+        """One match per event of ``events``: ``base`` (which must not change afterwards)
+        plus ``name = event``, built without a Python call per match."""
         return [_new(Match, (query, base, name, e, order)) for e in events]
 
     query = property(itemgetter(0))

@@ -77,15 +77,22 @@ def _priced(problem, order):
             yield br, order
 
 
+def _sum_prefixes(problem, order, which: int) -> float:
+    """Sum over the priced orders' prefixes of their window term (0: ``W^k * prod r``,
+    1: ``W * min r``) times the predicate factor."""
+    total = 0.0
+    for br, run in _priced(problem, order):
+        for terms in _prefixes(problem, br, run):
+            factor = terms[2]
+            total += terms[which] * factor if factor else 0.0
+    return total
+
+
 def cost_ord(problem, order) -> float:
     """Cost_ord (section 3.1, skip-till-any-match): expected number of partial matches,
     ``sum_k W^k * prod_{i<=k} r_{p_i} * prod_{i<=j<=k} sel_{p_i,p_j}`` (model: module doc),
     of the orders the execution model runs (executed mode: summed over triggers)."""
-    total = 0.0
-    for br, run in _priced(problem, order):
-        for prod_w, _, factor in _prefixes(problem, br, run):
-            total += prod_w * factor if factor else 0.0
-    return total
+    return _sum_prefixes(problem, order, 0)
 
 
 def cost_ord_next(problem, order) -> float:
@@ -97,11 +104,7 @@ def cost_ord_next(problem, order) -> float:
     matches cost_ord, which keeps the latency weight alpha comparable across strategies).
     Executed mode: summed over the triggers' orders, like cost_ord.
     """
-    total = 0.0
-    for br, run in _priced(problem, order):
-        for _, min_w, factor in _prefixes(problem, br, run):
-            total += min_w * factor if factor else 0.0
-    return total
+    return _sum_prefixes(problem, order, 1)
 
 
 def latency_cost(problem, order) -> float:
