@@ -11,11 +11,19 @@ processed again; events are also deduplicated by id in the index, so a redeliver
 was forgotten still yields no duplicate matches for events that are still buffered. Each
 match carries a stable ``id`` (a hash of the query name and the bound event ids), so a reader
 can de-duplicate matches that reach it twice.
+
+With ``outbox=True`` (how the cluster runs it) matches are not returned by ``ingest`` but kept
+in a bounded outbox that the gateway drains with ``drain(ack)``: a record stays until a later
+``drain`` acknowledges its sequence number, so a gateway that dies between two drains loses
+nothing (the next gateway receives the unacknowledged records again; match ids de-duplicate).
+Producers (the gateway's ``/events``, Spark jobs) then never handle matches themselves.
 """
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import logging
+from collections import OrderedDict, deque
+from itertools import islice
 
 import msgpack
 
@@ -24,6 +32,8 @@ from cep.engine import Engine
 from cep.errors import PlanningError
 from cep.match import Match
 from planner.stats import RateTracker
+
+log = logging.getLogger("raycep.actors")
 
 
 def match_id(match: Match) -> str:
@@ -43,7 +53,8 @@ def match_record(match: Match) -> dict:
 
 class PartitionWorker:
     def __init__(self, partition: str = "p0", key_attr: str | None = None, settings=None,
-                 rate_horizon: float = 60.0, remember_batches: int = 10_000):
+                 rate_horizon: float = 60.0, remember_batches: int = 10_000,
+                 outbox: bool = False, outbox_capacity: int = 100_000):
         self.partition = partition
         self.engine = Engine(key_attr, settings)
         self.rates = RateTracker(rate_horizon)
@@ -53,6 +64,10 @@ class PartitionWorker:
         self.batches = 0
         self.redelivered = 0
         self.bad_rows = 0
+        self.outbox = deque() if outbox else None    # (seq, record), oldest first
+        self.outbox_capacity = outbox_capacity
+        self.outbox_seq = 0
+        self.outbox_dropped = 0
 
     # ---------------------------------------------------------------- queries
     def add_query(self, name: str, text, params: dict | None = None,
@@ -89,14 +104,16 @@ class PartitionWorker:
         """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
 
-        Returns ``{"batch_id", "events", "duplicates", "bad_rows", "matches", "redelivered"}``.
+        Returns ``{"batch_id", "events", "duplicates", "bad_rows", "matches", "queued",
+        "redelivered"}``; with an outbox, ``matches`` is empty and ``queued`` counts the
+        matches put in the outbox.
         """
         decoded, problems = decode_batch(batch, errors="collect")
         ident = (decoded.source, decoded.batch_id)
         if ident in self._recent:
             self.redelivered += 1
             return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0,
-                    "bad_rows": [], "matches": [], "redelivered": True}
+                    "bad_rows": [], "matches": [], "queued": 0, "redelivered": True}
         engine = self.engine
         dup0 = engine.index.duplicates
         matches: list = []
@@ -108,25 +125,92 @@ class PartitionWorker:
             self._recent.popitem(last=False)
         self.batches += 1
         self.bad_rows += len(problems)
+        records = self._deliver([match_record(m) for m in matches])
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.index.duplicates - dup0,
                 "bad_rows": [str(p) for p in problems],
-                "matches": [match_record(m) for m in matches], "redelivered": False}
+                "matches": records, "queued": len(matches) - len(records),
+                "redelivered": False}
 
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more: the deferred matches whose
-        window closed (as match records with ids)."""
-        return [match_record(m) for m in self.engine.advance(watermark)]
+        window closed (as match records with ids; queued instead with an outbox)."""
+        return self._deliver([match_record(m) for m in self.engine.advance(watermark)])
+
+    # ---------------------------------------------------------------- outbox
+    def _deliver(self, records: list) -> list:
+        """Queue ``records`` in the outbox (returns []) or hand them back (no outbox)."""
+        if self.outbox is None:
+            return records
+        for rec in records:
+            self.outbox_seq += 1
+            self.outbox.append((self.outbox_seq, rec))
+        excess = len(self.outbox) - self.outbox_capacity
+        if excess > 0:
+            for _ in range(excess):
+                self.outbox.popleft()
+            if not self.outbox_dropped:
+                log.warning("partition %s: match outbox full (%d); dropping the oldest "
+                            "undelivered matches (is the gateway draining?)", self.partition,
+                            self.outbox_capacity)
+            self.outbox_dropped += excess
+        return []
+
+    def set_outbox(self, enabled: bool = True):
+        """Keep matches in the outbox for ``drain`` (the gateway does this when it attaches)."""
+        if enabled and self.outbox is None:
+            self.outbox = deque()
+        elif not enabled and self.outbox is not None and not self.outbox:
+            self.outbox = None
+
+    def drain(self, ack: int = 0, limit: int = 10_000) -> dict:
+        """Forget the outbox records up to sequence number ``ack`` (delivered) and return the
+        next ones: ``{"records": [...], "last": seq of the last returned (or ack),
+        "pending": how many remain after those}``."""
+        box = self.outbox
+        if box is None:
+            return {"records": [], "last": ack, "pending": 0}
+        while box and box[0][0] <= ack:
+            box.popleft()
+        out = [rec for _, rec in islice(box, limit)]
+        last = box[len(out) - 1][0] if out else ack
+        return {"records": out, "last": last, "pending": len(box) - len(out)}
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
         out = self.engine.stats()
         out.update(partition=self.partition, batches=self.batches,
                    redelivered_batches=self.redelivered, bad_rows=self.bad_rows,
+                   outbox=len(self.outbox) if self.outbox is not None else None,
+                   outbox_dropped=self.outbox_dropped,
                    plans={name: {"order": list(m.order) if m.order else None,
                                  "version": m.version}
                           for name, m in self.engine.managers.items()})
         return out
+
+    def snapshot(self) -> dict:
+        """The worker's state (engine snapshot, outbox, remembered batch ids, counters), to
+        continue elsewhere with ``PartitionWorker.restore``; picklable."""
+        return {"partition": self.partition, "engine": self.engine.snapshot(),
+                "recent": list(self._recent), "batches": self.batches,
+                "redelivered": self.redelivered, "bad_rows": self.bad_rows,
+                "outbox": list(self.outbox) if self.outbox is not None else None,
+                "outbox_seq": self.outbox_seq, "outbox_dropped": self.outbox_dropped}
+
+    @classmethod
+    def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
+        worker = cls(snap["partition"], snap["engine"]["key_attr"], settings,
+                     outbox=snap["outbox"] is not None)
+        worker.engine = Engine.restore(snap["engine"], settings)
+        worker._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
+        worker.batches, worker.redelivered = snap["batches"], snap["redelivered"]
+        worker.bad_rows = snap["bad_rows"]
+        if snap["outbox"] is not None:
+            worker.outbox.extend(tuple(item) for item in snap["outbox"])
+        worker.outbox_seq, worker.outbox_dropped = snap["outbox_seq"], snap["outbox_dropped"]
+        worker._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]
+                            for name, m in worker.engine.managers.items()}
+        return worker
 
     def report(self) -> dict:
         """Per query, the statistics since the previous report, as PlannerService.report takes

@@ -16,6 +16,7 @@ global query: no parallelism for it).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import msgpack
 
@@ -67,3 +68,46 @@ def split_by_partition(events, n: int, key_attr: str | None = None) -> dict:
     for ev in events:
         out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
     return out
+
+
+#: the target name of the global actor in a routing result
+GLOBAL = "global"
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """Where each event goes: the actor of its key (``partition_of``), and also the global
+    actor when a query without the key equivalence needs its type (``global_types``; ``None``
+    means every type). Producers fetch the table from the gateway and re-fetch it when
+    queries change (its ``version`` grows)."""
+    partitions: int
+    key_attr: str | None = None
+    global_types: frozenset | None = frozenset()
+    version: int = 0
+
+    def route(self, events) -> dict:
+        """``{target: [events]}`` with targets partition indexes and ``GLOBAL``; event order
+        is kept within each target."""
+        out: dict = {}
+        n, key_attr, wanted = self.partitions, self.key_attr, self.global_types
+        for ev in events:
+            out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
+            if wanted is None or ev.type in wanted:
+                out.setdefault(GLOBAL, []).append(ev)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"partitions": self.partitions, "key_attr": self.key_attr,
+                "global_types": None if self.global_types is None else sorted(self.global_types),
+                "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RoutingTable":
+        types = data.get("global_types", [])
+        return cls(int(data["partitions"]), data.get("key_attr"),
+                   None if types is None else frozenset(types), int(data.get("version", 0)))
+
+
+def actor_name(target) -> str:
+    """The Ray actor name of a routing target (namespace ``raycep``)."""
+    return "raycep-global" if target == GLOBAL else f"raycep-p{int(target)}"

@@ -66,3 +66,72 @@ def caret_excerpt(text: str | None, line: int | None, column: int | None) -> str
     src = lines[min(line, len(lines)) - 1]
     col = max(1, column or 1)
     return f"  {src}\n  {' ' * (col - 1)}^"
+
+
+class GatewayError(CepError):
+    """A request the gateway (or a client talking to it) cannot complete; ``status`` is the
+    HTTP status it maps to."""
+    status = 500
+
+
+class NotFoundError(GatewayError):
+    """No such query (or route)."""
+    status = 404
+
+
+class ConflictError(GatewayError):
+    """The query id is taken."""
+    status = 409
+
+
+class AuthenticationError(GatewayError):
+    """Missing or wrong bearer token."""
+    status = 401
+
+
+class UnavailableError(GatewayError):
+    """The gateway, or a partition/planner actor behind it, cannot be reached."""
+    status = 503
+
+
+_STATUS = {QuerySyntaxError: 400, QueryValidationError: 400, IngestError: 400,
+           PlanningError: 400, EvaluationError: 500}
+_FIELDS = ("reason", "line", "column", "excerpt", "row", "field")
+
+
+def http_status(exc: CepError) -> int:
+    """The HTTP status of a raycep error."""
+    if isinstance(exc, GatewayError):
+        return exc.status
+    return next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 500)
+
+
+def error_to_dict(exc: CepError) -> dict:
+    """A raycep error as plain data for the wire: its type, message and location fields."""
+    out = {"type": type(exc).__name__, "message": str(exc)}
+    for name in _FIELDS:
+        value = getattr(exc, name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def error_from_dict(data: dict, default: type = None) -> CepError:
+    """The inverse of ``error_to_dict``: the same error class with the same fields (the class
+    is looked up among this module's errors by name, never imported from the wire)."""
+    classes = {cls.__name__: cls for cls in _all_errors()}
+    cls = classes.get(str(data.get("type")), default or GatewayError)
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, str(data.get("message", "")))
+    for name in _FIELDS:
+        setattr(exc, name, data.get(name))
+    return exc
+
+
+def _all_errors():
+    todo, seen = [CepError], []
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo.extend(cls.__subclasses__())
+    return seen

@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--check-every", type=int, default=2000, metavar="N",
                        help="events between two looks at the statistics (default 2000)")
     local.set_defaults(func=run_local)
+    from gateway.commands import add_cluster_commands
+    add_cluster_commands(commands, UsageError)
     return parser
 
 

@@ -1,0 +1,216 @@
+"""The raycep Python client: ``from gateway.client import connect``.
+
+    client = connect("http://127.0.0.1:8470", token=None)
+    qid = client.register("PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds", name="ab")
+    client.send([{"type": "A", "ts": 1.0, "k": "x"}, {"type": "B", "ts": 2.0, "k": "x"}])
+    page = client.matches(qid, since=0)          # page.matches, page.next (the next cursor)
+    for match in client.subscribe(qid):          # blocks; ends when the query is removed
+        ...
+    client.remove(qid)
+
+Errors are raycep errors: GatewayUnavailable-style ``UnavailableError`` when the gateway
+cannot be reached, ``AuthenticationError`` for a missing/wrong token, ``QuerySyntaxError`` (with
+``line``, ``column``, ``excerpt``) for bad query text, ``NotFoundError`` for unknown queries.
+Only the standard library and msgpack are used, so the client needs neither Ray nor aiohttp.
+"""
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+import msgpack
+
+from cep.codec import encode_batch
+from cep.errors import GatewayError, IngestError, UnavailableError, error_from_dict
+from cep.event import Event, make_event
+
+log = logging.getLogger("raycep.client")
+MSGPACK = "application/msgpack"
+DEFAULT_ADDRESS = "http://127.0.0.1:8470"
+KEEPALIVE = 15.0         # seconds between the gateway's keep-alive comments on a stream
+
+
+@dataclass(frozen=True)
+class MatchPage:
+    """One read of a query's matches: ``matches`` (dicts with ``cursor`` and ``id``), ``next``
+    (pass it as ``since`` to continue), ``missed`` (matches the bounded store dropped before
+    this reader got them), ``head`` (the newest cursor)."""
+    matches: list
+    next: int
+    missed: int = 0
+    head: int = 0
+
+
+class Client:
+    def __init__(self, address: str = DEFAULT_ADDRESS, token: str | None = None,
+                 timeout: float = 60.0):
+        if "://" not in address:
+            address = "http://" + address
+        self.address = address.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.source = f"client-{os.getpid()}-{id(self):x}"
+        self._batches = itertools.count(1)
+
+    # ---------------------------------------------------------------- transport
+    def _request(self, method: str, path: str, body=None, raw: bytes | None = None,
+                 timeout: float | None = None, stream: bool = False):
+        headers = {"Accept": MSGPACK}
+        data = None
+        if raw is not None:
+            data, headers["Content-Type"] = raw, MSGPACK
+        elif body is not None:
+            data, headers["Content-Type"] = msgpack.packb(body, use_bin_type=True), MSGPACK
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.address + path, data=data, method=method,
+                                     headers=headers)
+        try:
+            resp = urllib.request.urlopen(req, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as exc:
+            raise _remote_error(exc) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UnavailableError(f"cannot reach the raycep gateway at {self.address}: "
+                                   f"{reason} (is `raycep serve` running?)") from None
+        if stream:
+            return resp
+        with resp:
+            payload = resp.read()
+        if resp.headers.get_content_type() == MSGPACK:
+            return msgpack.unpackb(payload, raw=False)
+        return json.loads(payload or b"null")
+
+    # ---------------------------------------------------------------- API
+    def health(self) -> dict:
+        return self._request("GET", "/v1/health")
+
+    def register(self, text: str, name: str | None = None, params: dict | None = None) -> str:
+        """Register one query; returns its id (``name``, the text's ``NAME``, or ``q<n>``)."""
+        body = {"text": text, "name": name, "params": params or {}}
+        return self._request("POST", "/v1/queries", body)["id"]
+
+    def remove(self, query: str) -> dict:
+        return self._request("DELETE", f"/v1/queries/{_q(query)}")
+
+    def queries(self) -> list:
+        """Every registered query with its status, scope, plan (order, version) and stats."""
+        return self._request("GET", "/v1/queries")["queries"]
+
+    def query(self, query: str) -> dict:
+        return self._request("GET", f"/v1/queries/{_q(query)}")
+
+    def send(self, events, source: str | None = None) -> dict:
+        """Send events (``cep.Event`` objects or mappings with ``type``, ``ts`` and
+        attributes) as one msgpack batch. A mapping that is not an event raises IngestError
+        naming its index before anything is sent."""
+        evs = [e if isinstance(e, Event) else make_event(e, i) for i, e in enumerate(events)]
+        batch = encode_batch(evs, source or self.source, f"{next(self._batches)}")
+        return self._request("POST", "/v1/events", raw=batch)
+
+    def advance(self, watermark: float) -> dict:
+        """No event with ``ts <= watermark`` will come: releases deferred matches."""
+        return self._request("POST", "/v1/advance", {"watermark": watermark})
+
+    def matches(self, query: str, since: int = 0, limit: int = 1000) -> MatchPage:
+        """Matches of ``query`` after cursor ``since`` (oldest first)."""
+        page = self._request("GET", f"/v1/queries/{_q(query)}/matches?since={int(since)}"
+                                    f"&limit={int(limit)}")
+        return MatchPage(page["matches"], page["next"], page.get("missed", 0),
+                         page.get("head", 0))
+
+    def routing(self) -> dict:
+        return self._request("GET", "/v1/routing")
+
+    def stats(self) -> dict:
+        return self._request("GET", "/v1/stats")
+
+    def subscribe(self, query: str, since: int = 0):
+        """Iterate over the matches of ``query`` as they arrive (Server-Sent Events). Ends
+        when the query is removed. Matches the store dropped before this reader saw them
+        are logged and counted in ``client.missed``."""
+        resp = self._request("GET", f"/v1/queries/{_q(query)}/stream?since={int(since)}",
+                             timeout=max(self.timeout, 3 * KEEPALIVE), stream=True)
+        self.missed = getattr(self, "missed", 0)
+        with resp:
+            event, data = "message", []
+            for raw in _lines(resp, self.address, query):
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if line.startswith(":"):
+                    continue
+                if line:
+                    field, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if field == "event":
+                        event = value
+                    elif field == "data":
+                        data.append(value)
+                    continue
+                payload = json.loads("\n".join(data)) if data else None
+                if event == "match":
+                    yield payload
+                elif event == "gap":
+                    self.missed += payload["missed"]
+                    log.warning("subscription to %s missed %d matches (store overflow)",
+                                query, payload["missed"])
+                elif event == "end":
+                    return
+                event, data = "message", []
+
+    def listen(self, query: str, callback, since: int = 0) -> threading.Thread:
+        """Call ``callback(match)`` for every match of ``query`` on a daemon thread (a
+        callback sink); the thread ends when the query is removed."""
+        def run():
+            try:
+                for m in self.subscribe(query, since):
+                    callback(m)
+            except GatewayError as exc:
+                log.warning("listener for %s stopped: %s", query, exc)
+        thread = threading.Thread(target=run, name=f"raycep-listen-{query}", daemon=True)
+        thread.start()
+        return thread
+
+
+def _lines(resp, address: str, query: str):
+    """The lines of a streaming response; a broken connection -> UnavailableError."""
+    try:
+        yield from resp
+    except (OSError, http.client.HTTPException) as exc:
+        raise UnavailableError(f"the subscription to {query!r} at {address} was interrupted: "
+                               f"{type(exc).__name__}: {exc}") from None
+
+
+def connect(address: str = DEFAULT_ADDRESS, token: str | None = None,
+            timeout: float = 60.0) -> Client:
+    """A client for the gateway at ``address``; checks it answers (and accepts the token)."""
+    client = Client(address, token, timeout)
+    client.health()
+    return client
+
+
+def _q(query: str) -> str:
+    if not isinstance(query, str) or not query:
+        raise IngestError(f"a query id must be a non-empty string, got {query!r}")
+    return urllib.parse.quote(query, safe="")
+
+
+def _remote_error(exc: urllib.error.HTTPError) -> GatewayError:
+    body = exc.read()
+    try:
+        if exc.headers.get_content_type() == MSGPACK:
+            data = msgpack.unpackb(body, raw=False)
+        else:
+            data = json.loads(body)
+        return error_from_dict(data["error"])
+    except Exception:
+        err = GatewayError(f"gateway answered HTTP {exc.code}: {body[:200]!r}")
+        err.status = exc.code
+        return err

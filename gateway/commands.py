@@ -1,0 +1,330 @@
+"""The cluster commands of the ``raycep`` CLI: ``demo``, ``serve``, ``query add|rm|ls`` and
+``matches`` (``raycep local`` lives in gateway.cli)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+
+from cep.errors import UnavailableError
+
+DEFAULT_GATEWAY = "http://127.0.0.1:8470"
+
+
+def _err(msg: str):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_cluster_commands(commands, usage_error):
+    """Register the subcommands on the argparse ``commands`` group."""
+    demo = commands.add_parser(
+        "demo", help="start a local cluster, stream the sample ticks through it, show matches",
+        description="Start an embedded local Ray with partition actors, the planner and the "
+                    "gateway; register the sample queries; push the sample ticks through the "
+                    "bulk path Spark jobs use; remove one query midway; print progress, "
+                    "matches and a summary table (the last stdout line is a JSON summary).")
+    demo.add_argument("--events", default="examples/ticks.csv", metavar="FILE")
+    demo.add_argument("--queries", default="examples/queries.cep", metavar="FILE")
+    demo.add_argument("--key", default="symbol", metavar="ATTR")
+    demo.add_argument("--partitions", type=int, default=2, metavar="N")
+    demo.add_argument("--batch", type=int, default=500, metavar="N",
+                      help="events per pushed slice (default 500)")
+    demo.add_argument("--remove", default=None, metavar="QUERY",
+                      help="the query removed halfway (default: the second one)")
+    demo.add_argument("--show", type=int, default=3, metavar="N",
+                      help="matches printed per query as they arrive (default 3)")
+    demo.add_argument("--out", default=None, metavar="FILE",
+                      help="also write every match to this JSON-lines file")
+    demo.add_argument("--no-verify", action="store_true",
+                      help="skip re-running the kept queries in-process to compare matches")
+    demo.set_defaults(func=run_demo)
+
+    serve = commands.add_parser(
+        "serve", help="start the partition actors, planner and gateway, and block",
+        description="Start (or join, with --address) Ray, create the partition actors, the "
+                    "planner and the gateway, print the gateway URL and serve until Ctrl-C.")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8470)
+    serve.add_argument("--partitions", type=int, default=2, metavar="N")
+    serve.add_argument("--key", default=None, metavar="ATTR",
+                       help="the partition key attribute (queries with [ATTR] run per key "
+                            "on every partition actor; others on the global actor)")
+    serve.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"),
+                       help="require 'Authorization: Bearer TOKEN' (default $RAYCEP_TOKEN)")
+    serve.add_argument("--registry", default="raycep-registry.sqlite", metavar="FILE",
+                       help="the persisted query registry (default ./raycep-registry.sqlite)")
+    serve.add_argument("--matches-jsonl", default=None, metavar="FILE",
+                       help="also append every match to this JSON-lines file")
+    serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
+                       help="matches kept per query for readers (oldest dropped beyond)")
+    serve.add_argument("--address", default=None,
+                       help="an existing Ray cluster ('auto' inside one); default: start a "
+                            "local Ray")
+    serve.set_defaults(func=run_serve)
+
+    query = commands.add_parser("query", help="add, remove or list queries on a gateway")
+    qcmd = query.add_subparsers(dest="query_command", metavar="ACTION", required=True)
+    add = qcmd.add_parser("add", help="register the queries of a file or a text")
+    add.add_argument("query", metavar="FILE_OR_TEXT")
+    add.add_argument("--name", default=None, help="the id of a single query")
+    add.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    rm = qcmd.add_parser("rm", help="remove queries by id")
+    rm.add_argument("ids", nargs="+", metavar="ID")
+    ls = qcmd.add_parser("ls", help="list queries with status, plan and counts")
+    ls.add_argument("--json", action="store_true")
+    matches = commands.add_parser("matches", help="print the matches of a query (JSON lines)")
+    matches.add_argument("id", metavar="QUERY")
+    matches.add_argument("--since", type=int, default=0, metavar="CURSOR")
+    matches.add_argument("--limit", type=int, default=1000)
+    matches.add_argument("--follow", "-f", action="store_true",
+                         help="keep printing new matches (Server-Sent Events)")
+    for p in (add, rm, ls, matches):
+        p.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
+                       help="gateway URL (default $RAYCEP_GATEWAY or %(default)s)")
+        p.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"))
+    for p in (add, rm, ls):
+        p.set_defaults(func=run_query)
+    matches.set_defaults(func=run_matches)
+
+
+# --------------------------------------------------------------------------- client commands
+
+def _client(args):
+    from gateway.client import connect
+    return connect(args.gateway, args.token)
+
+
+def run_query(args) -> int:
+    from gateway.cli import load_queries, parse_params
+    client = _client(args)
+    if args.query_command == "add":
+        params = parse_params(args.param)
+        queries = load_queries([args.query])
+        if args.name and len(queries) > 1:
+            _err("error: --name needs a single query")
+            return 2
+        for _, q in queries:
+            name = args.name or (q.name if q.text.lstrip().upper().startswith("NAME") else None)
+            qid = client.register(q.text, name=name, params=params or None)
+            print(f"registered {qid}")
+    elif args.query_command == "rm":
+        for qid in args.ids:
+            out = client.remove(qid)
+            print(f"removed {qid} ({out.get('matches', 0)} matches were stored)")
+    else:
+        rows = client.queries()
+        if args.json:
+            print(json.dumps(rows, indent=2, default=str))
+        else:
+            print(query_table(rows))
+    return 0
+
+
+def run_matches(args) -> int:
+    client = _client(args)
+    if args.follow:
+        try:
+            for m in client.subscribe(args.id, since=args.since):
+                print(json.dumps(m), flush=True)
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    page = client.matches(args.id, since=args.since, limit=args.limit)
+    for m in page.matches:
+        print(json.dumps(m))
+    _err(f"{len(page.matches)} matches; next cursor {page.next}"
+         + (f"; {page.missed} dropped before this read" if page.missed else ""))
+    return 0
+
+
+def query_table(rows: list) -> str:
+    header = ("QUERY", "SCOPE", "STATUS", "MATCHES", "PLAN", "VERSION")
+    lines = [header]
+    for q in rows:
+        plan = q.get("plan") or {}
+        order = ",".join(plan.get("order") or []) or "tree-nfa"
+        lines.append((q["id"], q.get("scope") or "-", q.get("status", "-"),
+                      str(q.get("matches", {}).get("total", 0)), order,
+                      str(plan.get("version", "-"))))
+    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in lines)
+
+
+# --------------------------------------------------------------------------- serve
+
+def run_serve(args) -> int:
+    from gateway.runtime import RayCluster
+    from gateway.service import GatewaySettings
+    settings = GatewaySettings(host=args.host, port=args.port, token=args.token,
+                               registry_path=args.registry, matches_jsonl=args.matches_jsonl,
+                               match_capacity=args.match_capacity)
+    cluster = RayCluster(args.partitions, args.key, settings, address=args.address)
+    _err(f"starting {args.partitions} partition actors, the global actor, the planner and "
+         f"the gateway ...")
+    url = cluster.start()
+    print(f"raycep gateway listening on {url} (registry {args.registry}"
+          f"{', token required' if args.token else ''}); Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        _err("stopping ...")
+    finally:
+        cluster.stop()
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+
+def run_demo(args) -> int:
+    """The README's main job (issue 4): see the ``demo`` parser description."""
+    from actors.producer import Producer, named_handles
+    from actors.routing import RoutingTable
+    from cep.sources import iter_events
+    from gateway.cli import load_queries
+    from gateway.client import connect
+    from gateway.runtime import RayCluster
+    from gateway.service import GatewaySettings
+
+    for path in (args.events, args.queries):
+        if not os.path.isfile(path):
+            _err(f"error: {path} not found (run `raycep demo` from the repository root, or "
+                 f"pass --events/--queries)")
+            return 2
+    if args.partitions < 1 or args.batch < 1:
+        _err("error: --partitions and --batch must be at least 1")
+        return 2
+    queries = load_queries([args.queries])
+    names = [q.name for _, q in queries]
+    removed = args.remove or (names[1] if len(names) > 1 else None)
+    if removed is not None and removed not in names:
+        _err(f"error: --remove {removed!r} is not one of the queries {names}")
+        return 2
+    events = list(iter_events(args.events, key_attr=args.key))
+    workdir = tempfile.mkdtemp(prefix="raycep-demo-")
+    settings = GatewaySettings(port=0, registry_path=os.path.join(workdir, "registry.sqlite"),
+                               matches_jsonl=args.out, plan_every=1.0)
+    t0 = time.monotonic()
+    _err(f"[demo] starting local Ray: {args.partitions} partition actors + global actor, "
+         f"planner, gateway ...")
+    cluster = RayCluster(args.partitions, args.key, settings, num_cpus=os.cpu_count() or 2)
+    try:
+        url = cluster.start()
+        _err(f"[demo] gateway at {url} (started in {time.monotonic() - t0:.1f} s)")
+        client = connect(url)
+        shown: dict = {}
+        lock = threading.Lock()
+        for _, q in queries:
+            client.register(q.text, name=q.name)
+            shown[q.name] = 0
+            client.listen(q.name, _printer(q.name, shown, lock, args.show))
+        _err(f"[demo] registered {', '.join(names)}; streaming {len(events)} events from "
+             f"{args.events} in slices of {args.batch} (the Spark push path)")
+        routing = lambda: RoutingTable.from_dict(client.routing())   # noqa: E731
+        producer = Producer(named_handles(routing()), routing, source="demo")
+        t1 = time.monotonic()
+        last = t1
+        half = len(events) // 2
+        for start in range(0, len(events), args.batch):
+            producer.send(events[start:start + args.batch])
+            if removed and start < half <= start + args.batch:
+                producer.flush()
+                out = client.remove(removed)
+                _err(f"[demo] removed query {removed} at event {start + args.batch} "
+                     f"({out['matches']} matches so far); the others keep running")
+            now = time.monotonic()
+            if now - last >= 2.0:
+                last = now
+                _err(f"[demo] {producer.events}/{len(events)} events, "
+                     f"{producer.events / (now - t1):,.0f} events/s")
+        producer.flush()
+        client.advance(math.inf)
+        _settle(client)
+        wall = time.monotonic() - t1
+        rows = client.queries()
+        print()
+        print(query_table(rows + [{"id": removed, "scope": "-", "status": "removed",
+                                   "matches": {"total": out["matches"]}}] if removed else rows))
+        summary = {"events": len(events), "seconds": round(wall, 3),
+                   "events_per_s": round(len(events) / wall),
+                   "partitions": args.partitions,
+                   "matches": {r["id"]: r["matches"].get("total", 0) for r in rows},
+                   "removed": removed}
+        if removed:
+            summary["matches"][removed] = out["matches"]
+        if not args.no_verify:
+            summary["verified"] = _verify(client, queries, removed, events, args.key)
+            print(f"\nin-process engine agrees on the kept queries: "
+                  f"{'yes' if summary['verified'] else 'NO'}")
+        print(json.dumps(summary))
+        return 0 if summary.get("verified", True) else 1
+    except UnavailableError as exc:
+        _err(f"error: {exc}")
+        return 1
+    finally:
+        cluster.stop()
+
+
+def _printer(name: str, shown: dict, lock, limit: int):
+    def show(match):
+        with lock:
+            shown[name] += 1
+            if shown[name] > limit:
+                return
+            evs = match["events"]
+            parts = []
+            for var, ev in evs.items():
+                ev = ev[-1] if isinstance(ev, list) else ev
+                parts.append(f"{var}@{ev['ts']}:{ev.get('price', '')}")
+            first = next(iter(evs.values()))
+            first = first[0] if isinstance(first, list) else first
+            print(f"match {name} {first.get('symbol', '')}: {' '.join(parts)}"
+                  + (" (further matches counted, not printed)" if shown[name] == limit else ""),
+                  flush=True)
+    return show
+
+
+def _settle(client, timeout: float = 30.0):
+    """Wait until every actor's outbox has been drained into the gateway's store."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        actors = client.stats()["actors"]
+        if all(not a.get("outbox") for a in actors.values()):
+            return
+        time.sleep(0.05)
+
+
+def _verify(client, queries, removed, events, key) -> bool:
+    """Run the kept queries over the same events in one in-process Engine and compare the
+    match ids with what the cluster stored."""
+    from actors.partition import match_id
+    from cep.engine import Engine
+    engine = Engine(key_attr=key)
+    kept = [q for _, q in queries if q.name != removed]
+    for q in kept:
+        engine.add_query(q, name=q.name)
+    expected = {q.name: set() for q in kept}
+    for ev in events:
+        for m in engine.process(ev):
+            expected[m.query].add(match_id(m))
+    for m in engine.advance(math.inf):
+        expected[m.query].add(match_id(m))
+    ok = True
+    for q in kept:
+        got, since = set(), 0
+        while True:
+            page = client.matches(q.name, since=since, limit=10_000)
+            got.update(m["id"] for m in page.matches)
+            if not page.matches:
+                break
+            since = page.next
+        if got != expected[q.name]:
+            _err(f"[demo] {q.name}: cluster {len(got)} matches, in-process {len(expected[q.name])}")
+            ok = False
+    return ok
+

@@ -1,0 +1,148 @@
+"""The persisted registry of the gateway's queries (sqlite3).
+
+Each registered query has a name, its text, its parameters and a registration sequence
+number. The sequence counter lives in a ``meta`` table and only grows, so generated names
+(``q<seq>``) are never reused, even after removal or a restart. Every write is committed at
+once: a process that dies right after ``add`` finds the query when it reopens the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+
+from cep.errors import CepError, QueryValidationError
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queries (
+    seq     INTEGER PRIMARY KEY,
+    id      TEXT NOT NULL UNIQUE,
+    text    TEXT NOT NULL,
+    params  TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('last_seq', 0);
+"""
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """One registered query."""
+
+    id: str
+    text: str
+    params: dict
+    created: float
+    seq: int
+
+
+def validate_name(name: object) -> str:
+    """``name`` if it is 1-64 characters of ``[A-Za-z0-9_.-]``, else QueryValidationError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise QueryValidationError(
+            f"invalid query name {name!r}: use 1-64 characters of letters, digits, "
+            f"'_', '.' and '-'")
+    return name
+
+
+class QueryRegistry:
+    """Registered queries in sqlite; ``path`` None or ``":memory:"`` keeps them in memory."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path or ":memory:"
+        if self.path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(parent, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            # autocommit mode: each statement commits at once, `add` uses an explicit BEGIN
+            self._conn = sqlite3.connect(self.path, check_same_thread=False,
+                                         isolation_level=None)
+        except sqlite3.Error as exc:
+            raise CepError(f"cannot open the query registry {self.path!r}: {exc}") from exc
+        try:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise CepError(f"cannot open the query registry {self.path!r} (corrupt or not a "
+                           f"raycep registry?): {exc}") from exc
+
+    def add(self, id: str | None, text: str, params: dict | None = None) -> QueryRecord:
+        """Register a query; ``id`` None generates ``q<seq>``. Raises QueryValidationError
+        for a bad or already registered name."""
+        if id is not None:
+            validate_name(id)
+        params = dict(params or {})
+        try:
+            params_json = json.dumps(params, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise QueryValidationError(
+                f"the parameters of query {id!r} are not JSON-serialisable: {exc}") from exc
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if id is not None and self._row(id) is not None:
+                    raise QueryValidationError(
+                        f"a query named {id!r} is already registered; remove it first or "
+                        f"choose another NAME")
+                seq = conn.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()[0]
+                while True:
+                    seq += 1
+                    # a generated name must not collide with a query the user named q<n>
+                    if id is not None or self._row(f"q{seq}") is None:
+                        break
+                name = id if id is not None else f"q{seq}"
+                record = QueryRecord(name, text, params, time.time(), seq)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", (seq,))
+                conn.execute(
+                    "INSERT INTO queries (seq, id, text, params, created) VALUES (?,?,?,?,?)",
+                    (seq, name, text, params_json, record.created))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return record
+
+    def remove(self, id: str) -> bool:
+        """Forget the query ``id``; False when there was none."""
+        with self._lock:
+            cursor = self._conn.execute("DELETE FROM queries WHERE id = ?", (id,))
+        return cursor.rowcount > 0
+
+    def get(self, id: str) -> QueryRecord | None:
+        with self._lock:
+            row = self._row(id)
+        return _record(row) if row is not None else None
+
+    def all(self) -> list[QueryRecord]:
+        """Every registered query in registration order."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, text, params, created, seq FROM queries ORDER BY seq").fetchall()
+        return [_record(row) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _row(self, id: str):
+        return self._conn.execute(
+            "SELECT id, text, params, created, seq FROM queries WHERE id = ?", (id,)).fetchone()
+
+
+def _record(row) -> QueryRecord:
+    id, text, params, created, seq = row
+    return QueryRecord(id, text, json.loads(params), created, seq)

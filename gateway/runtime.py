@@ -1,0 +1,162 @@
+"""Starting a raycep cluster: on Ray (``RayCluster``) or in one process (``InProcessCluster``).
+
+RayCluster creates, in the Ray namespace ``raycep``: partition actors ``raycep-p0`` ..
+``raycep-p<n-1>`` and the global actor ``raycep-global`` (PartitionWorker, one shared index
+each), the planner ``raycep-planner`` (PlannerService) and the gateway ``raycep-gateway``
+(GatewayServer, an async actor serving HTTP). The partition actors are created by the driver,
+not by the gateway, so a gateway restart keeps them and their buffered events; the new
+gateway re-attaches and converges them to its persisted registry.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+
+from actors.local import LocalHandle
+from actors.partition import PartitionWorker, partition_actor
+from actors.producer import NAMESPACE
+from actors.routing import GLOBAL, actor_name
+from gateway.http import GatewayServer, gateway_actor
+from gateway.service import GatewaySettings
+from planner.service import PlannerService, planner_actor
+
+
+class RayCluster:
+    def __init__(self, partitions: int = 2, key_attr: str | None = None,
+                 settings: GatewaySettings = GatewaySettings(), address: str | None = None,
+                 num_cpus: int | None = None):
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.partitions = partitions
+        self.key_attr = key_attr
+        self.settings = settings
+        self.address = address
+        self.num_cpus = num_cpus
+        self.handles: dict = {}
+        self.planner = None
+        self.gateway = None
+        self.url = None
+        self._owns_ray = False
+
+    def start(self) -> str:
+        """Start (or join) Ray, create the actors, start the gateway; returns its URL."""
+        import ray
+        if not ray.is_initialized():
+            ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False,
+                     log_to_driver=False, num_cpus=self.num_cpus if not self.address else None,
+                     configure_logging=False)
+            self._owns_ray = True
+        Worker = partition_actor(num_cpus=0)
+        for t in list(range(self.partitions)) + [GLOBAL]:
+            self.handles[t] = Worker.options(name=actor_name(t), namespace=NAMESPACE,
+                                             get_if_exists=True).remote(
+                f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True)
+        self.planner = planner_actor(num_cpus=0).options(
+            name="raycep-planner", namespace=NAMESPACE, get_if_exists=True).remote()
+        return self.start_gateway()
+
+    def start_gateway(self) -> str:
+        import ray
+        parts = [self.handles[i] for i in range(self.partitions)]
+        self.gateway = gateway_actor(num_cpus=0).options(
+            name="raycep-gateway", namespace=NAMESPACE).remote(
+            parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings)
+        self.url = ray.get(self.gateway.start.remote())
+        return self.url
+
+    def restart_gateway(self) -> str:
+        """Kill the gateway actor and start a new one on the same registry (and port, when a
+        fixed one is configured)."""
+        import ray
+        port = int(self.url.rsplit(":", 1)[1]) if self.url else self.settings.port
+        ray.kill(self.gateway)
+        self.settings = replace(self.settings, port=port)
+        _wait_until_free(self.settings.host, port)
+        return self.start_gateway()
+
+    def stop(self):
+        import ray
+        if self.gateway is not None:
+            try:
+                ray.get(self.gateway.stop.remote(), timeout=10)
+            except Exception:
+                pass
+        for h in [self.gateway, self.planner, *self.handles.values()]:
+            if h is not None:
+                ray.kill(h)
+        self.handles, self.gateway, self.planner = {}, None, None
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class InProcessCluster:
+    """The same services in this process: PartitionWorkers behind LocalHandles, the gateway
+    on an asyncio loop in a daemon thread. For tests and small single-machine use."""
+
+    def __init__(self, partitions: int = 2, key_attr: str | None = None,
+                 settings: GatewaySettings = GatewaySettings()):
+        self.key_attr = key_attr
+        self.settings = settings
+        self.workers = {t: PartitionWorker(f"p{t}" if t != GLOBAL else GLOBAL, key_attr,
+                                           outbox=True)
+                        for t in list(range(partitions)) + [GLOBAL]}
+        self.planner = PlannerService()
+        self.server = None
+        self.url = None
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                        name="raycep-gateway")
+        self._thread.start()
+
+    def _run(self, coro, timeout: float = 60.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self) -> str:
+        parts = [LocalHandle(self.workers[i]) for i in range(len(self.workers) - 1)]
+        self.server = GatewayServer(parts, LocalHandle(self.workers[GLOBAL]),
+                                    LocalHandle(self.planner), self.key_attr, self.settings)
+        self.url = self._run(self.server.start())
+        return self.url
+
+    def restart_gateway(self) -> str:
+        port = int(self.url.rsplit(":", 1)[1])
+        self._run(self.server.stop())
+        self.settings = replace(self.settings, port=port)
+        self.planner = PlannerService()          # the planner restarts with the gateway here
+        return self.start()
+
+    def stop(self):
+        if self.server is not None:
+            self._run(self.server.stop())
+            self.server = None
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _wait_until_free(host: str, port: int, timeout: float = 10.0):
+    import socket
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+                return
+            except OSError:
+                time.sleep(0.1)

@@ -1,0 +1,202 @@
+"""The gateway's bounded match store: one cursor-addressed stream of matches per query.
+
+Readers poll with ``read(query, since=cursor)`` (or long-poll with ``wait``) and resume from
+the ``next`` cursor they got back. Memory is bounded: each query keeps at most ``capacity``
+matches and drops the oldest when full, counting the drops so that a slow reader learns how
+many it ``missed``. An optional JSONL sink keeps every match on disk regardless. Matches are
+delivered at least once upstream, so a record whose ``"id"`` is already retained is ignored.
+
+Pure Python on purpose (no Ray, no HTTP): the server wraps it, the tests use it directly.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections import deque
+from itertools import islice
+
+log = logging.getLogger("raycep.gateway")
+
+
+class _Stream:
+    """The retained matches of one query plus its counters."""
+
+    __slots__ = ("base", "head", "records", "ids", "dropped", "duplicates")
+
+    def __init__(self, base: int):
+        self.base = base          # cursors of this stream start at base + 1
+        self.head = base          # latest cursor assigned
+        self.records: deque[dict] = deque()
+        self.ids: set[str] = set()
+        self.dropped = 0
+        self.duplicates = 0
+
+
+class MatchStore:
+    """Bounded per-query match streams with integer cursors (policy: drop oldest)."""
+
+    def __init__(self, capacity: int = 10_000, jsonl_path: str | None = None,
+                 cursor_base: int = 0):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"match store capacity must be an integer >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self.jsonl_path = jsonl_path
+        #: records put for a query that is not open (unknown or already closed)
+        self.orphans = 0
+        self._streams: dict[str, _Stream] = {}
+        # last cursor of closed queries: a re-opened query continues after it, so a cursor is
+        # never reused for a query name and an old reader cannot mistake new matches for old
+        self._closed_heads: dict[str, int] = {}
+        self._events: dict[str, asyncio.Event] = {}
+        self._sink = None
+        #: the cursor after which a newly opened stream starts (the gateway passes its start
+        #: time in ms x 1000, so cursors keep growing across gateway restarts)
+        self.cursor_base = cursor_base
+
+    # -- streams -------------------------------------------------------------------------
+    def open(self, query: str) -> None:
+        """Create the stream of ``query``; a no-op when it is already open."""
+        if query not in self._streams:
+            self._streams[query] = _Stream(self._closed_heads.pop(query, self.cursor_base))
+
+    def close(self, query: str) -> None:
+        """Drop the stream of ``query`` (the query was removed) and wake its waiters."""
+        stream = self._streams.pop(query, None)
+        if stream is not None:
+            self._closed_heads[query] = stream.head
+        self._wake(query)
+
+    def queries(self) -> list[str]:
+        return list(self._streams)
+
+    # -- writing -------------------------------------------------------------------------
+    def put(self, query: str, records: list[dict]) -> int:
+        """Append ``records`` to the stream of ``query``; returns how many were appended.
+
+        Each appended record is a copy with a new ``"cursor"``. Records whose ``"id"`` is
+        already retained are duplicates and skipped; records for a query that is not open are
+        counted in ``orphans``.
+        """
+        stream = self._streams.get(query)
+        if stream is None:
+            self.orphans += len(records)
+            return 0
+        appended = []
+        for record in records:
+            match_id = record.get("id")
+            if match_id is not None and match_id in stream.ids:
+                stream.duplicates += 1
+                continue
+            stream.head += 1
+            stored = dict(record)
+            stored["cursor"] = stream.head
+            stream.records.append(stored)
+            if match_id is not None:
+                stream.ids.add(match_id)
+            appended.append(stored)
+            if len(stream.records) > self.capacity:
+                self._drop_oldest(query, stream)
+        if appended:
+            self._write_sink(appended)
+            self._wake(query)
+        return len(appended)
+
+    def _drop_oldest(self, query: str, stream: _Stream) -> None:
+        oldest = stream.records.popleft()
+        stream.ids.discard(oldest.get("id"))
+        stream.dropped += 1
+        # warn on the first drop, then once per `capacity` further drops
+        if (stream.dropped - 1) % self.capacity == 0:
+            log.warning(
+                "match store: query %r has dropped %d matches so far (capacity %d per query, "
+                "policy drop-oldest): readers are too slow; raise the capacity or use the "
+                "JSONL sink to keep every match", query, stream.dropped, self.capacity)
+
+    def _write_sink(self, records: list[dict]) -> None:
+        if self.jsonl_path is None:
+            return
+        if self._sink is None:
+            parent = os.path.dirname(self.jsonl_path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            self._sink = open(self.jsonl_path, "a", encoding="utf-8")
+        self._sink.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        self._sink.flush()
+
+    def close_sink(self) -> None:
+        """Close the JSONL sink (it reopens in append mode on the next put)."""
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    # -- reading -------------------------------------------------------------------------
+    def _stream(self, query: str) -> _Stream:
+        try:
+            return self._streams[query]
+        except KeyError:
+            raise KeyError(query) from None
+
+    def read(self, query: str, since: int = 0, limit: int = 1000) -> dict:
+        """Matches of ``query`` with cursor > ``since``, oldest first, at most ``limit``.
+
+        ``missed`` counts the matches after ``since`` that were dropped before this read.
+        Raises ``KeyError(query)`` for a query that is not open.
+        """
+        stream = self._stream(query)
+        since = max(0, since)
+        missed = 0
+        start = 0
+        if stream.records:
+            oldest = stream.records[0]["cursor"]
+            # cursors of the retained records are contiguous: oldest .. head
+            start = max(0, since - oldest + 1)
+            missed = max(0, oldest - max(since, stream.base) - 1)
+        matches = [dict(r) for r in islice(stream.records, start, start + max(0, limit))]
+        return {
+            "matches": matches,
+            # nothing after ``since`` is retained: continue from the head (a reader that starts
+            # at 0 skips the cursors before this gateway's ``cursor_base``)
+            "next": matches[-1]["cursor"] if matches else
+            (max(since, stream.head) if limit > 0 else since),
+            "head": stream.head,
+            "missed": missed,
+        }
+
+    def stats(self, query: str) -> dict:
+        stream = self._stream(query)
+        return {
+            "stored": len(stream.records),
+            "total": stream.head - stream.base,
+            "dropped": stream.dropped,
+            "duplicates": stream.duplicates,
+            "head": stream.head,
+        }
+
+    async def wait(self, query: str, since: int, timeout: float) -> bool:
+        """True as soon as ``query`` has a cursor > ``since``; False on timeout or close."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            stream = self._streams.get(query)
+            if stream is None:
+                return False
+            if stream.head > since:
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._events.get(query)
+            if event is None:
+                event = self._events[query] = asyncio.Event()
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+
+    def _wake(self, query: str) -> None:
+        # a set event is discarded, so the next waiter creates a fresh one (no clear() race)
+        event = self._events.pop(query, None)
+        if event is not None:
+            event.set()

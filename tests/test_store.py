@@ -1,0 +1,191 @@
+"""MatchStore: cursors, duplicates, drop-oldest with counters, the JSONL sink and wait()."""
+import asyncio
+import json
+import logging
+
+import pytest
+
+from gateway.store import MatchStore
+
+
+def _m(i, query="q1"):
+    return {"id": f"m{i}", "query": query, "bindings": {"a": i}}
+
+
+def _ids(result):
+    return [r["id"] for r in result["matches"]]
+
+
+def test_capacity_must_be_positive():
+    with pytest.raises(ValueError, match="capacity"):
+        MatchStore(capacity=0)
+
+
+def test_cursors_start_at_one_and_increase_and_caller_dict_is_not_mutated():
+    store = MatchStore()
+    store.open("q1")
+    store.open("q1")  # idempotent: must not reset the stream
+    records = [_m(1), _m(2)]
+    assert store.put("q1", records) == 2
+    assert store.put("q1", [_m(3)]) == 1
+    assert "cursor" not in records[0]
+    out = store.read("q1")
+    assert [r["cursor"] for r in out["matches"]] == [1, 2, 3]
+    assert out["matches"][0]["bindings"] == {"a": 1}
+    assert out["next"] == 3 and out["head"] == 3 and out["missed"] == 0
+    assert store.queries() == ["q1"]
+
+
+def test_read_since_limit_and_beyond_head():
+    store = MatchStore()
+    store.open("q1")
+    store.put("q1", [_m(i) for i in range(1, 11)])
+    page = store.read("q1", since=2, limit=3)
+    assert _ids(page) == ["m3", "m4", "m5"] and page["next"] == 5 and page["head"] == 10
+    page = store.read("q1", since=page["next"], limit=100)
+    assert _ids(page) == [f"m{i}" for i in range(6, 11)] and page["next"] == 10
+    empty = store.read("q1", since=50)
+    assert empty["matches"] == [] and empty["next"] == 50 and empty["head"] == 10
+    assert _ids(store.read("q1", since=-5, limit=1)) == ["m1"]
+
+
+def test_read_unknown_query_raises_key_error():
+    store = MatchStore()
+    with pytest.raises(KeyError):
+        store.read("nope")
+    with pytest.raises(KeyError):
+        store.stats("nope")
+
+
+def test_duplicates_by_id_are_not_appended():
+    store = MatchStore()
+    store.open("q1")
+    assert store.put("q1", [_m(1), _m(2)]) == 2
+    assert store.put("q1", [_m(2), _m(3), _m(3)]) == 1
+    assert _ids(store.read("q1")) == ["m1", "m2", "m3"]
+    stats = store.stats("q1")
+    assert stats["duplicates"] == 2 and stats["head"] == 3 and stats["stored"] == 3
+
+
+def test_drop_oldest_counts_and_reports_missed():
+    store = MatchStore(capacity=3)
+    store.open("q1")
+    assert store.put("q1", [_m(i) for i in range(1, 8)]) == 7
+    assert store.stats("q1") == {"stored": 3, "total": 7, "dropped": 4, "duplicates": 0,
+                                 "head": 7}
+    out = store.read("q1", since=0)
+    assert _ids(out) == ["m5", "m6", "m7"] and out["missed"] == 4
+    assert store.read("q1", since=2)["missed"] == 2
+    assert store.read("q1", since=4)["missed"] == 0
+    assert store.read("q1", since=5)["missed"] == 0
+    # a dropped id is no longer retained, so its redelivery is appended again
+    assert store.put("q1", [_m(1)]) == 1
+
+
+def test_drop_warning_is_logged_once_per_capacity_drops(caplog):
+    store = MatchStore(capacity=5)
+    store.open("slow")
+    with caplog.at_level(logging.WARNING, logger="raycep.gateway"):
+        store.put("slow", [_m(i) for i in range(5)])
+        assert not caplog.records
+        store.put("slow", [_m(i) for i in range(5, 9)])  # 4 drops
+        assert len(caplog.records) == 1
+        store.put("slow", [_m(i) for i in range(9, 16)])  # 11 drops in all
+    warnings = [r for r in caplog.records if r.name == "raycep.gateway"]
+    assert len(warnings) == 3  # drops 1, 6 and 11
+    text = warnings[0].getMessage()
+    assert "'slow'" in text and "capacity 5" in text and "JSONL" in text and "slow" in text
+    assert "dropped 11" in warnings[-1].getMessage()
+
+
+def test_orphans_for_unknown_and_closed_queries():
+    store = MatchStore()
+    assert store.put("ghost", [_m(1), _m(2)]) == 0
+    store.open("q1")
+    store.put("q1", [_m(1)])
+    store.close("q1")
+    assert store.put("q1", [_m(3)]) == 0
+    assert store.orphans == 3
+    assert store.queries() == []
+    with pytest.raises(KeyError):
+        store.read("q1")
+
+
+def test_reopened_query_does_not_reuse_cursors():
+    store = MatchStore()
+    store.open("q1")
+    store.put("q1", [_m(1), _m(2)])
+    store.close("q1")
+    store.open("q1")
+    store.put("q1", [_m(1)])
+    out = store.read("q1")
+    assert [r["cursor"] for r in out["matches"]] == [3]
+    assert out["missed"] == 0 and store.stats("q1")["total"] == 1
+
+
+def test_jsonl_sink_keeps_every_match_even_when_dropped(tmp_path):
+    path = tmp_path / "sink" / "matches.jsonl"
+    store = MatchStore(capacity=2, jsonl_path=str(path))
+    store.open("q1")
+    store.put("q1", [_m(i) for i in range(1, 6)])
+    store.put("q1", [_m(5)])  # duplicate: not written
+    lines = path.read_text().splitlines()  # flushed: readable before close_sink
+    assert [json.loads(line)["id"] for line in lines] == [f"m{i}" for i in range(1, 6)]
+    assert [json.loads(line)["cursor"] for line in lines] == [1, 2, 3, 4, 5]
+    assert lines[0] == json.dumps({**_m(1), "cursor": 1}, sort_keys=True)
+    assert store.stats("q1")["dropped"] == 3
+    store.close_sink()
+    store.put("q1", [_m(6)])  # reopens in append mode
+    store.close_sink()
+    assert len(path.read_text().splitlines()) == 6
+
+
+def test_wait_returns_true_immediately_when_already_ahead():
+    store = MatchStore()
+    store.open("q1")
+    store.put("q1", [_m(1)])
+    assert asyncio.run(store.wait("q1", since=0, timeout=0.0)) is True
+
+
+def test_wait_wakes_on_a_later_put():
+    store = MatchStore()  # constructed outside any event loop
+    store.open("q1")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, store.put, "q1", [_m(1)])
+        start = loop.time()
+        woke = await store.wait("q1", since=0, timeout=5.0)
+        return woke, loop.time() - start
+
+    woke, elapsed = asyncio.run(main())
+    assert woke is True and elapsed < 2.0
+
+
+def test_wait_ignores_puts_at_or_below_since_and_times_out():
+    store = MatchStore()
+    store.open("q1")
+    store.put("q1", [_m(1)])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, store.put, "q1", [_m(1)])  # duplicate: head stays 1
+        return await store.wait("q1", since=1, timeout=0.1)
+
+    assert asyncio.run(main()) is False
+
+
+def test_wait_returns_false_when_query_closed():
+    store = MatchStore()
+    store.open("q1")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, store.close, "q1")
+        start = loop.time()
+        woke = await store.wait("q1", since=0, timeout=5.0)
+        return woke, loop.time() - start
+
+    woke, elapsed = asyncio.run(main())
+    assert woke is False and elapsed < 2.0
+    assert asyncio.run(store.wait("unknown", since=0, timeout=1.0)) is False
