@@ -3,11 +3,14 @@
 Events are routed with the cluster's RoutingTable, packed into msgpack batches (cep.codec) and
 pushed straight to the partition actors (named ``raycep-p<i>`` / ``raycep-global`` in the Ray
 namespace ``raycep``), bypassing the gateway; the gateway drains the actors' match outboxes.
-Batch ids are ``<source>:<sequence>:<target>``, so a redelivered batch is recognised.
+Batch ids are ``<producer run>:<sequence>:<target>`` (the run is a random token per Producer),
+so a batch this producer sends twice is recognised, and two producers that share a source
+name never mistake each other's batches for redeliveries.
 """
 from __future__ import annotations
 
 import itertools
+import uuid
 
 from actors.routing import RoutingTable, actor_name
 from cep.codec import encode_batch
@@ -26,11 +29,13 @@ def named_handles(routing: RoutingTable) -> dict:
 class Producer:
     """``send(events)`` routes, encodes and pushes; ``flush()`` waits for the acks.
 
-    ``routing`` is a RoutingTable or a callable returning one (re-read every
-    ``refresh_every`` batches, so queries registered meanwhile get their events)."""
+    ``routing`` is a RoutingTable or a callable returning one (e.g. a GET of the gateway's
+    ``/v1/routing``), re-read before every ``refresh_every``-th slice (default: every slice),
+    so a global query registered while the stream flows gets its events from the next slice.
+    Raise ``refresh_every`` for very small slices where one request per slice is too much."""
 
     def __init__(self, handles: dict, routing, source: str, max_in_flight: int = 8,
-                 refresh_every: int = 16):
+                 refresh_every: int = 1):
         self.handles = handles
         self._routing_source = routing if callable(routing) else (lambda: routing)
         self.routing = self._routing_source()
@@ -38,6 +43,8 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.refresh_every = refresh_every
         self._seq = itertools.count(1)
+        self._run = uuid.uuid4().hex[:12]
+        self.redelivered = 0
         self._pending: list = []
         self.events = 0
         self.bad_rows: list = []
@@ -48,10 +55,10 @@ class Producer:
         """Push one slice of the stream (all its targets get one batch each)."""
         import ray
         seq = next(self._seq)
-        if seq % self.refresh_every == 0:
+        if seq > 1 and (seq - 1) % self.refresh_every == 0:
             self.routing = self._routing_source()
         for target, evs in self.routing.route(events).items():
-            data = encode_batch(evs, self.source, f"{self.source}:{seq}:{target}")
+            data = encode_batch(evs, self.source, f"{self._run}:{seq}:{target}")
             self._pending.append(self.handles[target].ingest.remote(data))
         self.events += len(events)
         while len(self._pending) > self.max_in_flight * max(1, len(self.handles)):
@@ -63,10 +70,12 @@ class Producer:
         self._account(ray.get(self._pending))
         self._pending = []
         return {"events": self.events, "duplicates": self.duplicates,
+                "redelivered_batches": self.redelivered,
                 "bad_rows": self.bad_rows, "matches": self.matches}
 
     def _account(self, acks: list):
         for ack in acks:
+            self.redelivered += ack["redelivered"]
             self.duplicates += ack["duplicates"]
             self.bad_rows.extend(ack["bad_rows"])
             self.matches += ack["queued"] + len(ack["matches"])

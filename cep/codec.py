@@ -122,7 +122,7 @@ def _decode_header(data) -> tuple:
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise IngestError(f"not a msgpack batch: {exc or type(exc).__name__}") from None
+        raise IngestError(f"not a msgpack batch: {str(exc) or type(exc).__name__}") from None
     if not isinstance(body, dict):
         raise IngestError(f"batch must be a msgpack map, got {type(body).__name__}")
     for field in ("schema_version", "source", "batch_id", "rows"):

@@ -24,6 +24,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import dataclass
 
 import msgpack
@@ -57,8 +58,10 @@ class Client:
         self.address = address.rstrip("/")
         self.token = token
         self.timeout = timeout
-        self.source = f"client-{os.getpid()}-{id(self):x}"
+        self.source = f"client-{os.getpid()}"
+        self._run = uuid.uuid4().hex[:12]       # batch ids: <run>:<n>, unique per Client
         self._batches = itertools.count(1)
+        self._key_attr = None              # (the gateway's partition key attribute,) once known
 
     # ---------------------------------------------------------------- transport
     def _request(self, method: str, path: str, body=None, raw: bytes | None = None,
@@ -91,7 +94,9 @@ class Client:
 
     # ---------------------------------------------------------------- API
     def health(self) -> dict:
-        return self._request("GET", "/v1/health")
+        out = self._request("GET", "/v1/health")
+        self._key_attr = (out.get("key_attr"),)
+        return out
 
     def register(self, text: str, name: str | None = None, params: dict | None = None) -> str:
         """Register one query; returns its id (``name``, the text's ``NAME``, or ``q<n>``)."""
@@ -111,9 +116,20 @@ class Client:
     def send(self, events, source: str | None = None) -> dict:
         """Send events (``cep.Event`` objects or mappings with ``type``, ``ts`` and
         attributes) as one msgpack batch. A mapping that is not an event raises IngestError
-        naming its index before anything is sent."""
-        evs = [e if isinstance(e, Event) else make_event(e, i) for i, e in enumerate(events)]
-        batch = encode_batch(evs, source or self.source, f"{next(self._batches)}")
+        naming its index before anything is sent.
+
+        A mapping's partition key is its value of the gateway's key attribute (as on the
+        gateway's JSON path and in Spark jobs), so an event gets the same id, and a resent
+        event is recognised as a duplicate, whichever path it takes."""
+        events = list(events)
+        key_attr = None
+        if not all(isinstance(e, Event) for e in events):
+            if self._key_attr is None:
+                self.health()
+            key_attr = self._key_attr[0]
+        evs = [e if isinstance(e, Event) else make_event(e, i, key_attr)
+               for i, e in enumerate(events)]
+        batch = encode_batch(evs, source or self.source, f"{self._run}:{next(self._batches)}")
         return self._request("POST", "/v1/events", raw=batch)
 
     def advance(self, watermark: float) -> dict:

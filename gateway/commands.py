@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -268,6 +269,7 @@ def run_demo(args) -> int:
         return 1
     finally:
         cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _printer(name: str, shown: dict, lock, limit: int):

@@ -231,10 +231,10 @@ class GatewayServer:
         """Attach to the actors, restore the registry, listen; returns the base URL."""
         await self.service.start()
         self._runner = web.AppRunner(make_app(self.service, self.settings.token),
-                                     access_log=None)
+                                     access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
-                           shutdown_timeout=2.0, reuse_address=True)
+                           reuse_address=True)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://{self.settings.host}:{port}"
@@ -264,6 +264,7 @@ class GatewayServer:
     async def stop(self):
         for task in self._tasks:
             task.cancel()
+        await self.service.acknowledge()
         if self._runner is not None:
             await self._runner.cleanup()
         self.service.registry.close()

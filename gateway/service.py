@@ -220,7 +220,9 @@ class GatewayService:
             if q is None:
                 continue
             for k, v in q.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if k == "plan_version":             # a version, not a count: the newest
+                    merged[k] = max(merged.get(k) or 0, v or 0)
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     merged[k] = merged.get(k, 0) + v
             plan = st.get("plans", {}).get(qid)
             if plan:
@@ -300,6 +302,15 @@ class GatewayService:
                 self._acks[target] = page["last"]
                 if not page["pending"]:
                     return moved
+
+    async def acknowledge(self):
+        """Acknowledge what was stored (a graceful stop), so the next gateway does not receive
+        it again; unreachable actors are skipped."""
+        for target in self.targets:
+            try:
+                await self._call(target, "drain", self._acks[target], 0)
+            except CepError:
+                pass
 
     async def drain_all(self) -> int:
         results = await asyncio.gather(*(self.drain(t) for t in self.targets),

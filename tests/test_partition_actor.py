@@ -1,5 +1,6 @@
 """actors.partition: PartitionWorker in-process, and (marked ray) two partition actors against
 the in-process engine."""
+import pickle
 import random
 
 import msgpack
@@ -179,3 +180,47 @@ def test_two_partition_actors_find_the_engine_matches():
     assert set(got) == expected_ids(events, *queries)
     assert all(s["events"] > 0 for s in stats)
     assert sum(s["events"] for s in stats) == len(events)
+
+
+def test_outbox_keeps_matches_until_acknowledged():
+    events = stream(300)
+    w = PartitionWorker("p0", key_attr="k", outbox=True)
+    w.add_query("seq", SEQ3)
+    ack = w.ingest(encode_batch(events, "s", "b"))
+    assert ack["matches"] == [] and ack["queued"] > 0
+    first = w.drain(0, limit=5)
+    assert len(first["records"]) == 5 and first["pending"] == ack["queued"] - 5
+    again = w.drain(0, limit=5)                 # not acknowledged: delivered again
+    assert [r["id"] for r in again["records"]] == [r["id"] for r in first["records"]]
+    rest = w.drain(first["last"], limit=10_000)
+    ids = [r["id"] for r in first["records"] + rest["records"]]
+    ids += [r["id"] for r in w.drain(rest["last"])["records"]]
+    w.advance(float("inf"))
+    ids += [r["id"] for r in w.drain(rest["last"])["records"]]
+    assert len(ids) == len(set(ids)) and set(ids) == expected_ids(events, ("seq", SEQ3))
+
+
+def test_outbox_is_bounded_and_counts_what_it_drops(caplog):
+    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=3)
+    w.add_query("pair", PAIR)
+    evs = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("ABABABAB")]
+    w.ingest(encode_batch(evs, "s", "b"))
+    page = w.drain(0)
+    assert len(page["records"]) == 3 and w.stats()["outbox_dropped"] > 0
+    assert "outbox full" in caplog.text
+
+
+def test_snapshot_restore_continues_with_the_same_matches():
+    events = stream(400, seed=5)
+    w = PartitionWorker("p0", key_attr="k", outbox=True)
+    w.add_query("seq", SEQ3)
+    w.ingest(encode_batch(events[:200], "s", "b1"))
+    snap = w.snapshot()
+    clone = PartitionWorker.restore(pickle.loads(pickle.dumps(snap)))
+    for x in (w, clone):
+        assert x.ingest(encode_batch(events[:200], "s", "b1"))["redelivered"]
+        x.ingest(encode_batch(events[200:], "s", "b2"))
+        x.advance(float("inf"))
+    ids = [{r["id"] for r in x.drain(0)["records"]} for x in (w, clone)]
+    assert ids[0] == ids[1] == expected_ids(events, ("seq", SEQ3))
+    assert clone.stats()["events"] == w.stats()["events"] == len(events)
