@@ -56,6 +56,7 @@ class GatewayService:
         self._types: dict = {}             # query id -> frozenset of types (None: any)
         self._acks = {t: 0 for t in self.targets}
         self._drain_locks = {t: asyncio.Lock() for t in self.targets}
+        self._drain_errors: dict = {}      # target -> last drain error (logged once)
         self._batch_ids = itertools.count(1)
         self._started = time.time()
         self.events_in = 0
@@ -318,8 +319,13 @@ class GatewayService:
         moved = 0
         for target, r in zip(self.targets, results):
             if isinstance(r, BaseException):
-                log.warning("cannot drain %s: %s", target, r)
+                # log a failing actor when its error changes, not on every drain
+                if self._drain_errors.get(target) != str(r):
+                    log.warning("cannot drain %s: %s", target, r)
+                self._drain_errors[target] = str(r)
             else:
+                if self._drain_errors.pop(target, None) is not None:
+                    log.warning("draining %s works again", target)
                 moved += r
         return moved
 
