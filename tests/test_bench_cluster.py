@@ -107,3 +107,16 @@ def test_main_runs_with_a_tiny_config(capsys):
     assert "=== part 1" in out and "=== part 2" in out and "=== summary" in out
     assert "'events': 2000" in out
     assert out.count("identical: yes") == 2
+
+
+@pytest.mark.ray
+def test_latency_benchmark_measures_every_path(capsys):
+    from benchmarks import bench_latency
+    assert bench_latency.main(["--probes", "3", "--load-rate", "500"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("idle", "loaded"))]
+    assert len(rows) == 6                              # 3 paths x (idle, loaded)
+    assert all(r[-4] == "3" for r in rows)             # every probe's match was seen
+    assert {" ".join(r[1:-4]) for r in rows} == {"gateway send -> matches() read",
+                                                  "gateway send -> subscribe() yields",
+                                                  "bulk push -> subscribe() yields"}
