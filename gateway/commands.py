@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 
-from cep.errors import UnavailableError
+from cep.errors import IngestError, UnavailableError
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8470"
 
@@ -83,13 +83,120 @@ def add_cluster_commands(commands, usage_error):
     matches.add_argument("--limit", type=int, default=1000)
     matches.add_argument("--follow", "-f", action="store_true",
                          help="keep printing new matches (Server-Sent Events)")
-    for p in (add, rm, ls, matches):
+    ingest = commands.add_parser(
+        "ingest", help="ingest files into a running cluster with Spark (RayDP on Ray)",
+        description="Read CSV / JSON-lines / Parquet files with PySpark, map rows to events, "
+                    "partition them by the cluster's routing hash, sort each partition by "
+                    "event time and push msgpack batches to the partition actors. Rows that "
+                    "cannot become events go to the dead-letter directory with their reason. "
+                    "With --stream, watch a directory and ingest every file dropped there.")
+    ingest.add_argument("paths", nargs="+", metavar="PATH",
+                        help="input files (or, with --stream, one directory)")
+    ingest.add_argument("--format", choices=("csv", "json", "parquet"), default=None,
+                        help="input format (default: from the file extension)")
+    ingest.add_argument("--type-column", default="type", metavar="COL")
+    ingest.add_argument("--type", dest="type_constant", default=None, metavar="TYPE",
+                        help="one event type for every row (instead of --type-column)")
+    ingest.add_argument("--ts-column", default="ts", metavar="COL")
+    ingest.add_argument("--ts-format", default="s", metavar="UNIT",
+                        help="s, ms, us, ns (numbers), iso, or a strftime pattern (default s)")
+    ingest.add_argument("--key", default=None, metavar="COL",
+                        help="partition key column (default: the gateway's key attribute)")
+    ingest.add_argument("--id-column", default=None, metavar="COL")
+    ingest.add_argument("--attributes", default=None, metavar="COL,COL",
+                        help="attribute columns (default: every other column)")
+    ingest.add_argument("--batch-size", type=int, default=2000, metavar="N")
+    ingest.add_argument("--max-in-flight", type=int, default=4, metavar="N",
+                        help="unacknowledged batches per Spark partition (default 4)")
+    ingest.add_argument("--dead-letters", default="raycep-dead-letters", metavar="DIR")
+    ingest.add_argument("--stream", action="store_true",
+                        help="structured streaming over the directory PATH until Ctrl-C")
+    ingest.add_argument("--checkpoint", default=None, metavar="DIR",
+                        help="streaming checkpoint (which files were ingested)")
+    ingest.add_argument("--spark-master", default=None, metavar="URL",
+                        help="an existing Spark master (default: Spark on Ray via RayDP)")
+    ingest.add_argument("--ray-address", default="auto",
+                        help="the Ray cluster of the raycep actors (default: auto)")
+    ingest.add_argument("--executors", type=int, default=1, metavar="N")
+    ingest.add_argument("--executor-cores", type=int, default=1, metavar="N")
+    ingest.add_argument("--executor-memory", default="1GB")
+    ingest.set_defaults(func=run_ingest)
+    for p in (add, rm, ls, matches, ingest):
         p.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
                        help="gateway URL (default $RAYCEP_GATEWAY or %(default)s)")
         p.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"))
     for p in (add, rm, ls):
         p.set_defaults(func=run_query)
     matches.set_defaults(func=run_matches)
+
+
+# --------------------------------------------------------------------------- ingest
+
+def run_ingest(args) -> int:
+    import ray
+
+    from actors.producer import NAMESPACE
+    from actors.routing import RoutingTable
+    from spark_ingest.job import IngestSettings, run_job, run_stream
+    from spark_ingest.mapping import EventMapping
+    from spark_ingest.session import start_spark, stop_spark
+
+    client = _client(args)
+    routing = RoutingTable.from_dict(client.routing())
+    fmt = args.format or _format_of(args.paths[0])
+    mapping = EventMapping(
+        type_column=None if args.type_constant else args.type_column,
+        type_constant=args.type_constant, ts_column=args.ts_column, ts_unit=args.ts_format,
+        key_column=args.key or routing.key_attr, id_column=args.id_column,
+        attributes=tuple(args.attributes.split(",")) if args.attributes else None)
+    settings = IngestSettings(batch_size=args.batch_size, max_in_flight=args.max_in_flight,
+                              dead_letters=args.dead_letters, ray_address=args.ray_address)
+    if args.stream and (len(args.paths) != 1 or not os.path.isdir(args.paths[0])):
+        _err("error: --stream needs exactly one directory")
+        return 2
+    for path in args.paths:
+        if not os.path.exists(path):
+            _err(f"error: {path} not found")
+            return 2
+    t0 = time.monotonic()
+    if not ray.is_initialized():
+        ray.init(address=args.ray_address, namespace=NAMESPACE, log_to_driver=False,
+                 configure_logging=False)
+    spark = start_spark(args.spark_master, executors=args.executors,
+                        cores=args.executor_cores, memory=args.executor_memory)
+    startup = time.monotonic() - t0
+    _err(f"[ingest] Spark ready in {startup:.1f} s ({args.spark_master or 'RayDP on Ray'}); "
+         f"{routing.partitions} partition actors, key {mapping.key_column!r}")
+    try:
+        if args.stream:
+            query = run_stream(spark, args.paths[0], fmt, mapping,
+                               lambda: RoutingTable.from_dict(client.routing()), settings,
+                               checkpoint=args.checkpoint, report=_err)
+            _err(f"[ingest] watching {args.paths[0]}; drop files there; Ctrl-C stops")
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+            return 0
+        result = run_job(spark, args.paths, fmt, mapping, routing, settings, report=_err)
+    finally:
+        stop_spark(spark, args.spark_master)
+    result["spark_startup_seconds"] = round(startup, 3)
+    if result["dead_letters"]:
+        _err(f"[ingest] {result['dead_letters']} rows could not become events; reasons in "
+             f"{result['dead_letter_dir']} (first: {result['dead_letter_sample'][0]})")
+    print(json.dumps(result))
+    return 0
+
+
+def _format_of(path: str) -> str:
+    ext = os.path.splitext(path.rstrip("/"))[1].lower()
+    fmt = {".csv": "csv", ".jsonl": "json", ".json": "json", ".ndjson": "json",
+           ".parquet": "parquet"}.get(ext)
+    if fmt is None:
+        raise IngestError(f"cannot tell the format of {path!r} from its extension; pass "
+                          f"--format csv|json|parquet")
+    return fmt
 
 
 # --------------------------------------------------------------------------- client commands

@@ -1,0 +1,136 @@
+"""EventMapping: how a table row (CSV, JSON lines, Parquet) becomes an Event.
+
+Pure Python (no Spark import), so the same mapping is tested in-process and applied inside
+Spark tasks. A row is a plain dict of column -> value (``Row.asDict()``). The event is built
+with ``cep.event.make_event``, exactly as ``raycep local`` builds it, so the same file gives the
+same event ids, hence the same match ids, whichever path it takes.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from cep.errors import IngestError
+from cep.event import Event, make_event
+from cep.sources import parse_cell
+
+#: units of a numeric event-time column, as a factor to seconds
+TS_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+RESERVED = ("type", "ts", "id", "key", "attrs")
+
+
+@dataclass(frozen=True)
+class EventMapping:
+    """Which column is what.
+
+    ``type_column`` names the event-type column, or ``type_constant`` gives every row one
+    type. ``ts_column`` holds the event time: a number in ``ts_unit`` (s, ms, us, ns), or with
+    ``ts_unit="iso"`` an ISO-8601 string / timestamp value, or with a ``strftime`` pattern
+    (``"%Y-%m-%d %H:%M:%S"``) a string in that format (naive times are UTC). ``key_column`` is
+    the partition key; ``id_column`` an optional event id; ``attributes`` the attribute
+    columns (None: every other column). ``typed_strings``: text cells that look like numbers or
+    booleans become numbers/booleans (as CSV cells do in ``raycep local``)."""
+    type_column: str | None = "type"
+    type_constant: str | None = None
+    ts_column: str = "ts"
+    ts_unit: str = "s"
+    key_column: str | None = None
+    id_column: str | None = None
+    attributes: tuple | None = None
+    typed_strings: bool = True
+
+    def __post_init__(self):
+        if (self.type_column is None) == (self.type_constant is None):
+            raise IngestError("give exactly one of a type column or a constant event type",
+                              field="type")
+        if self.ts_unit not in TS_UNITS and self.ts_unit != "iso" and "%" not in self.ts_unit:
+            raise IngestError(f"unknown event-time unit {self.ts_unit!r}: use s, ms, us, ns, "
+                              f"iso or a strftime pattern such as '%Y-%m-%d %H:%M:%S'",
+                              field="ts")
+        if self.attributes is not None:
+            object.__setattr__(self, "attributes", tuple(self.attributes))
+
+    def check_columns(self, columns) -> None:
+        """Raise IngestError naming every mapped column the table lacks."""
+        needed = [c for c in (self.type_column, self.ts_column, self.key_column,
+                              self.id_column) if c is not None]
+        needed += list(self.attributes or ())
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            raise IngestError(f"the input has no column(s) {', '.join(map(repr, missing))} "
+                              f"(columns: {', '.join(columns)})", field=missing[0])
+
+    def to_event(self, row: dict, index: int | None = None) -> Event:
+        """The event of ``row``; IngestError naming the row and the column otherwise."""
+        out: dict = {}
+        if self.type_constant is not None:
+            out["type"] = self.type_constant
+        else:
+            out["type"] = _text(row.get(self.type_column))
+        out["ts"] = self._ts(row.get(self.ts_column), index)
+        if self.id_column is not None and row.get(self.id_column) is not None:
+            out["id"] = _text(row[self.id_column])
+        skip = {self.type_column, self.ts_column, self.id_column}
+        names = self.attributes if self.attributes is not None else \
+            [c for c in row if c not in skip]
+        for name in names:
+            value = row.get(name)
+            if value is None:
+                continue                              # an empty cell: attribute absent
+            if name in RESERVED:
+                raise IngestError(f"column {name!r} is reserved; map it to another name or "
+                                  f"leave it out of the attributes", index, name)
+            out[name] = self._value(value, index, name)
+        return make_event(out, index, self.key_column)
+
+    def _ts(self, value, index):
+        if value is None or value == "":
+            raise IngestError("missing event time", index, self.ts_column)
+        unit = self.ts_unit
+        try:
+            if isinstance(value, dt.datetime):
+                return _epoch(value)
+            if isinstance(value, dt.date):
+                return _epoch(dt.datetime(value.year, value.month, value.day))
+            if unit == "iso":
+                return _epoch(dt.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00")))
+            if "%" in unit:
+                return _epoch(dt.datetime.strptime(str(value).strip(), unit))
+            if isinstance(value, bool):
+                raise ValueError("a boolean is not a time")
+            ts = float(value.strip() if isinstance(value, str) else value) * TS_UNITS[unit]
+        except (TypeError, ValueError) as exc:
+            raise IngestError(f"event time {value!r} is not valid for format {unit!r}: {exc}",
+                              index, self.ts_column) from None
+        if not math.isfinite(ts):
+            raise IngestError(f"event time must be finite, got {value!r}", index,
+                              self.ts_column)
+        return ts
+
+    def _value(self, value, index, name):
+        if isinstance(value, str):
+            return parse_cell(value) if self.typed_strings else value
+        if isinstance(value, dt.datetime):
+            return _epoch(value)
+        if isinstance(value, (dt.date, dt.time)):
+            return value.isoformat()
+        if isinstance(value, (bool, int, float, list, dict)):
+            return value
+        if hasattr(value, "asDict"):                  # a nested Spark Row
+            return value.asDict(recursive=True)
+        try:
+            return float(value)                       # Decimal and friends
+        except (TypeError, ValueError):
+            raise IngestError(f"unsupported value {value!r} ({type(value).__name__})", index,
+                              name) from None
+
+
+def _text(value):
+    return value.strip() if isinstance(value, str) else value
+
+
+def _epoch(value: dt.datetime) -> float:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.timestamp()
