@@ -7,6 +7,12 @@ bound), every conjunct checked at the first step where all its variables are bou
 negation checked as soon as its position is fixed (first-chance), and a Kleene variable
 enumerated as increasing subsets of its candidates (RCEP's bitmask enumeration, pruned by the
 element-wise conjuncts as each element is added).
+
+Under skip-till-next-match the run through a Kleene block is deterministic (SASE+ NFA^b): when
+the block sits between its bound neighbours, its first element is the first event after the
+preceding block that satisfies the begin condition, and each next element the first one that
+satisfies the take condition. Such runs are computed once per trigger and shared by every
+binding of the variables before the block.
 """
 from __future__ import annotations
 
@@ -14,10 +20,13 @@ import operator
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import compress
+from math import isnan
 
+from cep import ast
 from cep.compiler import Branch, CompiledQuery, Negation
 from cep.event import Event, before
-from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
+from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash, \
+    kleene_offset_shift
 from cep.index import ALL, SharedEventIndex
 from cep.match import Match
 from cep.strategies import accepts
@@ -39,6 +48,9 @@ class Step:
     negations: tuple             # first-chance negations decidable after this step
     take_complete: bool = False  # Kleene: unary + incremental are its whole take condition
     filters: tuple = ()          # separable comparisons: filter all candidates at once
+    chained: bool = False        # Kleene: deterministic runs shared per trigger (see _runs)
+    local: bool = False          # Kleene: the take condition reads only b[i-1] and b[i]
+    begin: tuple | None = None   # Kleene: begin condition of b[1], ((conjunct, at_0, jump), ...)
 
 
 NUMERIC_KINDS = frozenset((int, float))
@@ -65,6 +77,43 @@ def _ge(cands, attr, value):
 
 
 ORDER_FILTERS = {operator.lt: _lt, operator.le: _le, operator.gt: _gt, operator.ge: _ge}
+
+
+class _Span:
+    """A chained Kleene step's candidates up to one upper bound, for one trigger: their
+    times, the runs and next elements found so far, and skip tables (see ``skip``)."""
+
+    __slots__ = ("_skips", "events", "nexts", "runs", "times")
+
+    def __init__(self, events: list):
+        self.events = events
+        self.times = [e.ts for e in events]
+        self.runs: dict = {}
+        self.nexts: dict = {}
+        self._skips: dict = {}
+
+    def skip(self, jump: tuple) -> list:
+        """For each candidate ``k`` with a number ``w`` as ``attr``: the next candidate whose
+        ``attr`` is not a number at most ``w`` (``up``) or at least ``w`` (len when none)."""
+        table = self._skips.get(jump)
+        if table is None:
+            attr, up = jump
+            events = self.events
+            n = len(events)
+            table = self._skips[jump] = [n] * n
+            stack: list = []            # candidates still waiting for their next, as (k, w)
+            for k, e in enumerate(events):
+                w = e.attrs.get(attr)
+                if w.__class__ not in NUMERIC_KINDS or isnan(w):   # NaN compares with nothing
+                    for j, _ in stack:
+                        table[j] = k
+                    stack.clear()
+                    table[k] = k + 1
+                    continue
+                while stack and (stack[-1][1] < w if up else stack[-1][1] > w):
+                    table[stack.pop()[0]] = k
+                stack.append((k, w))
+        return table
 
 
 class TooManyMatches(Exception):
@@ -101,13 +150,75 @@ def build_steps(branch: Branch, order: tuple) -> tuple:
             and (c.kleene_i == name or c.max_first.get(name, 0) > 0))
         negs = [n for n in pending_neg if _negation_ready(n, bound, variables)]
         pending_neg = [n for n in pending_neg if n not in negs]
+        chained, local, begin = False, False, None
+        around = branch.before[name] | branch.after[name]
+        if take_complete and all(c.vars == {name} for c in inc) and bound - {name} <= around:
+            # the run's candidates and take condition do not depend on the other variables
+            chained = True
+            local = all(_local(c, name) for c in incremental)
+            if branch.before[name] and branch.before[name] <= bound and all(
+                    v in around for v in variables if v != name):
+                begin = _begin_condition(branch, name)
         steps.append(Step(
             var=var,
             after_of=tuple(b for b in branch.before[name] if b in bound and b != name),
             before_of=tuple(a for a in branch.after[name] if a in bound and a != name),
             check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
-            negations=tuple(negs), take_complete=take_complete, filters=filters))
+            negations=tuple(negs), take_complete=take_complete, filters=filters,
+            chained=chained, local=local, begin=begin))
     return tuple(steps)
+
+
+def _local(c, name: str) -> bool:
+    """Whether element-wise conjunct ``c`` reads only the elements ``i-1`` and ``i`` of
+    ``name`` (then the next element of a run depends only on the current one)."""
+    shift = kleene_offset_shift(c.expr)
+    for node in ast.walk_expr(c.expr):
+        if isinstance(node, (ast.Len, ast.Aggregate)) and node.var == name:
+            return False
+        if node.__class__ is ast.Attr and node.var == name:
+            idx = node.index
+            if idx is not None and idx.base != "i" or (
+                    idx.offset if idx is not None else 0) - shift not in (-1, 0):
+                return False
+    return True
+
+
+def _begin_condition(branch: Branch, name: str) -> tuple:
+    """The conjuncts of the begin condition of Kleene variable ``name`` when every variable
+    before it is in the run's buffer (strategies._condition at p = 0): (conjunct, checked at
+    position 0, jump), where jump is ``(attr, up)`` when the conjunct is ``name[1].attr > T``
+    (up) or ``< T`` with T not reading ``name``: a failure at value w then also fails every
+    candidate whose value is not past w."""
+    buffer = branch.before[name] | {name}
+    out = []
+    for c in branch.conjuncts:
+        if name not in c.vars or not c.vars <= buffer or name in c.set_level:
+            continue
+        if c.kleene_i == name:
+            if c.max_first.get(name, 0) <= 0:
+                out.append((c, True, _jump(c, name)))
+        elif c.max_first.get(name, 0) == 0:
+            out.append((c, False, _jump(c, name)))
+    return tuple(out)
+
+
+def _jump(c, name: str):
+    """``(attr, up)`` for ``name[1].attr > T`` / ``< T`` (see _begin_condition), else None."""
+    expr = c.expr
+    if expr.__class__ is not ast.Compare or expr.op not in ("<", "<=", ">", ">="):
+        return None
+    shift = kleene_offset_shift(expr)
+    for side, other, up in ((expr.left, expr.right, expr.op in (">", ">=")),
+                            (expr.right, expr.left, expr.op in ("<", "<="))):
+        idx = getattr(side, "index", None)
+        if (side.__class__ is ast.Attr and side.var == name and side.attr not in FIELDS
+                and (idx is None and shift == 0 or idx is not None and (
+                    idx.base == "first" and idx.offset == 0
+                    or idx.base == "i" and idx.offset == shift))
+                and not any(getattr(n, "var", None) == name for n in ast.walk_expr(other))):
+            return side.attr, up
+    return None
 
 
 def _negation_ready(neg: Negation, bound: set, variables: dict) -> bool:
@@ -137,6 +248,8 @@ class Evaluation:
         self.env: dict = {}
         self.results: list = []
         self._extremes: dict = {}
+        self._spans: dict = {}            # (Kleene step, upper bound) -> _Span
+        self.proven: dict = {}            # Kleene runs chosen as the NFA^b does (accepts)
         self.deferred = tuple(n for n in branch.negations if n.deferred)
         self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
         self.query = query                # results are Match objects, or binding dicts while
@@ -232,12 +345,16 @@ class Evaluation:
         name = step.var.name
         env = self.env
         if step.var.kleene:
-            cands = self._kleene_candidates(step, lo, hi)
-            for seq in self._kleene(cands, step, None):
+            if step.chained and self._mode(step) == "next":
+                seqs = self._runs(step, lo, hi)
+            else:
+                seqs = self._kleene(self._kleene_candidates(step, lo, hi), step, None)
+            for seq in seqs:
                 env[name] = seq
                 if self._after_step(step):
                     self._step(steps, k + 1)
             env.pop(name, None)
+            self.proven.pop(name, None)
             return
         conjuncts, negations, check_used = step.conjuncts, step.negations, step.check_used
         nxt = k + 1
@@ -359,9 +476,9 @@ class Evaluation:
             cands = out
         return cands
 
-    def _kleene_candidates(self, step, lo, hi) -> list:
+    def _kleene_candidates(self, step, lo, hi, used: bool = True) -> list:
         cands = self.candidates(step.var, lo, hi)
-        if step.check_used:
+        if used and step.check_used:
             cands = [e for e in cands if not self._used(e)]
         if step.unary and self._mode(step) != "contiguous":
             env, name = self.env, step.var.name
@@ -452,6 +569,123 @@ class Evaluation:
                             yield cand
                     break
                 seq, j = nxt
+
+    def _runs(self, step, lo, hi):
+        """The skip-till-next-match runs of a chained Kleene step between ``lo`` and ``hi``
+        (what _kleene_chains yields for the same candidates, in the same order).
+
+        The step's candidates up to ``hi`` and each run from a given first element are computed
+        once per trigger and shared by every ``lo``: no other bound variable has an event
+        between ``lo`` and ``hi``, and the take condition reads only this variable. With a
+        begin condition, only the first candidate after ``lo`` that satisfies it can start a
+        run: it is in the gap of every later start, which the NFA^b cannot ignore
+        (strategies.accepts would reject them).
+        """
+        span = self._spans.get((id(step), id(hi)))
+        if span is None:
+            cands = self._kleene_candidates(step, None, hi, used=False)
+            span = self._spans[(id(step), id(hi))] = _Span(cands)
+        cands = span.events
+        n = len(cands)
+        k = 0
+        if lo is not None and lo.ts >= self.tlow:
+            k = bisect_left(span.times, lo.ts)
+            while k < n and not before(lo, cands[k]):
+                k += 1
+        starts, begun = range(k, n), False
+        env, name = self.env, step.var.name
+        if step.begin is not None and any(env[v] is lo for v in step.after_of):
+            first = self._first_begin(step, span, k)    # the preceding block is simple
+            if first is None:
+                return
+            if self._same_run_partition(cands[first], self._earliest(step.after_of)):
+                starts, begun = (first,), True
+        checks = step.incremental
+        for s in starts:
+            env[name] = (cands[s],)
+            if not all(c.check_at(env, 0) for c in checks):
+                continue
+            run = self._run(step, span, s)
+            self.proven[name] = (begun, run)
+            for m in range(1, len(run) + 1):
+                yield run[:m]
+
+    def _first_begin(self, step, span, k: int) -> int | None:
+        """The first candidate from position ``k`` on that satisfies the begin condition."""
+        env, name, cands = self.env, step.var.name, span.events
+        n = len(cands)
+        try:
+            while k < n:
+                ev = cands[k]
+                env[name] = (ev,)
+                for c, at_0, jump in step.begin:
+                    if not (c.check_at(env, 0) if at_0 else c.check(env)):
+                        break
+                else:
+                    return k
+                if jump is not None and ev.attrs.get(jump[0]).__class__ in NUMERIC_KINDS:
+                    k = span.skip(jump)[k]
+                else:
+                    k += 1
+            return None
+        finally:
+            env.pop(name, None)
+
+    def _same_run_partition(self, ev, first) -> bool:
+        """Whether ``ev`` has the equivalence attributes of the run's first event (then it is
+        an event the NFA^b begin condition tests, not only a candidate of this partition)."""
+        for a in self.cq.equivalence:
+            value = field_value(ev, a, _MISSING)
+            if value is _MISSING or value != field_value(first, a, _MISSING):
+                return False
+        return True
+
+    def _run(self, step, span, s: int) -> tuple:
+        """The run from candidate ``s``: each next element is the first later candidate that
+        satisfies the take condition (memoised per element when the condition is local)."""
+        runs = span.runs
+        got = runs.get(s)
+        if got is not None:
+            return got
+        env, name, cands = self.env, step.var.name, span.events
+        checks = step.incremental
+        if step.local:
+            path, j = [], s
+            while j is not None and j not in runs:
+                path.append(j)
+                j = self._next(step, span, j)
+            tail = runs[j] if j is not None else ()
+            for j in reversed(path):
+                tail = runs[j] = (cands[j],) + tail
+            return tail
+        seq, j, n = (cands[s],), s, len(cands)
+        while True:
+            for j2 in range(j + 1, n):
+                cand = env[name] = seq + (cands[j2],)
+                p = len(cand) - 1
+                if all(c.check_at(env, p) for c in checks):
+                    seq, j = cand, j2
+                    break
+            else:
+                break
+        runs[s] = seq
+        return seq
+
+    def _next(self, step, span, j: int) -> int | None:
+        """The next element after candidate ``j`` under a local take condition."""
+        nexts = span.nexts
+        if j in nexts:
+            return nexts[j]
+        env, name, cands = self.env, step.var.name, span.events
+        checks = step.incremental
+        found, prev = None, cands[j]
+        for j2 in range(j + 1, len(cands)):
+            env[name] = (prev, cands[j2])
+            if all(c.check_at(env, 1) for c in checks):
+                found = j2
+                break
+        nexts[j] = found
+        return found
 
     def _after_step(self, step) -> bool:
         env = self.env
@@ -548,7 +782,7 @@ class Evaluation:
     def _complete(self):
         env = self.env
         if not self.plain:
-            if self.cq.strategy != "skip_till_any_match" and not accepts(self, env):
+            if self.cq.strategy != "skip_till_any_match" and not accepts(self, env, self.proven):
                 return
             if self.deferred:
                 tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())

@@ -19,8 +19,15 @@ from cep.index import ALL
 _MISSING = object()
 
 
-def accepts(ev, env: dict) -> bool:
-    """Whether the NFA^b under ``ev.cq.strategy`` accepts the binding ``env`` (an Evaluation)."""
+def accepts(ev, env: dict, proven: dict | None = None) -> bool:
+    """Whether the NFA^b under ``ev.cq.strategy`` accepts the binding ``env`` (an Evaluation).
+
+    ``proven`` (skip till next match) maps Kleene variables whose elements the evaluator chose
+    as the automaton does (each the first later event that satisfies the take condition) to
+    ``(begun, run)``: ``run`` is the whole run the binding is a prefix of, ``begun`` whether its
+    first element is also the first event after the preceding (simple) block that satisfies the
+    begin condition. Those gaps are not checked again.
+    """
     cq = ev.cq
     blocks = []
     for name, value in env.items():
@@ -33,48 +40,62 @@ def accepts(ev, env: dict) -> bool:
     selected = [(e, name, p) for _, seq, name in blocks for p, e in enumerate(seq)]
     first, last = selected[0][0], selected[-1][0]
     chosen = {id(e) for e, _, _ in selected}
-    gap_events = [e for e in _stream(ev, first.ts, last.ts)
-                  if id(e) not in chosen and before(first, e) and before(e, last)]
-    if not gap_events:
-        return True
     strategy = cq.strategy
-    if strategy == "strict_contiguity":
-        return False
-    if strategy == "partition_contiguity":
-        if not cq.equivalence:
+    if strategy in ("strict_contiguity", "partition_contiguity"):
+        gap_events = [e for e in _stream(ev, first.ts, last.ts)
+                      if id(e) not in chosen and before(first, e) and before(e, last)]
+        if not gap_events:
+            return True
+        if strategy == "strict_contiguity" or not cq.equivalence:
             return False
         home = _partition(first, cq.equivalence)
         return all(_partition(g, cq.equivalence) != home for g in gap_events)
+    proven = proven or {}
     order = [name for _, _, name in blocks]
     variables = {v.name: v for v in ev.branch.positives}
-    gi = 0
     for k in range(len(selected) - 1):
         e1, name1, p1 = selected[k]
         e2, name2, p2 = selected[k + 1]
-        gap = []
-        while gi < len(gap_events) and before(gap_events[gi], e2):
-            gap.append(gap_events[gi])
-            gi += 1
-        if not gap:
-            continue
         if name1 == name2:        # inside a Kleene block: the run is at p[i], buffer p[..p1]
+            if name1 in proven:
+                continue
             buffer = _buffer(env, order, name1, p1 + 1)
-            if any(_condition(ev, variables[name1], g, buffer, first) for g in gap):
+            if any(_condition(ev, variables[name1], g, buffer, first)
+                   for g in _gap(ev, e1, e2, chosen)):
                 return False
+            continue
+        if name2 in proven and proven[name2][0]:
             continue
         begin_buffer = _buffer(env, order, name2, 0)
         var1 = variables[name1]
         if not var1.kleene:
-            if any(_condition(ev, variables[name2], g, begin_buffer, first) for g in gap):
+            if any(_condition(ev, variables[name2], g, begin_buffer, first)
+                   for g in _gap(ev, e1, e2, chosen)):
                 return False
             continue
-        # after the last element of Kleene block name1: proceed at some split point
-        take_buffer = _buffer(env, order, name1, len(env[name1]))
-        takes = [_condition(ev, var1, g, take_buffer, first) for g in gap]
-        begins = [_condition(ev, variables[name2], g, begin_buffer, first) for g in gap]
-        if not any(not any(takes[:s]) and not any(begins[s:]) for s in range(len(gap) + 1)):
+        # after the last element of Kleene block name1: proceed at some split point, at the
+        # latest just before the first event it could take; no begin event may follow that
+        if name1 in proven:
+            run, taken = proven[name1][1], len(env[name1])
+            take = run[taken] if len(run) > taken else None
+            if take is None or not before(take, e2):
+                continue          # nothing to take before e2: proceed right before it
+            rest = [take] + _gap(ev, take, e2, chosen)
+        else:
+            gap = _gap(ev, e1, e2, chosen)
+            take_buffer = _buffer(env, order, name1, len(env[name1]))
+            split = next((s for s, g in enumerate(gap)
+                          if _condition(ev, var1, g, take_buffer, first)), len(gap))
+            rest = gap[split:]
+        if any(_condition(ev, variables[name2], g, begin_buffer, first) for g in rest):
             return False
     return True
+
+
+def _gap(ev, e1: Event, e2: Event, chosen: set) -> list:
+    """The stream events strictly between ``e1`` and ``e2`` that the binding does not hold."""
+    return [g for g in _stream(ev, e1.ts, e2.ts)
+            if id(g) not in chosen and before(e1, g) and before(g, e2)]
 
 
 def _stream(ev, lo: float, hi: float):

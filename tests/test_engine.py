@@ -241,3 +241,64 @@ def test_column_wise_filters_agree_with_the_row_wise_path():
         eng = Engine_with(f"PATTERN SEQ(A a, B b) WHERE {cond} WITHIN 3 seconds")
         results.append(keys(run(eng, events)))
     assert results[0] and all(r == results[0] for r in results)
+
+
+RALLY = """PATTERN SEQ(Stock a, Stock+ b[], Stock c)
+WHERE skip_till_next_match(a, b, c) {
+    [symbol]
+    AND b[1].price > a.price
+    AND b[i].price > b[i-1].price
+    AND b.LEN >= 4
+    AND LAST(b.price) > a.price * 1.01
+    AND c.price < LAST(b.price)
+}
+WITHIN 15 seconds"""
+
+
+def rally(prices, gap=0.05, symbols="X"):
+    """The rally query (examples/queries.cep) over ticks ``gap`` seconds apart, symbols in
+    turn: (evaluations of every conjunct, of the element-wise ``b[i].price > b[i-1].price``,
+    the engine's match keys, the events)."""
+    eng = Engine_with(RALLY, key_attr="symbol")
+    events = [Event("Stock", round(i * gap, 6), {"symbol": symbols[i % len(symbols)], "price": p},
+                    key=symbols[i % len(symbols)], id=f"t{i:04d}") for i, p in enumerate(prices)]
+    got = {k for _, k in keys(run(eng, events))}
+    conjuncts = eng.managers["q"].cq.conjuncts
+    assert conjuncts[1].text == "b[i].price > b[i-1].price"
+    return sum(c.tested for c in conjuncts), conjuncts[1].tested, got, events
+
+
+def test_next_match_kleene_work_is_bounded_by_the_deterministic_run():
+    """Under skip-till-next-match the Kleene run is deterministic, so doubling the ticks of one
+    symbol inside the window may about quadruple the predicate evaluations (one run per start
+    and trigger), not multiply them by 16 (every b[1] after every a, rescanned per trigger)."""
+    def falling(n):
+        return [100.0 - 0.01 * i for i in range(n)]
+
+    def waves(n):                      # rising saw teeth: long runs and many matches
+        return [100.0 + (i % 7) * 0.3 + i * 0.01 for i in range(n)]
+
+    for n in (40, 80):                 # nothing can match: no run ever starts
+        assert rally(falling(n))[1] == 0
+    small, large = rally(falling(40))[0], rally(falling(80))[0]
+    assert large < 6 * small, (small, large)
+    (_, small, few, _), (_, large, many, _) = rally(waves(40)), rally(waves(80))
+    assert few and len(many) > len(few)
+    assert large < 6 * small, (small, large)
+
+
+def test_next_match_kleene_runs_agree_with_the_oracle():
+    from cep.parser import parse_query
+    from oracle import oracle_matches
+    rng = random.Random(11)
+    found = 0
+    for seed in range(4):
+        prices, p = [], 100.0
+        for _ in range(30):            # a noisy climb with ties, longer than the window
+            p = round(p + rng.choice([-0.6, -0.3, 0, 0.4, 0.5, 0.7]), 1)
+            prices.append(p)
+        for symbols in ("X", "XY"):
+            *_, got, events = rally(prices, gap=0.7, symbols=symbols)
+            assert got == oracle_matches(parse_query(RALLY), events), (seed, symbols)
+            found += len(got)
+    assert found > 100
