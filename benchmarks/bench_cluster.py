@@ -81,27 +81,32 @@ def symbol_names(n: int) -> list:
     return [f"S{i:02d}" for i in range(n)]
 
 
-def ticks(n: int, symbols: int = 64, seed: int = 42) -> list:
-    """``n`` Stock events as examples/make_ticks.py makes them (a multiplicative random walk
-    per symbol, round-lot volumes with 2% spikes), over ``symbols`` symbols. The gaps are
-    scaled by 8/symbols so each symbol ticks as often as in the 8-symbol sample (~9 ticks per
-    30 s window). Events carry ``key=symbol`` and an explicit id (``t<i>``), like a producer's."""
+def tick_rows(n: int, names: list, seed: int = 42):
+    """``(ts, symbol, price, volume)`` as examples/make_ticks.py makes them (a multiplicative
+    random walk per symbol, round-lot volumes with 2% spikes) over the symbols ``names``. The
+    gaps are scaled by 8/len(names) so each symbol ticks as often as in the 8-symbol sample."""
     rng = random.Random(seed)
-    names = symbol_names(symbols)
     prices = {s: round(rng.uniform(20.0, 900.0), 2) for s in names}
-    scale = 8 / symbols
+    scale = 8 / len(names)
     ts = 0.0
-    out = []
-    for i in range(n):
+    for _ in range(n):
         ts = round(ts + rng.choice(GAPS) * scale, 4)
         symbol = rng.choice(names)
         prices[symbol] = max(1.0, prices[symbol] * (1.0 + rng.gauss(0.0, 0.004)))
         volume = 100 * rng.randint(1, 50)
         if rng.random() < 0.02:
             volume *= 10
-        out.append(Event("Stock", ts, {"symbol": symbol, "price": round(prices[symbol], 2),
-                                       "volume": volume}, key=symbol, id=f"t{i}"))
-    return out
+        yield ts, symbol, round(prices[symbol], 2), volume
+
+
+def ticks(n: int, symbols: int = 64, seed: int = 42) -> list:
+    """``n`` Stock events of ``tick_rows`` over ``symbols`` symbols (~9 ticks per symbol per
+    30 s window). Events carry ``key=symbol`` and an explicit id (``t<i>``), like a
+    producer's."""
+    return [Event("Stock", ts, {"symbol": symbol, "price": price, "volume": volume},
+                  key=symbol, id=f"t{i}")
+            for i, (ts, symbol, price, volume) in
+            enumerate(tick_rows(n, symbol_names(symbols), seed))]
 
 
 def warm_events(n: int) -> list:

@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from actors.routing import GLOBAL, RoutingTable, actor_name, event_key, partition_of
 from cep.errors import CepError, IngestError
@@ -26,6 +26,10 @@ from spark_ingest.mapping import EventMapping
 
 NAMESPACE = "raycep"
 FORMATS = ("csv", "json", "parquet")
+#: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
+#: (a row with more or fewer cells than the header, a line that is not JSON); without it,
+#: PERMISSIVE mode silently drops a row's extra cells and fills missing ones with nulls
+MALFORMED = "_raycep_malformed"
 
 
 @dataclass(frozen=True)
@@ -39,19 +43,37 @@ class IngestSettings:
 
 def read_table(spark, paths, fmt: str, stream: bool = False, schema=None):
     """A DataFrame (or a streaming DataFrame) over ``paths``. CSV: header row, every column
-    read as text (typed later like ``raycep local`` does); JSON: one object per line."""
+    read as text (typed later like ``raycep local`` does), quoting as Python's csv module
+    reads it; JSON: one object per line. CSV and JSON tables get the column MALFORMED, set
+    on the rows Spark cannot parse (they go to the dead letters)."""
     if fmt not in FORMATS:
         raise IngestError(f"unknown input format {fmt!r}; use one of {', '.join(FORMATS)}")
-    reader = spark.readStream if stream else spark.read
+    paths = [paths] if isinstance(paths, str) else list(paths)
+
+    def options(reader):
+        if fmt == "csv":
+            # RFC 4180 like Python's csv module (raycep local): a quote inside a quoted cell
+            # is doubled (with Spark's default escape, a backslash, such a cell keeps its
+            # quotes and a backslash escapes, without an error), and a quoted cell may span
+            # lines (without multiLine its row is cut in two: a wrong event + a bad row)
+            reader = reader.option("header", True).option("inferSchema", False) \
+                .option("escape", '"').option("multiLine", True)
+        if fmt in ("csv", "json"):
+            reader = reader.option("mode", "PERMISSIVE") \
+                .option("columnNameOfCorruptRecord", MALFORMED)
+        return reader
+
+    if fmt in ("csv", "json"):
+        if schema is None and not stream:
+            schema = options(spark.read).format(fmt).load(paths).schema
+        if schema is not None and MALFORMED not in schema.fieldNames():
+            from pyspark.sql.types import StringType, StructField, StructType
+            schema = StructType(schema.fields + [StructField(MALFORMED, StringType(), True)])
+    reader = options(spark.readStream if stream else spark.read)
     if schema is not None:
         reader = reader.schema(schema)
-    if fmt == "csv":
-        reader = reader.option("header", True).option("inferSchema", False) \
-            .option("mode", "PERMISSIVE")
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if stream:
-        return getattr(reader, fmt)(paths[0])
-    return getattr(reader, fmt)(paths)
+    # load() takes a list of paths for every format (DataFrameReader.parquet takes *paths)
+    return reader.format(fmt).load(paths[0] if stream else paths)
 
 
 def _convert(mapping: EventMapping, routing: RoutingTable, file_col: str | None):
@@ -60,16 +82,22 @@ def _convert(mapping: EventMapping, routing: RoutingTable, file_col: str | None)
     wanted = routing.global_types
 
     def run(index, rows):
-        for k, row in enumerate(rows):
+        for row in rows:
             data = row.asDict()
             origin = data.pop(file_col, None) if file_col else None
+            raw = data.pop(MALFORMED, None)
+            if raw is not None:
+                yield ("dead", "malformed record: Spark could not parse it (a CSV row with "
+                               "more or fewer cells than the header, or a line that is not "
+                               "a JSON object)", raw, origin)
+                continue
             try:
                 ev = mapping.to_event(data)
+                target = partition_of(event_key(ev), n)
             except CepError as exc:
                 yield ("dead", str(exc), _jsonable(data), origin)
                 continue
             wire = [ev.type, ev.ts, ev.attrs, ev.key, ev.id]
-            target = partition_of(event_key(ev), n)
             yield ("ok", (target, ev.ts, ev.id), wire, None)
             if wanted is None or ev.type in wanted:
                 yield ("ok", (n, ev.ts, ev.id), wire, None)          # the global actor
@@ -140,8 +168,9 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
     ``progress(dict)`` is called with the counts when the job is done (``run_job`` also
     reports while it runs)."""
     job_id = job_id or uuid.uuid4().hex[:12]
+    settings = _joinable(settings)
     file_col = "_raycep_file"
-    columns = [c for c in df.columns]
+    columns = [c for c in df.columns if c != MALFORMED]
     mapping.check_columns(columns)
     from pyspark.sql.functions import input_file_name
     df = df.withColumn(file_col, input_file_name())
@@ -160,7 +189,7 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
         rows = converted.filter(lambda r: r[0] == "dead" or r[1][0] < n_part).count()
         dead_dir = None
         if n_dead:
-            dead_dir = os.path.join(settings.dead_letters, job_id)
+            dead_dir = _fresh_dir(settings.dead_letters, job_id)
             dead.map(lambda r: json.dumps({"reason": r[1], "row": r[2], "file": r[3]},
                                           sort_keys=True, default=str)) \
                 .coalesce(1).saveAsTextFile(dead_dir)
@@ -171,10 +200,35 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
            "events_sent": counters["events"].value,
            "duplicates": counters["duplicates"].value,
            "redelivered_batches": counters["redelivered"].value,
+           "rejected_by_actors": counters["bad"].value,
            "dead_letters": n_dead, "dead_letter_dir": dead_dir, "dead_letter_sample": sample}
     if progress:
         progress(out)
     return out
+
+
+def _joinable(settings: IngestSettings) -> IngestSettings:
+    """Spark's Python workers join the driver's Ray, not whichever Ray ``address="auto"``
+    finds last on the machine (another cluster on the same host would get the events)."""
+    if settings.ray_address == "auto":
+        import ray
+        if ray.is_initialized():
+            return replace(settings, ray_address=ray.get_runtime_context().gcs_address)
+    return settings
+
+
+def _fresh_dir(root: str, job_id: str) -> str:
+    """The dead-letter directory of a job: ``root/<job id>``, or ``root/<job id>.<n>`` when a
+    job with the same id (a replayed micro-batch, a re-sent job) already wrote one (Spark
+    refuses to write into an existing directory)."""
+    if "://" in root:
+        return f"{root.rstrip('/')}/{job_id}"
+    base = os.path.join(os.path.abspath(root), job_id)
+    path, n = base, 0
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}.{n}"
+    return path
 
 
 def _jsonable(data: dict) -> dict:

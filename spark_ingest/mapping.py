@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass
 
 from cep.errors import IngestError
 from cep.event import Event, make_event
 from cep.sources import parse_cell
 
-#: units of a numeric event-time column, as a factor to seconds
-TS_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+#: units of a numeric event-time column: how many of them make a second. Dividing (not
+#: multiplying by 1e-3 ...) is correctly rounded: 9 ms is 0.009 s, not 0.009000000000000001,
+#: so a file in ms gives the same event times (hence ids) as the same file in seconds.
+TS_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 RESERVED = ("type", "ts", "id", "key", "attrs")
+_INT = re.compile(r"[+-]?\d+")
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,9 @@ class EventMapping:
     ``ts_unit="iso"`` an ISO-8601 string / timestamp value, or with a ``strftime`` pattern
     (``"%Y-%m-%d %H:%M:%S"``) a string in that format (naive times are UTC). ``key_column`` is
     the partition key; ``id_column`` an optional event id; ``attributes`` the attribute
-    columns (None: every other column). ``typed_strings``: text cells that look like numbers or
-    booleans become numbers/booleans (as CSV cells do in ``raycep local``)."""
+    columns (None: every other column; the key column is always one, as ``[key]`` tests
+    it). ``typed_strings``: text cells that look like numbers or booleans become
+    numbers/booleans (as CSV cells do in ``raycep local``)."""
     type_column: str | None = "type"
     type_constant: str | None = None
     ts_column: str = "ts"
@@ -67,20 +72,30 @@ class EventMapping:
         if self.type_constant is not None:
             out["type"] = self.type_constant
         else:
-            out["type"] = _text(row.get(self.type_column))
+            etype = _text(row.get(self.type_column))
+            if etype is None or etype == "":
+                raise IngestError("missing event type", index, self.type_column)
+            if not isinstance(etype, str):
+                raise IngestError(f"event type must be text, got {etype!r}", index,
+                                  self.type_column)
+            out["type"] = etype
         out["ts"] = self._ts(row.get(self.ts_column), index)
         if self.id_column is not None and row.get(self.id_column) is not None:
             out["id"] = _text(row[self.id_column])
         skip = {self.type_column, self.ts_column, self.id_column}
-        names = self.attributes if self.attributes is not None else \
-            [c for c in row if c not in skip]
+        if self.attributes is None:
+            names = [c for c in row if c not in skip]
+        elif self.key_column is not None and self.key_column not in self.attributes:
+            names = (*self.attributes, self.key_column)   # [key] tests it: an attribute
+        else:
+            names = self.attributes
         for name in names:
-            value = row.get(name)
-            if value is None:
-                continue                              # an empty cell: attribute absent
             if name in RESERVED:
                 raise IngestError(f"column {name!r} is reserved; map it to another name or "
                                   f"leave it out of the attributes", index, name)
+            value = row.get(name)
+            if value is None:
+                continue                              # an empty cell: attribute absent
             out[name] = self._value(value, index, name)
         return make_event(out, index, self.key_column)
 
@@ -99,8 +114,8 @@ class EventMapping:
                 return _epoch(dt.datetime.strptime(str(value).strip(), unit))
             if isinstance(value, bool):
                 raise ValueError("a boolean is not a time")
-            ts = float(value.strip() if isinstance(value, str) else value) * TS_UNITS[unit]
-        except (TypeError, ValueError) as exc:
+            ts = _number(value) / TS_UNITS[unit]
+        except (TypeError, ValueError, OverflowError) as exc:
             raise IngestError(f"event time {value!r} is not valid for format {unit!r}: {exc}",
                               index, self.ts_column) from None
         if not math.isfinite(ts):
@@ -124,6 +139,19 @@ class EventMapping:
         except (TypeError, ValueError):
             raise IngestError(f"unsupported value {value!r} ({type(value).__name__})", index,
                               name) from None
+
+
+def _number(value):
+    """An int when the value is integral text or an int (exact, also for ns since 1970),
+    else a float."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT.fullmatch(text):
+            return int(text)
+        return float(text)
+    return float(value)
 
 
 def _text(value):

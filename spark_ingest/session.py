@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 
 
-def start_spark(master: str | None = None, app: str = "raycep-ingest", executors: int = 1,
+def start_spark(master: str | None = None, app: str | None = None, executors: int = 1,
                 cores: int = 1, memory: str = "1GB"):
     """A SparkSession. Spark's Python workers must run this interpreter (else they fail with
-    "No module named pyspark"), so PYSPARK_PYTHON is set to it unless already set."""
+    "No module named pyspark"), so PYSPARK_PYTHON is set to it unless already set.
+
+    The application name is unique per call (``raycep-ingest-<random>``) unless given: RayDP
+    names its master actor after it, so two jobs with one name cannot share a Ray cluster.
+    RayDP also names its Java app master ``RAY_APP_MASTER`` in the driver's Ray namespace:
+    two Sparks on one Ray need drivers in different namespaces as well."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    app = app or f"raycep-ingest-{uuid.uuid4().hex[:8]}"
     if master:
         from pyspark.sql import SparkSession
         spark = SparkSession.builder.master(master).appName(app) \
