@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from cep.compiler import CompiledQuery
 from cep.errors import PlanningError
-from cep.evaluator import Evaluation, TooManyMatches, build_steps
+from cep.evaluator import Evaluation, TooManyMatches
+from cep.steps import build_steps
 from cep.event import Event
 from cep.index import ALL, SharedEventIndex
 from cep.match import Match
