@@ -50,17 +50,23 @@ def encode_batch(events, source: str, batch_id: str) -> bytes:
     Raises IngestError naming the row index and field when a value cannot be packed
     (attribute values must be nil, bool, int, float, str, bytes, or lists/maps of those).
     """
+    rows = []
+    for index, ev in enumerate(events):
+        if not isinstance(ev, Event):
+            raise IngestError(f"expected an Event, got {type(ev).__name__}", index)
+        rows.append([ev.type, ev.ts, ev.attrs, ev.key, ev.id])
+    return encode_rows(rows, source, batch_id)
+
+
+def encode_rows(rows: list, source: str, batch_id: str) -> bytes:
+    """Pack wire rows ``[type, ts, attrs, key, id]`` (already built, e.g. inside a Spark task)
+    into one msgpack batch; the errors of ``encode_batch``."""
     if not isinstance(source, str):
         raise IngestError(f"source must be a string, got {type(source).__name__}",
                           field="source")
     if not isinstance(batch_id, str):
         raise IngestError(f"batch id must be a string, got {type(batch_id).__name__}",
                           field="batch_id")
-    rows = []
-    for index, ev in enumerate(events):
-        if not isinstance(ev, Event):
-            raise IngestError(f"expected an Event, got {type(ev).__name__}", index)
-        rows.append([ev.type, ev.ts, ev.attrs, ev.key, ev.id])
     body = {"schema_version": SCHEMA_VERSION, "source": source, "batch_id": batch_id,
             "rows": rows}
     try:

@@ -20,11 +20,11 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+from actors.producer import NAMESPACE, named_handles
 from actors.routing import GLOBAL, RoutingTable, actor_name, event_key, partition_of
+from cep.codec import encode_rows
 from cep.errors import CepError, IngestError
 from spark_ingest.mapping import EventMapping
-
-NAMESPACE = "raycep"
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
 #: (a row with more or fewer cells than the header, a line that is not JSON); without it,
@@ -109,9 +109,7 @@ def _pusher(job_id: str, routing: RoutingTable, settings: IngestSettings, counte
     n = routing.partitions
 
     def run(records):
-        import msgpack
         import ray
-        from cep.codec import SCHEMA_VERSION
         first = next(records, None)
         if first is None:
             return
@@ -130,9 +128,7 @@ def _pusher(job_id: str, routing: RoutingTable, settings: IngestSettings, counte
         def flush():
             nonlocal seq, pending
             seq += 1
-            body = msgpack.packb({"schema_version": SCHEMA_VERSION, "source": settings.source,
-                                  "batch_id": f"{job_id}:{target}:{seq}", "rows": rows},
-                                 use_bin_type=True)
+            body = encode_rows(rows, settings.source, f"{job_id}:{target}:{seq}")
             pending.append(handle.ingest.remote(body))
             while len(pending) >= settings.max_in_flight:
                 done, pending = ray.wait(pending, num_returns=1)
@@ -260,9 +256,7 @@ class ActorProgress:
 
     def __init__(self, routing: RoutingTable, report, every: float = 2.0):
         import threading
-        import ray
-        targets = list(range(routing.partitions)) + [GLOBAL]
-        self.handles = [ray.get_actor(actor_name(t), namespace=NAMESPACE) for t in targets]
+        self.handles = list(named_handles(routing).values())
         self.report, self.every = report, every
         self.base = self._events()
         self.t0 = time.monotonic()
