@@ -12,6 +12,11 @@ was forgotten still yields no duplicate matches for events that are still buffer
 match carries a stable ``id`` (a hash of the query name and the bound event ids), so a reader
 can de-duplicate matches that reach it twice.
 
+Out-of-order input is handled by the engine (cep.disorder): a Retraction becomes a match
+record with ``"retracted": true`` (same ``id`` as the match it cancels); a late event becomes
+a record ``{"late": true, "id", "source", "reason", "score", "threshold", "watermark",
+"event"}``; both travel like matches (returned, or through the outbox).
+
 With ``outbox=True`` (how the cluster runs it) matches are not returned by ``ingest`` but kept
 in a bounded outbox that the gateway drains with ``drain(ack)``: a record stays until a later
 ``drain`` acknowledges its sequence number, so a gateway that dies between two drains loses
@@ -28,6 +33,7 @@ from itertools import islice
 import msgpack
 
 from cep.codec import decode_batch
+from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
 from cep.errors import PlanningError
 from cep.match import Match
@@ -45,18 +51,26 @@ def match_id(match: Match) -> str:
 
 
 def match_record(match: Match) -> dict:
-    """``match.to_dict()`` plus its ``id``."""
+    """``match.to_dict()`` plus its ``id`` (a Retraction: the same id, ``"retracted": true``)."""
     out = match.to_dict()
     out["id"] = match_id(match)
+    return out
+
+
+def late_record(late: LateEvent) -> dict:
+    """A late event as an output record; its ``id`` is stable (source and event id)."""
+    out = late.to_dict()
+    out["id"] = f"late:{late.source}:{late.event.id}"
     return out
 
 
 class PartitionWorker:
     def __init__(self, partition: str = "p0", key_attr: str | None = None, settings=None,
                  rate_horizon: float = 60.0, remember_batches: int = 10_000,
-                 outbox: bool = False, outbox_capacity: int = 100_000):
+                 outbox: bool = False, outbox_capacity: int = 100_000,
+                 disorder: DisorderSettings | None = None, mode: str | None = None):
         self.partition = partition
-        self.engine = Engine(key_attr, settings)
+        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode)
         self.rates = RateTracker(rate_horizon)
         self.remember_batches = remember_batches
         self._recent: OrderedDict = OrderedDict()   # (source, batch_id) -> None, oldest first
@@ -71,10 +85,11 @@ class PartitionWorker:
 
     # ---------------------------------------------------------------- queries
     def add_query(self, name: str, text, params: dict | None = None,
-                  order: tuple | None = None) -> str:
+                  order: tuple | None = None, mode: str | None = None) -> str:
         """Register a query (text or Query AST) under ``name``; it sees the events that arrive
-        from now on (and those still buffered in the index)."""
-        name = self.engine.add_query(text, name=name, params=params, order=order)
+        from now on (and those still buffered in the index). ``mode``: optimistic or
+        pessimistic handling of out-of-order events (None: the worker's default)."""
+        name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode)
         self._reported[name] = [(c.tested, c.passed)
                                 for c in self.engine.managers[name].cq.conjuncts]
         return name
@@ -104,37 +119,40 @@ class PartitionWorker:
         """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
 
-        Returns ``{"batch_id", "events", "duplicates", "bad_rows", "matches", "queued",
-        "redelivered"}``; with an outbox, ``matches`` is empty and ``queued`` counts the
-        matches put in the outbox.
+        Returns ``{"batch_id", "events", "duplicates", "late", "bad_rows", "matches",
+        "queued", "redelivered"}``; ``matches`` holds match, retraction and late-event records;
+        with an outbox it is empty and ``queued`` counts the records put in the outbox.
         """
         decoded, problems = decode_batch(batch, errors="collect")
         ident = (decoded.source, decoded.batch_id)
         if ident in self._recent:
             self.redelivered += 1
-            return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0,
+            return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0, "late": 0,
                     "bad_rows": [], "matches": [], "queued": 0, "redelivered": True}
         engine = self.engine
-        dup0 = engine.index.duplicates
+        dup0 = engine.index.duplicates + engine.duplicates
+        source = decoded.source
         matches: list = []
         for ev in decoded.events:
             self.rates.observe(ev.type, ev.ts)
-            matches.extend(engine.process(ev))
+            matches.extend(engine.process(ev, source))
         self._recent[ident] = None
         if len(self._recent) > self.remember_batches:
             self._recent.popitem(last=False)
         self.batches += 1
         self.bad_rows += len(problems)
-        records = self._deliver([match_record(m) for m in matches])
+        late = [late_record(x) for x in engine.take_late()]
+        out = [match_record(m) for m in matches] + late
+        records = self._deliver(out)
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
-                "duplicates": engine.index.duplicates - dup0,
-                "bad_rows": [str(p) for p in problems],
-                "matches": records, "queued": len(matches) - len(records),
+                "duplicates": engine.index.duplicates + engine.duplicates - dup0,
+                "late": len(late), "bad_rows": [str(p) for p in problems],
+                "matches": records, "queued": len(out) - len(records),
                 "redelivered": False}
 
     def advance(self, watermark: float) -> list:
-        """No event with ``ts <= watermark`` will arrive any more: the deferred matches whose
-        window closed (as match records with ids; queued instead with an outbox)."""
+        """No event with ``ts <= watermark`` will arrive any more (later ones are late): the
+        matches that waited for it (as records with ids; queued instead with an outbox)."""
         return self._deliver([match_record(m) for m in self.engine.advance(watermark)])
 
     # ---------------------------------------------------------------- outbox

@@ -1,41 +1,66 @@
 """Engine: one shared event index and many pattern managers, push-based.
 
-``process(event) -> matches``, ``advance(watermark) -> matches``, ``snapshot()``/``restore()``.
-Queries are added and removed at any time between two events. The index keeps what the largest
-registered window needs behind the event-time clock (plus what pending work still reads).
+``process(event, source) -> matches``, ``advance(watermark) -> matches``, ``take_late()``,
+``snapshot()``/``restore()``. Queries are added and removed at any time between two events.
+The index keeps what the largest registered window needs behind the watermark (plus what
+pending work still reads).
+
+Out-of-order input (cep.disorder): an event behind the clock is scored; a late one (behind the
+watermark, or above its stream's threshold) is kept for ``take_late()`` and used by no query; a
+copy of a buffered or recently evicted event is a duplicate and dropped; any other is indexed
+and the optimistic queries correct their results (``Retraction`` records, then new matches).
+Pessimistic queries are released as the watermark moves.
 """
 from __future__ import annotations
 
+import logging
 import math
+from collections import deque
 
 from cep import ast
 from cep.compiler import compile_query
+from cep.disorder import DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent, check_mode
 from cep.errors import CepError, QueryValidationError
 from cep.event import Event
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
+
+log = logging.getLogger("raycep")
 
 EVICT_EVERY = 4096
 
 
 class Engine:
     def __init__(self, key_attr: str | None = None, settings: ManagerSettings | None = None,
-                 retention_slack: float = 0.0):
-        self.index = SharedEventIndex(key_attr)
+                 retention_slack: float = 0.0, disorder: DisorderSettings | None = None,
+                 mode: str | None = None):
+        self.disorder = DisorderTracker(disorder)
+        self.index = SharedEventIndex(key_attr, self.disorder.settings.remember_ids)
         self.settings = settings or ManagerSettings()
         self.retention_slack = retention_slack
+        self.mode = check_mode(mode)      # the default disorder mode of new queries
         self.managers: dict = {}          # name -> PatternManager
         self._sources: dict = {}          # name -> (Query, params)
         self._by_type: dict = {}          # event type -> [PatternManager]
         self._any: list = []              # managers triggered by every type
         self._busy: set = set()           # managers with matches or triggers waiting
+        self._pessimistic: list = []      # managers released by the watermark
+        self._optimistic: list = []
         self.clock = -math.inf
-        self.late_events = 0
+        self._front: Event | None = None  # the last event in (ts, id) order
+        self._released = -math.inf        # the watermark the pessimistic managers have seen
+        self.late_events = 0              # sent to the late output
+        self.out_of_order = 0             # accepted behind the clock
+        self.duplicates = 0               # copies of buffered or recently evicted events
+        self.late: deque = deque()        # LateEvents for take_late()
+        self.late_dropped = 0             # late events beyond late_capacity (counted, warned)
 
     # ---------------------------------------------------------------- queries
     def add_query(self, query, name: str | None = None, params: dict | None = None,
-                  order: tuple | None = None) -> str:
-        """Register a query (text or ``cep.ast.Query``); returns its name."""
+                  order: tuple | None = None, mode: str | None = None) -> str:
+        """Register a query (text or ``cep.ast.Query``); returns its name. ``mode``:
+        ``optimistic`` or ``pessimistic`` handling of out-of-order input (None: the engine's
+        default)."""
         if isinstance(query, str):
             from cep.parser import parse_query
             query = parse_query(query)
@@ -45,7 +70,8 @@ class Engine:
         if name in self.managers:
             raise QueryValidationError(f"a query named {name!r} is already registered")
         cq = compile_query(query, params)
-        manager = PatternManager(name, cq, self.index, order, self.settings)
+        manager = PatternManager(name, cq, self.index, order, self.settings,
+                                 check_mode(mode) if mode is not None else self.mode)
         manager.clock = self.clock
         self.managers[name] = manager
         self._sources[name] = (query, dict(params or {}))
@@ -66,6 +92,8 @@ class Engine:
         """Dispatch each event type to the queries it can trigger; keep the all-partitions
         buffers only while some query reads across partitions."""
         self._by_type, self._any = {}, []
+        self._pessimistic = [m for m in self.managers.values() if m.pessimistic]
+        self._optimistic = [m for m in self.managers.values() if not m.pessimistic]
         for m in self.managers.values():
             if None in m.trigger_types:
                 self._any.append(m)
@@ -84,37 +112,99 @@ class Engine:
                    default=0.0) + self.retention_slack
 
     # ---------------------------------------------------------------- input
-    def process(self, event: Event) -> list:
-        """Index ``event`` and return the matches it completes (and those it releases)."""
-        index = self.index
-        if not index.insert(event):
-            return []
-        out: list = []
-        if event.ts > self.clock:
-            self.clock = event.ts
-            if self._busy:
-                for m in list(self._busy):
-                    out.extend(m.tick(event.ts))
-                    if not m.busy:
-                        self._busy.discard(m)
-        elif event.ts < self.clock:
-            self.late_events += 1
+    def process(self, event: Event, source: str = DEFAULT_SOURCE) -> list:
+        """Index ``event`` and return the matches it completes or releases, and the
+        Retractions and new matches of the corrections it causes (optimistic queries)."""
+        ts = event.ts
+        if ts > self.clock or (ts == self.clock and self._front is not None
+                               and event.id > self._front.id):
+            self.disorder.on_time(ts, source, event.type)
+            if not self.index.insert(event):
+                return []                 # a copy of the last event (counted by the index)
+            self._front = event
+            out: list = []
+            if ts > self.clock:
+                self.clock = ts
+                if self._busy:
+                    for m in list(self._busy):
+                        out.extend(m.tick(ts))
+                        if not m.busy:
+                            self._busy.discard(m)
+            self._dispatch(event, out)
+        else:
+            out = self._out_of_order(event, source)
+        if self._pessimistic and self.disorder.watermark > self._released:
+            out.extend(self._release())
+        if not self.index.inserted % EVICT_EVERY:
+            self.evict()
+        return out
+
+    def _dispatch(self, event: Event, out: list):
         for m in self._by_type.get(event.type, self._any):
             found = m.process(event)
             if found:
                 out.extend(found)
-            if m.busy:
+            if m.busy and not m.pessimistic:
                 self._busy.add(m)
-        if not index.inserted % EVICT_EVERY:
-            self.evict()
+
+    def _out_of_order(self, event: Event, source: str) -> list:
+        """An event behind the clock (or at it, before the last one in (ts, id) order)."""
+        verdict = self.disorder.out_of_order(event.ts, source, event.type, self.clock)
+        if verdict is not None:
+            if self.index.seen_before(event):
+                self.duplicates += 1
+            else:
+                self._late(LateEvent(event, source, verdict[0], verdict[1], verdict[2],
+                                     self.disorder.watermark))
+            return []
+        if self.index.contains(event):
+            self.duplicates += 1
+            return []
+        revisers = [m for m in self._optimistic if m.relevant(event)]
+        before = {id(m): m.emitted_around(event) for m in revisers if not m.monotone(event)}
+        self.index.insert(event)
+        self.out_of_order += 1
+        out: list = []
+        for m in revisers:
+            out.extend(m.revise(event, before.get(id(m))))
+            if m.busy:                    # corrected deferred matches wait for the clock
+                self._busy.add(m)
+        self._dispatch(event, out)
+        return out
+
+    def _late(self, late: LateEvent):
+        self.late_events += 1
+        if len(self.late) >= self.disorder.settings.late_capacity:
+            if not self.late_dropped:
+                log.warning("late-events output full (%d): the oldest are dropped, only "
+                            "counted (call Engine.take_late())", len(self.late))
+            self.late.popleft()
+            self.late_dropped += 1
+        self.late.append(late)
+
+    def take_late(self) -> list:
+        """The late events since the last call (LateEvent records), oldest first."""
+        out = list(self.late)
+        self.late.clear()
+        return out
+
+    def _release(self) -> list:
+        """The watermark moved: release what the pessimistic managers held before it."""
+        wm = self._released = self.disorder.watermark
+        out: list = []
+        for m in self._pessimistic:
+            out.extend(m.release(wm))
         return out
 
     def advance(self, watermark: float) -> list:
-        """No event with ``ts <= watermark`` will arrive any more."""
+        """No event with ``ts <= watermark`` will arrive any more (a later one is late)."""
+        self.disorder.advance(watermark)
         out: list = []
-        for m in self.managers.values():
+        for m in self._optimistic:
             out.extend(m.advance(watermark))
-        self._busy = {m for m in self.managers.values() if m.busy}
+        if self._pessimistic and self.disorder.watermark > self._released:
+            out.extend(self._release())
+        self._busy = {m for m in self._optimistic if m.busy}
         if watermark > self.clock:
             self.clock = watermark
         if math.isfinite(watermark):
@@ -123,14 +213,17 @@ class Engine:
 
     @property
     def events(self) -> int:
-        """Events processed (duplicates not counted)."""
+        """Events processed (duplicates and late events not counted)."""
         return self.index.inserted
 
     def evict(self) -> int:
-        """Drop events no registered query can use any more."""
+        """Drop events no registered query can use any more: those a window before the
+        watermark (two windows for optimistic queries with deferred negation, whose
+        corrections re-read one window on either side of a late event)."""
         if not self.managers or not math.isfinite(self.clock):
             return 0
-        cutoff = self.clock - self.horizon
+        reach = max((m.cq.window for m in self._optimistic if m.has_deferred), default=0.0)
+        cutoff = min(self.clock, self.disorder.watermark) - self.horizon - reach
         for m in self.managers.values():
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
@@ -140,8 +233,11 @@ class Engine:
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
         return {
-            "events": self.events, "late_events": self.late_events, "buffered": len(self.index),
-            "duplicates": self.index.duplicates, "evicted": self.index.evicted,
+            "events": self.events, "late_events": self.late_events,
+            "out_of_order": self.out_of_order, "buffered": len(self.index),
+            "duplicates": self.index.duplicates + self.duplicates,
+            "evicted": self.index.evicted, "late_dropped": self.late_dropped,
+            "disorder": self.disorder.stats(),
             "queries": {name: m.stats() for name, m in self.managers.items()},
         }
 
@@ -149,20 +245,33 @@ class Engine:
         """Everything needed to continue elsewhere: events, queries, plans, pending matches."""
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
-            "events": list(self.index.events()),
-            "queries": {name: {"query": q, "params": p, "state": self.managers[name].snapshot()}
+            "events": list(self.index.events()), "front": self._front,
+            "disorder": self.disorder.snapshot(), "released": self._released,
+            "settings": self.disorder.settings, "mode": self.mode,
+            "counters": (self.late_events, self.out_of_order, self.duplicates,
+                         self.late_dropped),
+            "late": list(self.late),
+            "queries": {name: {"query": q, "params": p, "mode": self.managers[name].mode,
+                               "state": self.managers[name].snapshot()}
                         for name, (q, p) in self._sources.items()},
         }
 
     @classmethod
     def restore(cls, snap: dict, settings: ManagerSettings | None = None) -> "Engine":
-        engine = cls(snap["key_attr"], settings)
+        engine = cls(snap["key_attr"], settings, disorder=snap["settings"], mode=snap["mode"])
         for name, entry in snap["queries"].items():
-            engine.add_query(entry["query"], name=name, params=entry["params"])
+            engine.add_query(entry["query"], name=name, params=entry["params"],
+                             mode=entry["mode"])
             engine.managers[name].restore(entry["state"])
         for ev in snap["events"]:
             engine.index.insert(ev)
         engine.clock = snap["clock"]
+        engine._front = snap["front"]
+        engine.disorder.restore(snap["disorder"])
+        engine._released = snap["released"]
+        (engine.late_events, engine.out_of_order, engine.duplicates,
+         engine.late_dropped) = snap["counters"]
+        engine.late.extend(snap["late"])
         engine.index.inserted = snap["events_seen"]
-        engine._busy = {m for m in engine.managers.values() if m.busy}
+        engine._busy = {m for m in engine._optimistic if m.busy}
         return engine

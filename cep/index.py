@@ -11,6 +11,7 @@ late event is placed by bisection and inserted into one bounded chunk (O(log n))
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 from itertools import compress, repeat
 
 from cep.event import Event
@@ -178,14 +179,19 @@ class TimeBuffer:
             break
         return total
 
-    def evict_before(self, cutoff: float) -> int:
-        """Drop events with ``ts < cutoff``; returns how many."""
+    def evict_before(self, cutoff: float, sink: list | None = None) -> int:
+        """Drop events with ``ts < cutoff``; returns how many. The dropped events are appended
+        to ``sink`` (as lists) if given."""
         dropped = 0
         while self._last and self._last[0] < cutoff:
             dropped += len(self._chunks[0])
+            if sink is not None:
+                sink.append(self._chunks[0])
             del self._chunks[0], self._times[0], self._last[0]
         if self._chunks and self._times[0][0] < cutoff:
             k = bisect_left(self._times[0], cutoff)
+            if sink is not None:
+                sink.append(self._chunks[0][:k])
             del self._chunks[0][:k], self._times[0][:k]
             dropped += k
         self._len -= dropped
@@ -204,9 +210,12 @@ class SharedEventIndex:
     ``key_attr`` names the attribute whose value is the partition key (the events' ``key``).
     """
 
-    def __init__(self, key_attr: str | None = None):
+    def __init__(self, key_attr: str | None = None, remember_ids: int = 100_000):
         self.key_attr = key_attr
         self._buffers: dict = {}          # (partition, type) -> TimeBuffer
+        self.remember_ids = remember_ids
+        self._gone: deque = deque()       # hashes of evicted ids, oldest first
+        self._gone_n = 0
         self.keep_all = True              # also index keyed events under ALL
         self.keep_any = False             # also index every event under ANY_TYPE
         self.duplicates = 0
@@ -285,17 +294,42 @@ class SharedEventIndex:
         return self._buffers.get((partition, etype))
 
     def evict_before(self, cutoff: float) -> int:
-        """Drop every event with ``ts < cutoff``."""
+        """Drop every event with ``ts < cutoff`` (the ids of the last ``remember_ids`` evicted
+        events are remembered for ``seen_before``)."""
         dropped = 0
+        sink: list = []
         for k in list(self._buffers):
             buf = self._buffers[k]
-            n = buf.evict_before(cutoff)
-            if self._primary(*k):
+            primary = self._primary(*k)
+            n = buf.evict_before(cutoff, sink if primary and self.remember_ids else None)
+            if primary:
                 dropped += n
             if not len(buf):
                 del self._buffers[k]
         self.evicted += dropped
+        sink.sort(key=lambda events: events[-1].ts)      # forget the oldest first
+        for events in sink:
+            self._gone.append({hash(e.id) for e in events})
+            self._gone_n += len(events)
+        while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
+            self._gone_n -= len(self._gone.popleft())
         return dropped
+
+    def contains(self, ev: Event) -> bool:
+        """Whether an event with ``ev``'s type, ts and id is buffered."""
+        part = ALL if ev.key is None or self.keep_all else ev.key
+        buf = self._buffers.get((part, ev.type))
+        if buf is None:
+            return False
+        eid = ev.id
+        return any(e.id == eid for e in buf.range(ev.ts, ev.ts))
+
+    def seen_before(self, ev: Event) -> bool:
+        """Whether ``ev`` is buffered or among the remembered evicted events (by id)."""
+        if self.contains(ev):
+            return True
+        h = hash(ev.id)
+        return any(h in ids for ids in self._gone)
 
     def __len__(self) -> int:
         return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))

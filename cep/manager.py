@@ -6,6 +6,16 @@ DNF branch in the current plan order, or, without a plan, in the Tree-NFA ad hoc
 Matches that need the window to close (trailing negation, AND with negation) wait in a heap
 until the event-time clock passes ``min(ts) + window``. With ``SLIDE s`` triggers are collected
 and evaluated at slide boundaries (RCEP section 2).
+
+Out-of-order input (cep.disorder; LimeCEP section 4.4). A *pessimistic* manager holds every
+trigger until the engine's watermark passes it, and deferred matches until the watermark passes
+their window: the events it reads are then complete, it never corrects itself. An *optimistic*
+manager evaluates at the trigger and the clock; when an accepted out-of-order event ``e``
+arrives it re-evaluates the triggers whose result can depend on ``e`` (those within one window
+after ``e``, or on either side of it for deferred negation) before and after ``e`` is indexed,
+and reports the difference: a Retraction for each match that no longer holds, a Match for each
+new one. Where ``e`` can only add matches (skip-till-any-match, ``e`` not of a negated type) the
+"before" pass is skipped: the new matches are those that bind ``e``.
 """
 from __future__ import annotations
 
@@ -16,12 +26,13 @@ import math
 from dataclasses import dataclass
 
 from cep.compiler import CompiledQuery
+from cep.disorder import check_mode
 from cep.errors import PlanningError
 from cep.evaluator import Evaluation, TooManyMatches
 from cep.steps import build_steps
 from cep.event import Event
-from cep.index import ALL, SharedEventIndex
-from cep.match import Match
+from cep.index import ALL, ANY_TYPE, SharedEventIndex
+from cep.match import Match, Retraction
 
 log = logging.getLogger("raycep")
 
@@ -34,9 +45,12 @@ class ManagerSettings:
 
 class PatternManager:
     def __init__(self, name: str, cq: CompiledQuery, index: SharedEventIndex,
-                 order: tuple | None = None, settings: ManagerSettings = ManagerSettings()):
+                 order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
+                 mode: str | None = None):
         self.name = name
         self.cq = cq
+        self.mode = check_mode(mode)
+        self.pessimistic = self.mode == "pessimistic"
         self.index = index
         self.settings = settings
         self._steps: dict = {}           # (branch, trigger var, order) -> join steps
@@ -55,12 +69,20 @@ class PatternManager:
         self._var_order = tuple(cq.variables)
         self._deferred: list = []        # heap of (deadline, seq, branch_no, env, trigger)
         self._slide: list = []           # triggers waiting for their slide boundary
+        self._held: list = []            # pessimistic: heap of (ts, seq, trigger)
         self._seq = itertools.count()
+        self.has_deferred = any(n.deferred for b in cq.branches for n in b.negations)
+        #: types whose late events can only add matches (no "before" pass needed)
+        self._monotone = frozenset() if cq.strategy != "skip_till_any_match" or \
+            None in cq.negated_types else cq.positive_types - cq.negated_types
         self.clock = -math.inf
+        self._closed = -math.inf         # advance(): deferred matches up to here were released
         self.triggers_evaluated = 0
         self.matches = 0
         self.truncated = 0               # triggers whose enumeration hit the cap
         self.late_events = 0             # events older than the clock (out of order)
+        self.retractions = 0
+        self.revisions = 0               # out-of-order events that made it re-evaluate
 
     # ---------------------------------------------------------------- plan
     def set_order(self, order: tuple | None, version: int | None = None):
@@ -79,6 +101,10 @@ class PatternManager:
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
         """Matches completed by ``event`` (already inserted in the shared index)."""
+        if self.pessimistic:
+            if event.type in self._triggers or self._any_triggers:
+                heapq.heappush(self._held, (event.ts, next(self._seq), event))
+            return []
         if event.ts > self.clock:
             out = self.tick(event.ts)
         else:
@@ -110,14 +136,123 @@ class PatternManager:
 
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will come any more: release what waited for it."""
+        if self.pessimistic:
+            return self.release(math.nextafter(watermark, math.inf)
+                                if math.isfinite(watermark) else watermark)
         if watermark > self.clock:
             self.clock = watermark
+        if watermark > self._closed:
+            self._closed = watermark
         return self._release(watermark, inclusive=True)
+
+    def release(self, watermark: float) -> list:
+        """Pessimistic: every event before ``watermark`` has arrived; evaluate the held triggers
+        before it (in (ts, id) order) and release the deferred matches whose window closed."""
+        out: list = []
+        held = self._held
+        if held and held[0][0] < watermark:
+            due = []
+            while held and held[0][0] < watermark:
+                due.append(heapq.heappop(held)[2])
+            due.sort(key=lambda e: e.order)
+            for t in due:
+                if t.ts > self.clock:
+                    self.clock = t.ts
+                out.extend(self._evaluate(t, self._targets(t)))
+        if self._deferred and self._deferred[0][0] < watermark:
+            out.extend(self._release(watermark, inclusive=False))
+        return out
 
     def retention_floor(self) -> float | None:
         """The oldest event time that pending work may still read."""
         times = [t.ts for t in self._slide] + [item[4].ts for item in self._deferred]
+        if self._held:
+            times.append(self._held[0][0])
         return min(times) - self.cq.window if times else None
+
+    # ---------------------------------------------------------------- corrections
+    def relevant(self, event: Event) -> bool:
+        """Whether an out-of-order ``event`` can change this (optimistic) query's results."""
+        types = self.cq.types
+        return event.type in types or None in types
+
+    def monotone(self, event: Event) -> bool:
+        """Whether ``event`` can only add matches (no retraction possible)."""
+        return event.type in self._monotone
+
+    def emitted_around(self, event: Event) -> set:
+        """The reported matches of the triggers ``event`` can affect (before it is indexed)."""
+        return self._results(self._affected(event), update=False)
+
+    def revise(self, event: Event, before: set | None) -> list:
+        """``event`` (out of order, now indexed) was accepted: re-evaluate the triggers it can
+        affect; Retractions for matches in ``before`` that no longer hold, the new Matches
+        (``before`` None: ``event`` is monotone, the new matches are those that bind it)."""
+        self.revisions += 1
+        after = self._results(self._affected(event), update=True)
+        if before is None:
+            added = [m for m in after if any(e is event for e in m.events())]
+            removed = []
+        else:
+            added = [m for m in after if m not in before]
+            removed = [Retraction.of(m) for m in before if m not in after]
+        self.matches += len(added)
+        self.retractions += len(removed)
+        return removed + added
+
+    def _affected(self, event: Event) -> list:
+        """Evaluated triggers whose result may depend on ``event``, in (ts, id) order."""
+        w = self.cq.window
+        lo, hi = event.ts - (w if self.has_deferred else 0.0), event.ts + w
+        part = ALL
+        if self.partitioned and event.key is not None and self.cq.strategy in (
+                "skip_till_any_match", "skip_till_next_match"):
+            part = event.key
+        types = [ANY_TYPE] if self._any_triggers else list(self._triggers)
+        pending = {id(t) for t in self._slide}
+        out = []
+        for t in types:
+            buf = self.index.buffer(part, t)
+            if buf is not None:
+                out.extend(e for e in buf.range(lo, hi)
+                           if e is not event and id(e) not in pending)
+        out.sort(key=lambda e: e.order)
+        return out
+
+    def _results(self, triggers: list, update: bool) -> set:
+        """The matches reported for ``triggers`` given the index now: immediate ones and
+        deferred ones whose window closed before the clock. With ``update`` the deferred
+        matches still waiting replace those triggers' entries in the heap."""
+        out: set = set()
+        waiting = []
+        for t in triggers:
+            for b, name in self._targets(t):
+                ev = self._evaluation(b, t)
+                try:
+                    ev.run(self._steps_for(b, name, ev))
+                except TooManyMatches:
+                    pass
+                if not ev.deferred:
+                    out.update(ev.results)
+                    continue
+                for env in ev.results:
+                    tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
+                    deadline = tmin + self.cq.window
+                    if deadline < self.clock or deadline <= self._closed:
+                        ev.env = dict(env)
+                        if all(ev.witness(n, tmin) is None for n in ev.deferred):
+                            out.add(Match(self.name, env, self._var_order))
+                    else:
+                        waiting.append((deadline, next(self._seq), b, env, t))
+        if update:
+            ids = {id(t) for t in triggers}
+            self._deferred = [item for item in self._deferred if id(item[4]) not in ids]
+            self._deferred.extend(waiting)
+            heapq.heapify(self._deferred)
+        return out
+
+    def _targets(self, trigger: Event) -> list:
+        return self._triggers.get(trigger.type, []) + self._any_triggers
 
     # ---------------------------------------------------------------- evaluation
     def _release(self, now: float, inclusive: bool) -> list:
@@ -130,8 +265,7 @@ class PatternManager:
                 ids = {id(t) for t in due}
                 self._slide = [t for t in self._slide if id(t) not in ids]
                 for t in due:
-                    targets = self._triggers.get(t.type, []) + self._any_triggers
-                    out.extend(self._evaluate(t, targets))
+                    out.extend(self._evaluate(t, self._targets(t)))
         heap = self._deferred
         while heap and (heap[0][0] < now or (inclusive and heap[0][0] <= now)):
             _, _, b, env, trigger = heapq.heappop(heap)
@@ -204,7 +338,8 @@ class PatternManager:
         return {
             "triggers": self.triggers_evaluated, "matches": self.matches,
             "truncated_triggers": self.truncated, "late_events": self.late_events,
-            "pending": len(self._deferred) + len(self._slide),
+            "mode": self.mode, "retractions": self.retractions, "revisions": self.revisions,
+            "pending": len(self._deferred) + len(self._slide) + len(self._held),
             "plan": list(self.order) if self.order else None, "plan_version": self.version,
             "conjuncts": [{"text": c.text, "tested": c.tested, "passed": c.passed,
                            "failed": c.failed, "last_error": c.last_error}
@@ -216,8 +351,9 @@ class PatternManager:
         return {
             "clock": self.clock, "order": self.order, "version": self.version,
             "deferred": [(d, b, env, trig) for d, _, b, env, trig in self._deferred],
-            "slide": list(self._slide),
-            "counters": (self.triggers_evaluated, self.matches, self.truncated, self.late_events),
+            "slide": list(self._slide), "held": [t for _, _, t in self._held],
+            "counters": (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
+                         self.retractions, self.revisions),
         }
 
     def restore(self, state: dict):
@@ -227,5 +363,7 @@ class PatternManager:
                           for d, b, env, trig in state["deferred"]]
         heapq.heapify(self._deferred)
         self._slide = list(state["slide"])
-        (self.triggers_evaluated, self.matches, self.truncated,
-         self.late_events) = state["counters"]
+        self._held = [(t.ts, next(self._seq), t) for t in state.get("held", [])]
+        heapq.heapify(self._held)
+        (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
+         self.retractions, self.revisions) = state["counters"]

@@ -73,17 +73,37 @@ class Match(tuple):
                 out[var] = value.to_dict() if isinstance(value, Event) else [e.to_dict() for e in value]
         return {"query": self.query, "events": out}
 
+    retracted = False
+
     def __eq__(self, other):
-        return isinstance(other, Match) and self.query == other.query and self.key() == other.key()
+        return other.__class__ is self.__class__ and self.query == other.query \
+            and self.key() == other.key()
 
     def __ne__(self, other):
         return not self == other
 
     def __hash__(self):
-        return hash((self.query, self.key()))
+        return hash((self.query, self.key(), self.retracted))
 
     def __repr__(self):
-        return f"Match({self.query!r}, {self.bindings!r})"
+        return f"{self.__class__.__name__}({self.query!r}, {self.bindings!r})"
+
+
+class Retraction(Match):
+    """A match reported earlier that a late event invalidated (optimistic queries): same
+    bindings, output as the match's record plus ``"retracted": true``."""
+
+    __slots__ = ()
+    retracted = True
+
+    @classmethod
+    def of(cls, match: Match) -> "Retraction":
+        return _new(cls, tuple(match))
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out["retracted"] = True
+        return out
 
 
 def match_key(bindings: dict) -> frozenset:

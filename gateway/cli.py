@@ -6,8 +6,11 @@
         --out out/matches.jsonl
 
 Each match is one JSON line ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}}`` on
-``--out`` (or stdout). The last stdout line is always a JSON summary with the keys
-``events, matches, seconds, events_per_s, peak_rss_mb``. Progress goes to stderr every ~2 s.
+``--out`` (or stdout); a retraction (an optimistic query's match that a late event cancelled)
+is the same line plus ``"retracted": true``. Late events (later than the lateness threshold,
+never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdout line is always
+a JSON summary with the keys ``events, matches, retractions, late_events, duplicates, seconds,
+events_per_s, peak_rss_mb``. Progress goes to stderr every ~2 s.
 User errors (bad query, bad events file) print a message and exit with status 2, never a
 traceback.
 """
@@ -94,10 +97,41 @@ def build_parser() -> argparse.ArgumentParser:
                             "needed when several queries are given); overrides --planner")
     local.add_argument("--check-every", type=int, default=2000, metavar="N",
                        help="events between two looks at the statistics (default 2000)")
+    add_disorder_arguments(local)
+    local.add_argument("--late-out", metavar="FILE", default=None,
+                       help="write late events (later than the threshold, not used) to this "
+                            "JSON-lines file (default: stderr)")
     local.set_defaults(func=run_local)
     from gateway.commands import add_cluster_commands
     add_cluster_commands(commands, UsageError)
     return parser
+
+
+def add_disorder_arguments(parser):
+    """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
+    from cep.disorder import DEFAULT_MODE, MODES
+    parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
+                        help="how queries handle out-of-order events: 'optimistic' (default: "
+                             "report at once, retract a match a late event invalidates) or "
+                             "'pessimistic' (wait until the watermark passes; never retract)")
+    parser.add_argument("--slack", type=float, default=0.0, metavar="T",
+                        help="the minimum slack in event-time units: events up to T behind "
+                             "the latest one are always used (default 0: learnt from the "
+                             "observed disorder)")
+    parser.add_argument("--max-slack", type=float, default=None, metavar="T",
+                        help="never wait for (or keep events for) more than T of lateness")
+    parser.add_argument("--alpha", type=float, default=2.5,
+                        help="lateness threshold = ALPHA x the average out-of-order score "
+                             "(default 2.5)")
+
+
+def disorder_settings(args):
+    from cep.disorder import DisorderSettings
+    try:
+        return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
+                                max_slack=args.max_slack)
+    except CepError as exc:
+        raise UsageError(f"error: {exc}") from None
 
 
 # --------------------------------------------------------------------------- raycep local
@@ -116,7 +150,8 @@ def run_local(args) -> int:
         settings_for(args.planner)
     except CepError as exc:
         raise UsageError(f"error: --planner: {exc}") from None
-    engine = PlannedEngine(Engine(key_attr=args.key), check_every=args.check_every)
+    engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder_settings(args),
+                                  mode=args.disorder_mode), check_every=args.check_every)
     for label, query in queries:
         try:
             engine.add_query(query, name=query.name, params=params or None,
@@ -130,21 +165,29 @@ def run_local(args) -> int:
     events = iter_events(args.events, key_attr=args.key,
                          on_error=bad if args.skip_bad_rows else None)
     out, close = _open_output(args.out)
+    late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     counts: dict = {}
+    retracted: dict = {}
     started = time.perf_counter()
     n_events = 0
+    core = engine.engine
     try:
         progress = Progress(started)
         for event in events:
             n_events += 1
             for match in engine.process(event):
-                _write_match(out, match, counts)
+                _write_match(out, match, retracted if match.retracted else counts)
+            if core.late:
+                for late in core.take_late():
+                    late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
             progress.tick(n_events, sum(counts.values()))
         for match in engine.advance(float("inf")):
-            _write_match(out, match, counts)
+            _write_match(out, match, retracted if match.retracted else counts)
     finally:
         if close:
             out.close()
+        if close_late:
+            late_out.close()
     seconds = time.perf_counter() - started
     bad.report()
     for change in engine.history:
@@ -153,7 +196,14 @@ def run_local(args) -> int:
              f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
     n_matches = sum(counts.values())
     for name, count in counts.items():
-        _err(f"query {name}: {count} matches")
+        extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
+        _err(f"query {name}: {count} matches{extra}")
+    stats = core.stats()
+    if stats["late_events"] or stats["out_of_order"]:
+        d = stats["disorder"]
+        _err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
+             f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); slack "
+             f"{d['slack']:g}, watermark {d['watermark']:g}")
     for name, qstats in engine.engine.stats()["queries"].items():
         for c in qstats["conjuncts"]:
             if c["failed"]:
@@ -163,6 +213,9 @@ def run_local(args) -> int:
     summary = {
         "events": n_events,
         "matches": n_matches,
+        "retractions": sum(retracted.values()),
+        "late_events": stats["late_events"],
+        "duplicates": stats["duplicates"],
         "seconds": round(seconds, 3),
         "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
         "peak_rss_mb": peak_rss_mb(),

@@ -41,9 +41,10 @@ KEEPALIVE = 15.0         # seconds between the gateway's keep-alive comments on 
 
 @dataclass(frozen=True)
 class MatchPage:
-    """One read of a query's matches: ``matches`` (dicts with ``cursor`` and ``id``), ``next``
-    (pass it as ``since`` to continue), ``missed`` (matches the bounded store dropped before
-    this reader got them), ``head`` (the newest cursor)."""
+    """One read of a query's matches: ``matches`` (dicts with ``cursor`` and ``id``; a
+    retraction of an earlier match has its ``id`` and ``"retracted": true``), ``next`` (pass
+    it as ``since`` to continue), ``missed`` (matches the bounded store dropped before this
+    reader got them), ``head`` (the newest cursor)."""
     matches: list
     next: int
     missed: int = 0
@@ -98,9 +99,14 @@ class Client:
         self._key_attr = (out.get("key_attr"),)
         return out
 
-    def register(self, text: str, name: str | None = None, params: dict | None = None) -> str:
-        """Register one query; returns its id (``name``, the text's ``NAME``, or ``q<n>``)."""
+    def register(self, text: str, name: str | None = None, params: dict | None = None,
+                 mode: str | None = None) -> str:
+        """Register one query; returns its id (``name``, the text's ``NAME``, or ``q<n>``).
+        ``mode``: ``optimistic`` (emit at once, retract when a late event changes a match) or
+        ``pessimistic`` (wait for the watermark, never retract); None: the cluster default."""
         body = {"text": text, "name": name, "params": params or {}}
+        if mode is not None:
+            body["mode"] = mode
         return self._request("POST", "/v1/queries", body)["id"]
 
     def remove(self, query: str) -> dict:
@@ -143,6 +149,14 @@ class Client:
         return MatchPage(page["matches"], page["next"], page.get("missed", 0),
                          page.get("head", 0))
 
+    def late_events(self, since: int = 0, limit: int = 1000) -> MatchPage:
+        """Events that arrived later than the lateness threshold (never used by any query):
+        records ``{"late": true, "id", "source", "reason", "score", "threshold", "watermark",
+        "event", "cursor"}`` after cursor ``since``, oldest first."""
+        page = self._request("GET", f"/v1/late?since={int(since)}&limit={int(limit)}")
+        return MatchPage(page["matches"], page["next"], page.get("missed", 0),
+                         page.get("head", 0))
+
     def routing(self) -> dict:
         return self._request("GET", "/v1/routing")
 
@@ -150,7 +164,8 @@ class Client:
         return self._request("GET", "/v1/stats")
 
     def subscribe(self, query: str, since: int = 0):
-        """Iterate over the matches of ``query`` as they arrive (Server-Sent Events). Ends
+        """Iterate over the matches of ``query`` as they arrive (Server-Sent Events), and the
+        retractions (records with ``"retracted": true``) of optimistic queries. Ends
         when the query is removed. Matches the store dropped before this reader saw them
         are logged and counted in ``client.missed``."""
         resp = self._request("GET", f"/v1/queries/{_q(query)}/stream?since={int(since)}",
@@ -171,7 +186,7 @@ class Client:
                         data.append(value)
                     continue
                 payload = json.loads("\n".join(data)) if data else None
-                if event == "match":
+                if event in ("match", "retraction"):
                     yield payload
                 elif event == "gap":
                     self.missed += payload["missed"]

@@ -65,6 +65,8 @@ def add_cluster_commands(commands, usage_error):
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
+    from gateway.cli import add_disorder_arguments
+    add_disorder_arguments(serve)
     serve.set_defaults(func=run_serve)
 
     query = commands.add_parser("query", help="add, remove or list queries on a gateway")
@@ -73,6 +75,8 @@ def add_cluster_commands(commands, usage_error):
     add.add_argument("query", metavar="FILE_OR_TEXT")
     add.add_argument("--name", default=None, help="the id of a single query")
     add.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    add.add_argument("--disorder-mode", choices=("optimistic", "pessimistic"), default=None,
+                     help="out-of-order handling of these queries (default: the cluster's)")
     rm = qcmd.add_parser("rm", help="remove queries by id")
     rm.add_argument("ids", nargs="+", metavar="ID")
     ls = qcmd.add_parser("ls", help="list queries with status, plan and counts")
@@ -83,6 +87,10 @@ def add_cluster_commands(commands, usage_error):
     matches.add_argument("--limit", type=int, default=1000)
     matches.add_argument("--follow", "-f", action="store_true",
                          help="keep printing new matches (Server-Sent Events)")
+    late = commands.add_parser(
+        "late", help="print the late events (later than the lateness threshold; JSON lines)")
+    late.add_argument("--since", type=int, default=0, metavar="CURSOR")
+    late.add_argument("--limit", type=int, default=1000)
     ingest = commands.add_parser(
         "ingest", help="ingest files into a running cluster with Spark (RayDP on Ray)",
         description="Read CSV / JSON-lines / Parquet files with PySpark, map rows to events, "
@@ -124,13 +132,14 @@ def add_cluster_commands(commands, usage_error):
                              "RayDP waits until Ray has the CPUs free")
     ingest.add_argument("--executor-memory", default="1GB")
     ingest.set_defaults(func=run_ingest)
-    for p in (add, rm, ls, matches, ingest):
+    for p in (add, rm, ls, matches, late, ingest):
         p.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
                        help="gateway URL (default $RAYCEP_GATEWAY or %(default)s)")
         p.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"))
     for p in (add, rm, ls):
         p.set_defaults(func=run_query)
     matches.set_defaults(func=run_matches)
+    late.set_defaults(func=run_late)
 
 
 # --------------------------------------------------------------------------- ingest
@@ -224,7 +233,8 @@ def run_query(args) -> int:
             return 2
         for _, q in queries:
             name = args.name or (q.name if q.text.lstrip().upper().startswith("NAME") else None)
-            qid = client.register(q.text, name=name, params=params or None)
+            qid = client.register(q.text, name=name, params=params or None,
+                                  mode=args.disorder_mode)
             print(f"registered {qid}")
     elif args.query_command == "rm":
         for qid in args.ids:
@@ -251,7 +261,18 @@ def run_matches(args) -> int:
     page = client.matches(args.id, since=args.since, limit=args.limit)
     for m in page.matches:
         print(json.dumps(m))
-    _err(f"{len(page.matches)} matches; next cursor {page.next}"
+    retracted = sum(1 for m in page.matches if m.get("retracted"))
+    _err(f"{len(page.matches) - retracted} matches"
+         + (f", {retracted} retractions" if retracted else "") + f"; next cursor {page.next}"
+         + (f"; {page.missed} dropped before this read" if page.missed else ""))
+    return 0
+
+
+def run_late(args) -> int:
+    page = _client(args).late_events(since=args.since, limit=args.limit)
+    for record in page.matches:
+        print(json.dumps(record))
+    _err(f"{len(page.matches)} late events; next cursor {page.next}"
          + (f"; {page.missed} dropped before this read" if page.missed else ""))
     return 0
 
@@ -278,7 +299,9 @@ def run_serve(args) -> int:
     settings = GatewaySettings(host=args.host, port=args.port, token=args.token,
                                registry_path=args.registry, matches_jsonl=args.matches_jsonl,
                                match_capacity=args.match_capacity)
-    cluster = RayCluster(args.partitions, args.key, settings, address=args.address)
+    from gateway.cli import disorder_settings
+    cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
+                         disorder=disorder_settings(args), mode=args.disorder_mode)
     _err(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
     url = cluster.start()

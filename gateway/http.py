@@ -5,11 +5,15 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
 
   GET    /health                      liveness and counts
   GET    /queries                     every query: status, scope, plan (order, version), stats
-  POST   /queries                     {"text", "name"?, "params"?} -> the registered query
+  POST   /queries                     {"text", "name"?, "params"?, "mode"?} -> the registered query
   GET    /queries/{id}                one query
   DELETE /queries/{id}                remove it
   GET    /queries/{id}/matches        ?since=CURSOR&limit=N -> {"matches", "next", "missed", "head"}
-  GET    /queries/{id}/stream         ?since=CURSOR -> Server-Sent Events (event: match | gap | end)
+  GET    /queries/{id}/stream         ?since=CURSOR -> Server-Sent Events
+                                      (event: match | retraction | gap | end)
+  GET    /late                        ?since=CURSOR&limit=N -> late events, paged like matches
+
+A retraction is the record of the match it cancels (same ``id``) plus ``"retracted": true``.
   POST   /events                      a msgpack batch (cep.codec) or JSON rows
   POST   /advance                     {"watermark": w}
   GET    /routing                     the routing table producers use
@@ -117,7 +121,10 @@ async def add_query(request):
     params = body.get("params") or {}
     if not isinstance(params, dict):
         raise IngestError("params must be a mapping of names to values", field="params")
-    info = await request.app[SERVICE].register(body["text"], body.get("name"), params)
+    mode = body.get("mode")
+    if mode is not None and not isinstance(mode, str):
+        raise IngestError("mode must be \"optimistic\" or \"pessimistic\"", field="mode")
+    info = await request.app[SERVICE].register(body["text"], body.get("name"), params, mode)
     return reply(request, info, 201)
 
 
@@ -135,8 +142,15 @@ async def read_matches(request):
     return reply(request, request.app[SERVICE].matches(request.match_info["id"], since, limit))
 
 
+async def read_late(request):
+    since = _int_arg(request, "since", 0)
+    limit = _int_arg(request, "limit", 1000)
+    return reply(request, request.app[SERVICE].late_events(since, limit))
+
+
 async def stream_matches(request):
-    """Server-Sent Events: ``match`` events (id: cursor), ``gap`` when the store dropped
+    """Server-Sent Events: ``match`` and ``retraction`` events (id: cursor), ``gap`` when the
+    store dropped
     matches this reader had not read, ``end`` when the query is removed; a comment line every
     ``keepalive`` seconds."""
     service = request.app[SERVICE]
@@ -158,7 +172,8 @@ async def stream_matches(request):
                 await resp.write(f"event: gap\ndata: {json.dumps({'missed': page['missed']})}"
                                  f"\n\n".encode())
             for m in page["matches"]:
-                await resp.write(f"id: {m['cursor']}\nevent: match\ndata: "
+                kind = "retraction" if m.get("retracted") else "match"
+                await resp.write(f"id: {m['cursor']}\nevent: {kind}\ndata: "
                                  f"{json.dumps(m, default=str)}\n\n".encode())
             cursor = page["next"]
             if not page["matches"] and not await store.wait(qid, cursor, 15.0):
@@ -203,6 +218,7 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.delete("/v1/queries/{id}", remove_query),
         web.get("/v1/queries/{id}/matches", read_matches),
         web.get("/v1/queries/{id}/stream", stream_matches),
+        web.get("/v1/late", read_late),
         web.post("/v1/events", post_events),
         web.post("/v1/advance", post_advance),
         web.get("/v1/routing", routing),

@@ -1,7 +1,7 @@
 """The persisted registry of the gateway's queries (sqlite3).
 
-Each registered query has a name, its text, its parameters and a registration sequence
-number. The sequence counter lives in a ``meta`` table and only grows, so generated names
+Each registered query has a name, its text, its parameters, its disorder mode (None: the
+cluster's default) and a registration sequence number. The sequence counter lives in a ``meta`` table and only grows, so generated names
 (``q<seq>``) are never reused, even after removal or a restart. Every write is committed at
 once: a process that dies right after ``add`` finds the query when it reopens the file.
 """
@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS queries (
     id      TEXT NOT NULL UNIQUE,
     text    TEXT NOT NULL,
     params  TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    mode    TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -44,6 +45,7 @@ class QueryRecord:
     params: dict
     created: float
     seq: int
+    mode: str | None = None
 
 
 def validate_name(name: object) -> str:
@@ -74,12 +76,16 @@ class QueryRegistry:
             if self.path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.executescript(_SCHEMA)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(queries)")}
+            if "mode" not in columns:         # a registry written before disorder modes
+                self._conn.execute("ALTER TABLE queries ADD COLUMN mode TEXT")
         except sqlite3.Error as exc:
             self._conn.close()
             raise CepError(f"cannot open the query registry {self.path!r} (corrupt or not a "
                            f"raycep registry?): {exc}") from exc
 
-    def add(self, id: str | None, text: str, params: dict | None = None) -> QueryRecord:
+    def add(self, id: str | None, text: str, params: dict | None = None,
+            mode: str | None = None) -> QueryRecord:
         """Register a query; ``id`` None generates ``q<seq>``. Raises QueryValidationError
         for a bad or already registered name."""
         if id is not None:
@@ -105,11 +111,11 @@ class QueryRegistry:
                     if id is not None or self._row(f"q{seq}") is None:
                         break
                 name = id if id is not None else f"q{seq}"
-                record = QueryRecord(name, text, params, time.time(), seq)
+                record = QueryRecord(name, text, params, time.time(), seq, mode)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", (seq,))
                 conn.execute(
-                    "INSERT INTO queries (seq, id, text, params, created) VALUES (?,?,?,?,?)",
-                    (seq, name, text, params_json, record.created))
+                    "INSERT INTO queries (seq, id, text, params, created, mode) "
+                    "VALUES (?,?,?,?,?,?)", (seq, name, text, params_json, record.created, mode))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -131,7 +137,7 @@ class QueryRegistry:
         """Every registered query in registration order."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id, text, params, created, seq FROM queries ORDER BY seq").fetchall()
+                "SELECT id, text, params, created, seq, mode FROM queries ORDER BY seq").fetchall()
         return [_record(row) for row in rows]
 
     def close(self) -> None:
@@ -140,9 +146,9 @@ class QueryRegistry:
 
     def _row(self, id: str):
         return self._conn.execute(
-            "SELECT id, text, params, created, seq FROM queries WHERE id = ?", (id,)).fetchone()
+            "SELECT id, text, params, created, seq, mode FROM queries WHERE id = ?", (id,)).fetchone()
 
 
 def _record(row) -> QueryRecord:
-    id, text, params, created, seq = row
-    return QueryRecord(id, text, json.loads(params), created, seq)
+    id, text, params, created, seq, mode = row
+    return QueryRecord(id, text, json.loads(params), created, seq, mode)

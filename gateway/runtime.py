@@ -17,6 +17,7 @@ from actors.local import LocalHandle
 from actors.partition import PartitionWorker, partition_actor
 from actors.producer import NAMESPACE
 from actors.routing import GLOBAL, actor_name
+from cep.disorder import DisorderSettings, check_mode
 from gateway.http import GatewayServer, gateway_actor
 from gateway.service import GatewaySettings
 from planner.service import PlannerService, planner_actor
@@ -25,10 +26,12 @@ from planner.service import PlannerService, planner_actor
 class RayCluster:
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
-                 num_cpus: int | None = None):
+                 num_cpus: int | None = None, disorder: DisorderSettings | None = None,
+                 mode: str | None = None):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
+        self.disorder, self.mode = disorder, check_mode(mode)
         self.key_attr = key_attr
         self.settings = settings
         self.address = address
@@ -51,16 +54,22 @@ class RayCluster:
         for t in list(range(self.partitions)) + [GLOBAL]:
             self.handles[t] = Worker.options(name=actor_name(t), namespace=NAMESPACE,
                                              get_if_exists=True).remote(
-                f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True)
+                f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
+                disorder=self.disorder, mode=self.mode)
         self.planner = planner_actor(num_cpus=0).options(
             name="raycep-planner", namespace=NAMESPACE, get_if_exists=True).remote()
         return self.start_gateway()
 
     def start_gateway(self) -> str:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         parts = [self.handles[i] for i in range(self.partitions)]
+        # on this node (the head pod in the Helm chart): its port is what the Service exposes
+        # and its registry file is on this node's volume; Ray would otherwise pick any node
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                              soft=False)
         self.gateway = gateway_actor(num_cpus=0).options(
-            name="raycep-gateway", namespace=NAMESPACE).remote(
+            name="raycep-gateway", namespace=NAMESPACE, scheduling_strategy=here).remote(
             parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings)
         self.url = ray.get(self.gateway.start.remote())
         return self.url
@@ -102,11 +111,12 @@ class InProcessCluster:
     on an asyncio loop in a daemon thread. For tests and small single-machine use."""
 
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
-                 settings: GatewaySettings = GatewaySettings()):
+                 settings: GatewaySettings = GatewaySettings(),
+                 disorder: DisorderSettings | None = None, mode: str | None = None):
         self.key_attr = key_attr
         self.settings = settings
         self.workers = {t: PartitionWorker(f"p{t}" if t != GLOBAL else GLOBAL, key_attr,
-                                           outbox=True)
+                                           outbox=True, disorder=disorder, mode=mode)
                         for t in list(range(partitions)) + [GLOBAL]}
         self.planner = PlannerService()
         self.server = None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from actors.routing import GLOBAL, RoutingTable
 from cep.codec import decode_batch, encode_batch
 from cep.compiler import compile_query
+from cep.disorder import check_mode
 from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
                         QueryValidationError, UnavailableError)
 from cep.event import make_event
@@ -39,6 +40,10 @@ class GatewaySettings:
     drain_every: float = 0.02          # seconds between outbox drains when idle
     plan_every: float = 2.0            # seconds between planner rounds (0: never)
     drain_limit: int = 10_000
+
+
+#: the store stream of late events (not a valid query name)
+LATE = ":late"
 
 
 class GatewayService:
@@ -85,6 +90,7 @@ class GatewayService:
     async def start(self):
         """Converge the actors to the registry: add the registered queries they lack, remove
         the ones the registry does not know (a gateway restart keeps the queries)."""
+        self.store.open(LATE)
         for target in self.targets:
             await self._call(target, "set_outbox", True)
         if self.planner is not None:
@@ -106,7 +112,8 @@ class GatewayService:
             have = set(await self._call(target, "queries"))
             for rec in wanted.get(target, []):
                 if rec.id not in have:
-                    await self._call(target, "add_query", rec.id, rec.text, rec.params)
+                    await self._call(target, "add_query", rec.id, rec.text, rec.params, None,
+                                     rec.mode)
             for name in have - {r.id for r in wanted.get(target, [])}:
                 await self._call(target, "remove_query", name)
         self._update_routing()
@@ -148,22 +155,25 @@ class GatewayService:
 
     # ---------------------------------------------------------------- queries
     async def register(self, text: str, name: str | None = None,
-                       params: dict | None = None) -> dict:
+                       params: dict | None = None, mode: str | None = None) -> dict:
         """Parse, validate and compile ``text``, persist it, install it on its actors.
-        Raises QuerySyntaxError / QueryValidationError (with line and column) or
-        ConflictError; on a failure nothing stays registered."""
+        ``mode``: optimistic / pessimistic handling of out-of-order events (None: the
+        cluster's default). Raises QuerySyntaxError / QueryValidationError (with line and
+        column) or ConflictError; on a failure nothing stays registered."""
         query = self._parse_one(text)
+        if mode is not None:
+            check_mode(mode)
         name = name or query.name
         if name is not None and self.registry.get(name) is not None:
             raise ConflictError(f"a query named {name!r} is already registered; remove it "
                                 f"first or choose another name")
         scope, types = self._analyse(text, params)
-        rec = self.registry.add(name, text, params or {})
+        rec = self.registry.add(name, text, params or {}, mode)
         done = []
         try:
             await self._plan_register(rec.id, text, rec.params, scope)
             for t in self._scope_targets(scope):
-                await self._call(t, "add_query", rec.id, text, rec.params)
+                await self._call(t, "add_query", rec.id, text, rec.params, None, mode)
                 done.append(t)
         except BaseException:
             for t in done:
@@ -221,7 +231,9 @@ class GatewayService:
             if q is None:
                 continue
             for k, v in q.items():
-                if k == "plan_version":             # a version, not a count: the newest
+                if k == "mode":
+                    merged[k] = v
+                elif k == "plan_version":             # a version, not a count: the newest
                     merged[k] = max(merged.get(k) or 0, v or 0)
                 elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     merged[k] = merged.get(k, 0) + v
@@ -279,6 +291,7 @@ class GatewayService:
         self.events_in += len(events)
         return {"events": len(events),
                 "duplicates": sum(a["duplicates"] for a in acks),
+                "late": sum(a.get("late", 0) for a in acks),
                 "partitions": {str(t): a["events"] for t, a in zip(targets, acks)},
                 "matches": sum(a["queued"] + len(a["matches"]) for a in acks),
                 "bad_rows": [r for a in acks for r in a["bad_rows"]]}
@@ -330,16 +343,24 @@ class GatewayService:
         return moved
 
     def put_matches(self, records: list):
+        """Store match, retraction and late-event records (late events under LATE)."""
         by_query: dict = {}
         for rec in records:
-            by_query.setdefault(rec["query"], []).append(rec)
+            by_query.setdefault(LATE if rec.get("late") else rec["query"], []).append(rec)
         for qid, recs in by_query.items():
             self.store.put(qid, recs)
 
     def matches(self, qid: str, since: int = 0, limit: int = 1000) -> dict:
-        if qid not in self.store.queries():
+        if qid not in self.store.queries() or qid == LATE:
             raise NotFoundError(f"no query {qid!r} is registered")
         return self.store.read(qid, since, limit)
+
+    def late_events(self, since: int = 0, limit: int = 1000) -> dict:
+        """The late-events output (events later than the lateness threshold, never used), as
+        a page like ``matches``: ``{"matches": [records], "next", "missed", "head"}``."""
+        if LATE not in self.store.queries():
+            self.store.open(LATE)
+        return self.store.read(LATE, since, limit)
 
     # ---------------------------------------------------------------- planning
     async def plan_round(self) -> dict:
@@ -362,8 +383,10 @@ class GatewayService:
 
     async def stats(self) -> dict:
         actors = await self._actor_stats(list(self.targets))
+        late = self.store.stats(LATE) if LATE in self.store.queries() else {}
         return {"gateway": {"events": self.events_in, "bad_rows": self.bad_rows,
-                            "orphan_matches": self.store.orphans},
+                            "orphan_matches": self.store.orphans,
+                            "late_events": late.get("total", 0)},
                 "actors": {str(t): {k: v for k, v in st.items() if k != "queries"}
                            for t, st in zip(self.targets, actors)},
                 "routing": self.routing.to_dict()}

@@ -4,7 +4,8 @@ Readers poll with ``read(query, since=cursor)`` (or long-poll with ``wait``) and
 the ``next`` cursor they got back. Memory is bounded: each query keeps at most ``capacity``
 matches and drops the oldest when full, counting the drops so that a slow reader learns how
 many it ``missed``. An optional JSONL sink keeps every match on disk regardless. Matches are
-delivered at least once upstream, so a record whose ``"id"`` is already retained is ignored.
+delivered at least once upstream, so a record whose ``"id"`` is already retained is ignored
+(a retraction, ``"retracted": true``, has its match's id and is told apart by that flag).
 
 Pure Python on purpose (no Ray, no HTTP): the server wraps it, the tests use it directly.
 """
@@ -32,6 +33,12 @@ class _Stream:
         self.ids: set[str] = set()
         self.dropped = 0
         self.duplicates = 0
+
+
+def _identity(record: dict):
+    """What makes a record a duplicate: its id, and whether it is a retraction."""
+    rid = record.get("id")
+    return "retracted:" + rid if rid is not None and record.get("retracted") else rid
 
 
 class MatchStore:
@@ -85,7 +92,7 @@ class MatchStore:
             return 0
         appended = []
         for record in records:
-            match_id = record.get("id")
+            match_id = _identity(record)
             if match_id is not None and match_id in stream.ids:
                 stream.duplicates += 1
                 continue
@@ -105,7 +112,7 @@ class MatchStore:
 
     def _drop_oldest(self, query: str, stream: _Stream) -> None:
         oldest = stream.records.popleft()
-        stream.ids.discard(oldest.get("id"))
+        stream.ids.discard(_identity(oldest))
         stream.dropped += 1
         # warn on the first drop, then once per `capacity` further drops
         if (stream.dropped - 1) % self.capacity == 0:

@@ -138,6 +138,7 @@ def _pusher(job_id: str, routing: RoutingTable, settings: IngestSettings, counte
             for ack in acks:
                 counters["events"].add(ack["events"])
                 counters["duplicates"].add(ack["duplicates"])
+                counters["late"].add(ack.get("late", 0))
                 counters["redelivered"].add(int(ack["redelivered"]))
                 counters["bad"].add(len(ack["bad_rows"]))
 
@@ -171,7 +172,8 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
     from pyspark.sql.functions import input_file_name
     df = df.withColumn(file_col, input_file_name())
     sc = spark.sparkContext
-    counters = {k: sc.accumulator(0) for k in ("events", "duplicates", "redelivered", "bad")}
+    counters = {k: sc.accumulator(0)
+                for k in ("events", "duplicates", "late", "redelivered", "bad")}
     converted = df.rdd.mapPartitionsWithIndex(_convert(mapping, routing, file_col)).cache()
     try:
         dead = converted.filter(lambda r: r[0] == "dead")
@@ -195,6 +197,7 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
     out = {"job": job_id, "rows": rows,
            "events_sent": counters["events"].value,
            "duplicates": counters["duplicates"].value,
+           "late_events": counters["late"].value,
            "redelivered_batches": counters["redelivered"].value,
            "rejected_by_actors": counters["bad"].value,
            "dead_letters": n_dead, "dead_letter_dir": dead_dir, "dead_letter_sample": sample}

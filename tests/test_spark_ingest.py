@@ -477,10 +477,6 @@ def test_quoting_as_raycep_local_reads_it(spark, tmp_path):
 
 # --------------------------------------------------------------------------- known gaps
 
-@pytest.mark.xfail(strict=True, reason="cep: an event evicted from the shared index (older "
-                   "than the largest window) is not recognised as a duplicate when re-sent; "
-                   "it is processed again as a late event and its matches are recomputed "
-                   "(the gateway's store drops them by id while it still holds them)")
 def test_resending_a_whole_file_is_recognised_by_the_actors(spark, cluster, sample,
                                                             settings):
     events, expected = sample
@@ -503,8 +499,9 @@ def test_resending_a_whole_file_is_recognised_by_the_actors(spark, cluster, samp
     # what a client reads is right: the store keeps one copy of each match id
     assert set(ids_of(read_all(client, name))) == expected[name]
     assert client.query(name)["matches"]["total"] == len(expected[name])
-    # what the actors do is not: most re-sent events are processed (and matched) again
+    # and the actors recognise every re-sent event, buffered or already evicted (issue 6)
     assert after == before, (before, after, again)
+    assert again["duplicates"] == again["events_sent"] > 0 and again["late_events"] == 0, again
 
 
 @pytest.mark.xfail(strict=True, reason="spark_ingest: Spark's JSON reader types a column "
