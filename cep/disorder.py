@@ -14,10 +14,12 @@ Per stream, i.e. per (source, event type), the tracker keeps:
 - a watermark: the largest event time seen from the stream minus its slack (theta, at least
   the configured minimum).
 
-The engine's watermark is ``clock - slack`` with ``slack`` the largest theta of all streams,
-kept between ``min_slack`` and ``max_slack``; it never moves back. An event is *late* (goes to
-the late-events output, counted, never used) when its time is behind the engine's watermark or
-its score is above its own stream's threshold (``max(theta, min_slack)``). Every other event is
+Every threshold is kept between ``min_slack`` and ``max_slack``. The engine's watermark is
+``clock - slack`` with ``slack`` the largest threshold of all streams; it never moves back.
+An event is *late* (goes to the late-events output, counted, never used) when its score is
+above its own stream's threshold, or when it is older than what the engine can still use
+exactly (the engine's ``floor``: the watermark its pessimistic queries were released to, the
+events its index already dropped, a watermark given with ``advance``). Every other event is
 used: pessimistic queries hold a trigger until the watermark passes it, optimistic queries emit
 at the trigger and correct (retract / add) when such an event changes a result.
 """
@@ -91,8 +93,7 @@ class StreamStats:
         if score > self.max_score:
             self.max_score = score
 
-    def to_dict(self, alpha: float, min_slack: float) -> dict:
-        theta = max(alpha * self.mean, min_slack)
+    def to_dict(self, theta: float) -> dict:
         return {"events": self.events, "out_of_order": self.out_of_order, "late": self.late,
                 "average_score": self.mean, "max_score": self.max_score, "threshold": theta,
                 "watermark": self.max_ts - theta}
@@ -139,28 +140,34 @@ class DisorderTracker:
         if wm > self.watermark:
             self.watermark = wm
 
-    def out_of_order(self, ts: float, source: str, etype: str, clock: float):
+    def out_of_order(self, ts: float, source: str, etype: str, clock: float,
+                     floor: float = -math.inf, why: str = ""):
         """Score an event behind the clock; returns None (use it) or a LateEvent's fields
-        ``(reason, score, threshold)``."""
+        ``(reason, score, threshold)``. ``floor``: the engine cannot use events before it
+        (``why`` says why)."""
         s = self._stream(source, etype)
         s.events += 1
         if ts > s.max_ts:
             s.max_ts = ts
         score = clock - ts
-        cfg = self.settings
         if score > 0:
             s.observe(score)
             self._update_slack(clock)
-        theta = max(cfg.alpha * s.mean, cfg.min_slack)
-        if ts < self.watermark:
-            reason = (f"{score:g} behind the clock, behind the watermark "
-                      f"{self.watermark:g} (slack {self.slack:g})")
+        theta = self.threshold(s)
+        if ts < floor:
+            reason = f"{score:g} behind the clock, {why} ({floor:g})"
         elif score > theta:
             reason = f"score {score:g} above the threshold {theta:g} of {source}/{etype}"
         else:
             return None
         s.late += 1
         return reason, score, theta
+
+    def threshold(self, s: StreamStats) -> float:
+        """A stream's lateness threshold: alpha x its average score, within the bounds."""
+        cfg = self.settings
+        theta = max(cfg.alpha * s.mean, cfg.min_slack)
+        return theta if cfg.max_slack is None or theta <= cfg.max_slack else cfg.max_slack
 
     def _update_slack(self, clock: float):
         cfg = self.settings
@@ -181,7 +188,7 @@ class DisorderTracker:
     def stats(self) -> dict:
         cfg = self.settings
         return {"watermark": self.watermark, "slack": self.slack, "alpha": cfg.alpha,
-                "streams": {f"{src}/{t}": s.to_dict(cfg.alpha, cfg.min_slack)
+                "streams": {f"{src}/{t}": s.to_dict(self.threshold(s))
                             for (src, t), s in self.streams.items()}}
 
     def snapshot(self) -> dict:

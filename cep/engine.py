@@ -49,6 +49,8 @@ class Engine:
         self.clock = -math.inf
         self._front: Event | None = None  # the last event in (ts, id) order
         self._released = -math.inf        # the watermark the pessimistic managers have seen
+        self._kept_from = -math.inf       # the index may lack events a window before this
+        self._promised = -math.inf        # advance(w): nothing at or before w comes any more
         self.late_events = 0              # sent to the late output
         self.out_of_order = 0             # accepted behind the clock
         self.duplicates = 0               # copies of buffered or recently evicted events
@@ -149,7 +151,8 @@ class Engine:
 
     def _out_of_order(self, event: Event, source: str) -> list:
         """An event behind the clock (or at it, before the last one in (ts, id) order)."""
-        verdict = self.disorder.out_of_order(event.ts, source, event.type, self.clock)
+        verdict = self.disorder.out_of_order(event.ts, source, event.type, self.clock,
+                                             *self._floor())
         if verdict is not None:
             if self.index.seen_before(event):
                 self.duplicates += 1
@@ -171,6 +174,15 @@ class Engine:
                 self._busy.add(m)
         self._dispatch(event, out)
         return out
+
+    def _floor(self) -> tuple:
+        """The oldest event time the engine can still use exactly, and why."""
+        floor, why = self._kept_from, "older than the events the index still keeps"
+        if self._pessimistic and self._released > floor:
+            floor, why = self._released, "behind the watermark the pessimistic queries reached"
+        if self._promised > floor:
+            floor, why = self._promised, "at or before a watermark given with advance()"
+        return floor, why
 
     def _late(self, late: LateEvent):
         self.late_events += 1
@@ -199,6 +211,10 @@ class Engine:
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (a later one is late)."""
         self.disorder.advance(watermark)
+        promised = math.nextafter(watermark, math.inf) if math.isfinite(watermark) \
+            else watermark
+        if promised > self._promised:
+            self._promised = promised
         out: list = []
         for m in self._optimistic:
             out.extend(m.advance(watermark))
@@ -223,7 +239,10 @@ class Engine:
         if not self.managers or not math.isfinite(self.clock):
             return 0
         reach = max((m.cq.window for m in self._optimistic if m.has_deferred), default=0.0)
-        cutoff = min(self.clock, self.disorder.watermark) - self.horizon - reach
+        kept = min(self.clock, self.disorder.watermark)
+        cutoff = kept - self.horizon - reach
+        if kept > self._kept_from:
+            self._kept_from = kept
         for m in self.managers.values():
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
@@ -246,7 +265,8 @@ class Engine:
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
             "events": list(self.index.events()), "front": self._front,
-            "disorder": self.disorder.snapshot(), "released": self._released,
+            "disorder": self.disorder.snapshot(),
+            "floors": (self._released, self._kept_from, self._promised),
             "settings": self.disorder.settings, "mode": self.mode,
             "counters": (self.late_events, self.out_of_order, self.duplicates,
                          self.late_dropped),
@@ -268,7 +288,7 @@ class Engine:
         engine.clock = snap["clock"]
         engine._front = snap["front"]
         engine.disorder.restore(snap["disorder"])
-        engine._released = snap["released"]
+        engine._released, engine._kept_from, engine._promised = snap["floors"]
         (engine.late_events, engine.out_of_order, engine.duplicates,
          engine.late_dropped) = snap["counters"]
         engine.late.extend(snap["late"])

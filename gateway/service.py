@@ -293,7 +293,8 @@ class GatewayService:
                 "duplicates": sum(a["duplicates"] for a in acks),
                 "late": sum(a.get("late", 0) for a in acks),
                 "partitions": {str(t): a["events"] for t, a in zip(targets, acks)},
-                "matches": sum(a["queued"] + len(a["matches"]) for a in acks),
+                "matches": sum(a["queued"] + len(a["matches"]) - a.get("late", 0)
+                               for a in acks),
                 "bad_rows": [r for a in acks for r in a["bad_rows"]]}
 
     async def advance(self, watermark: float) -> dict:

@@ -163,13 +163,13 @@ def test_late_positive_event_adds_matches_without_retraction():
 
 
 def test_events_later_than_the_threshold_go_to_the_late_output():
-    eng = Engine(disorder=DisorderSettings(min_slack=1))
+    eng = Engine(disorder=DisorderSettings(max_slack=3))
     eng.add_query("PATTERN SEQ(A a, B b) WITHIN 10", name="q")
     eng.process(ev("B", 10, "b"))
     assert eng.process(ev("A", 5, "a")) == []
     late = eng.take_late()
     assert [(x.event.id, x.source) for x in late] == [("a", "default")]
-    assert "watermark" in late[0].reason and late[0].score == 5
+    assert "above the threshold 3" in late[0].reason and late[0].score == 5
     record = late[0].to_dict()
     assert record["late"] is True and record["event"]["id"] == "a"
     assert eng.stats()["late_events"] == 1 and eng.take_late() == []
@@ -189,11 +189,27 @@ def test_threshold_adapts_to_the_average_out_of_order_score():
     stream = s["streams"]["default/A"]
     assert stream["average_score"] == pytest.approx(2.0)
     assert stream["threshold"] == pytest.approx(5.0) and s["slack"] == pytest.approx(5.0)
-    assert eng.late_events == 1               # the first one, before the slack existed
-    eng.process(ev("A", ts - 4, "ok"))        # 4 <= theta 5: used
-    eng.process(ev("A", ts - 7, "too-late"))  # 7 > theta: late output
-    assert [x.event.id for x in eng.take_late()][-1] == "too-late"
-    assert eng.late_events == 2
+    assert eng.late_events == 0 and stream["out_of_order"] == 10
+    eng.process(ev("A", ts - 4, "ok"))        # 4 <= theta 2.5 x 24/11: used
+    eng.process(ev("A", ts - 9, "too-late"))  # 9 > theta 2.5 x 33/12: late output
+    assert [x.event.id for x in eng.take_late()] == ["too-late"]
+    assert eng.late_events == 1
+
+
+def test_pessimistic_queries_make_events_behind_their_watermark_late():
+    """Once a pessimistic query was released up to the watermark, an event before it cannot
+    be used exactly any more: it is late, even while the learnt threshold would allow it."""
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(A a, B b) WITHIN 10", name="q", mode="pessimistic")
+    eng.process(ev("A", 1, "a"))
+    eng.process(ev("B", 5, "b"))
+    assert eng.process(ev("A", 3, "late")) == []
+    [late] = eng.take_late()
+    assert "pessimistic queries reached" in late.reason
+    assert eng.stats()["disorder"]["slack"] == pytest.approx(5.0)   # learnt from it
+    assert eng.process(ev("A", 5.5, "a2")) == []                     # held (the watermark stays 5)
+    out = eng.advance(math.inf)
+    assert {m.key() for m in out} == {frozenset({("a", "a"), ("b", "b")})}
 
 
 def test_sources_have_their_own_statistics():

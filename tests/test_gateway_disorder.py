@@ -28,10 +28,10 @@ def ev(t, ts, k=1, **attrs):
 def make_cluster(tmp_path):
     started = []
 
-    def start(registry=None, slack=5.0, mode=None, **kw):
+    def start(registry=None, slack=5.0, mode=None, max_slack=None, **kw):
         settings = GatewaySettings(port=0, registry_path=registry, plan_every=0, **kw)
-        cluster = InProcessCluster(2, "k", settings, disorder=DisorderSettings(min_slack=slack),
-                                   mode=mode)
+        disorder = DisorderSettings(min_slack=slack, max_slack=max_slack)
+        cluster = InProcessCluster(2, "k", settings, disorder=disorder, mode=mode)
         started.append(cluster)
         cluster.start()
         return cluster
@@ -85,7 +85,7 @@ def test_pessimistic_query_waits_for_the_watermark_and_never_retracts(make_clust
 
 
 def test_events_later_than_the_threshold_are_readable_as_late_events(make_cluster, capsys):
-    cluster = make_cluster(slack=1.0)
+    cluster = make_cluster(slack=1.0, max_slack=2.0)
     client = connect(cluster.url)
     client.register("PATTERN SEQ(A a, B b) WHERE [k] WITHIN 10 seconds", name="pair")
     client.send([ev("A", 10), ev("B", 12)])
@@ -96,7 +96,7 @@ def test_events_later_than_the_threshold_are_readable_as_late_events(make_cluste
     late = page.matches[0]
     assert late["late"] is True and late["event"]["id"] == "A3-1"
     assert late["source"] == "client" or late["source"]
-    assert "watermark" in late["reason"]
+    assert "above the threshold 2" in late["reason"]
     assert client.stats()["gateway"]["late_events"] == 1
     assert client.late_events(since=page.next).matches == []
     assert [m["events"]["a"]["id"] for m in read_all(client, "pair")] == ["A10-1"]
@@ -182,12 +182,12 @@ def test_raycep_local_disorder_modes(tmp_path, capsys):
 def test_raycep_local_late_out_and_bad_options(tmp_path, capsys):
     write_events(tmp_path / "ev.jsonl", [ev("A", 10), ev("B", 12), ev("A", 1)])
     late_file = tmp_path / "late.jsonl"
-    _, summary, err = local(tmp_path, capsys, "--late-out", str(late_file))
+    _, summary, err = local(tmp_path, capsys, "--late-out", str(late_file), "--max-slack", "5")
     assert summary["late_events"] == 1
     [late] = [json.loads(line) for line in late_file.read_text().splitlines()]
     assert late["event"]["id"] == "A1-1" and late["late"] is True
     write_events(tmp_path / "ev.jsonl", [ev("A", 10), ev("A", 1)])
-    _, _, err = local(tmp_path, capsys)
+    _, _, err = local(tmp_path, capsys, "--max-slack", "5")
     assert '"late": true' in err                      # default: late events on stderr
     code = cli.main(["local", "--query", GUARD, "--events", str(tmp_path / "ev.jsonl"),
                      "--alpha", "0"])
