@@ -5,10 +5,11 @@
 The index keeps what the largest registered window needs behind the watermark (plus what
 pending work still reads).
 
-Out-of-order input (cep.disorder): an event behind the clock is scored; a late one (behind the
-watermark, or above its stream's threshold) is kept for ``take_late()`` and used by no query; a
-copy of a buffered or recently evicted event is a duplicate and dropped; any other is indexed
-and the optimistic queries correct their results (``Retraction`` records, then new matches).
+Out-of-order input (cep.disorder): an event behind the clock is scored; a late one (above its
+stream's threshold, or older than what the engine can still use exactly: ``_floor``) is kept
+for ``take_late()`` and used by no query; a copy of a buffered or recently evicted event is a
+duplicate and dropped; any other is indexed and the optimistic queries correct their results
+(``Retraction`` records, then new matches).
 Pessimistic queries are released as the watermark moves.
 """
 from __future__ import annotations

@@ -231,7 +231,8 @@ class PatternManager:
                 try:
                     ev.run(self._steps_for(b, name, ev))
                 except TooManyMatches:
-                    pass
+                    if update:            # counted once per correction, like _evaluate's
+                        self.truncated += 1
                 if not ev.deferred:
                     out.update(ev.results)
                     continue

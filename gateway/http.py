@@ -136,16 +136,17 @@ async def remove_query(request):
     return reply(request, await request.app[SERVICE].remove(request.match_info["id"]))
 
 
+def _page(request) -> tuple:
+    """``(since, limit)`` of a paged read."""
+    return _int_arg(request, "since", 0), _int_arg(request, "limit", 1000)
+
+
 async def read_matches(request):
-    since = _int_arg(request, "since", 0)
-    limit = _int_arg(request, "limit", 1000)
-    return reply(request, request.app[SERVICE].matches(request.match_info["id"], since, limit))
+    return reply(request, request.app[SERVICE].matches(request.match_info["id"], *_page(request)))
 
 
 async def read_late(request):
-    since = _int_arg(request, "since", 0)
-    limit = _int_arg(request, "limit", 1000)
-    return reply(request, request.app[SERVICE].late_events(since, limit))
+    return reply(request, request.app[SERVICE].late_events(*_page(request)))
 
 
 async def stream_matches(request):
