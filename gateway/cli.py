@@ -130,8 +130,9 @@ def disorder_settings(args):
     try:
         return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
                                 max_slack=args.max_slack)
-    except CepError as exc:
-        raise UsageError(f"error: {exc}") from None
+    except CepError as exc:                     # name the options, not the settings' fields
+        message = str(exc).replace("min_slack", "--slack").replace("max_slack", "--max-slack")
+        raise UsageError(f"error: {message.replace('alpha', '--alpha')}") from None
 
 
 # --------------------------------------------------------------------------- raycep local
