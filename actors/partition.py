@@ -130,7 +130,7 @@ class PartitionWorker:
             return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0, "late": 0,
                     "bad_rows": [], "matches": [], "queued": 0, "redelivered": True}
         engine = self.engine
-        dup0 = engine.index.duplicates + engine.duplicates
+        dup0 = engine.duplicates
         source = decoded.source
         matches: list = []
         for ev in decoded.events:
@@ -145,7 +145,7 @@ class PartitionWorker:
         out = [match_record(m) for m in matches] + late
         records = self._deliver(out)
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
-                "duplicates": engine.index.duplicates + engine.duplicates - dup0,
+                "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
                 "matches": records, "queued": len(out) - len(records),
                 "redelivered": False}

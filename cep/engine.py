@@ -54,7 +54,7 @@ class Engine:
         self._promised = -math.inf        # advance(w): nothing at or before w comes any more
         self.late_events = 0              # sent to the late output
         self.out_of_order = 0             # accepted behind the clock
-        self.duplicates = 0               # copies of buffered or recently evicted events
+        self._copies = 0                  # out-of-order copies (the index counts the others)
         self.late: deque = deque()        # LateEvents for take_late()
         self.late_dropped = 0             # late events beyond late_capacity (counted, warned)
 
@@ -156,13 +156,13 @@ class Engine:
                                              *self._floor())
         if verdict is not None:
             if self.index.seen_before(event):
-                self.duplicates += 1
+                self._copies += 1
             else:
                 self._late(LateEvent(event, source, verdict[0], verdict[1], verdict[2],
                                      self.disorder.watermark))
             return []
         if self.index.contains(event):
-            self.duplicates += 1
+            self._copies += 1
             return []
         revisers = [m for m in self._optimistic if m.relevant(event)]
         before = {id(m): m.emitted_around(event) for m in revisers if not m.monotone(event)}
@@ -229,6 +229,11 @@ class Engine:
         return out
 
     @property
+    def duplicates(self) -> int:
+        """Copies dropped: of buffered events, and of recently evicted ones."""
+        return self.index.duplicates + self._copies
+
+    @property
     def events(self) -> int:
         """Events processed (duplicates and late events not counted)."""
         return self.index.inserted
@@ -255,7 +260,7 @@ class Engine:
         return {
             "events": self.events, "late_events": self.late_events,
             "out_of_order": self.out_of_order, "buffered": len(self.index),
-            "duplicates": self.index.duplicates + self.duplicates,
+            "duplicates": self.duplicates,
             "evicted": self.index.evicted, "late_dropped": self.late_dropped,
             "disorder": self.disorder.stats(),
             "queries": {name: m.stats() for name, m in self.managers.items()},
@@ -269,7 +274,7 @@ class Engine:
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),
             "settings": self.disorder.settings, "mode": self.mode,
-            "counters": (self.late_events, self.out_of_order, self.duplicates,
+            "counters": (self.late_events, self.out_of_order, self._copies,
                          self.late_dropped),
             "late": list(self.late),
             "queries": {name: {"query": q, "params": p, "mode": self.managers[name].mode,
@@ -290,7 +295,7 @@ class Engine:
         engine._front = snap["front"]
         engine.disorder.restore(snap["disorder"])
         engine._released, engine._kept_from, engine._promised = snap["floors"]
-        (engine.late_events, engine.out_of_order, engine.duplicates,
+        (engine.late_events, engine.out_of_order, engine._copies,
          engine.late_dropped) = snap["counters"]
         engine.late.extend(snap["late"])
         engine.index.inserted = snap["events_seen"]

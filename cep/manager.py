@@ -227,21 +227,14 @@ class PatternManager:
         waiting = []
         for t in triggers:
             for b, name in self._targets(t):
-                ev = self._evaluation(b, t)
-                try:
-                    ev.run(self._steps_for(b, name, ev))
-                except TooManyMatches:
-                    if update:            # counted once per correction, like _evaluate's
-                        self.truncated += 1
+                ev = self._run(b, name, t, count=update)
                 if not ev.deferred:
                     out.update(ev.results)
                     continue
                 for env in ev.results:
-                    tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
-                    deadline = tmin + self.cq.window
+                    deadline = _first_ts(env) + self.cq.window
                     if deadline < self.clock or deadline <= self._closed:
-                        ev.env = dict(env)
-                        if all(ev.witness(n, tmin) is None for n in ev.deferred):
+                        if _confirmed(ev, env):
                             out.add(Match(self.name, env, self._var_order))
                     else:
                         waiting.append((deadline, next(self._seq), b, env, t))
@@ -270,10 +263,7 @@ class PatternManager:
         heap = self._deferred
         while heap and (heap[0][0] < now or (inclusive and heap[0][0] <= now)):
             _, _, b, env, trigger = heapq.heappop(heap)
-            ev = self._evaluation(b, trigger)
-            ev.env = dict(env)
-            tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
-            if all(ev.witness(n, tmin) is None for n in ev.branch.negations if n.deferred):
+            if _confirmed(self._evaluation(b, trigger), env):
                 out.append(self._match(env))
         return out
 
@@ -282,25 +272,30 @@ class PatternManager:
         return Evaluation(self.cq, self.cq.branches[b], self.index, trigger, part,
                           self.settings.max_matches_per_trigger, self.name, self._var_order)
 
-    def _evaluate(self, trigger: Event, targets) -> list:
-        self.triggers_evaluated += 1
-        out = []
-        for b, name in targets:
-            ev = self._evaluation(b, trigger)
-            steps = self._steps_for(b, name, ev)
-            try:
-                ev.run(steps)
-            except TooManyMatches:
+    def _run(self, b: int, name: str, trigger: Event, count: bool = True) -> Evaluation:
+        """Evaluate branch ``b`` with ``trigger`` bound to ``name``; a trigger that hits the
+        match cap is counted and logged (``count``), its matches so far kept."""
+        ev = self._evaluation(b, trigger)
+        try:
+            ev.run(self._steps_for(b, name, ev))
+        except TooManyMatches:
+            if count:
                 self.truncated += 1
                 log.warning("query %s: trigger %s hit the cap of %d matches; the rest of its "
                             "matches were not enumerated (%d truncated triggers so far)",
                             self.name, trigger.id, self.settings.max_matches_per_trigger,
                             self.truncated)
+        return ev
+
+    def _evaluate(self, trigger: Event, targets) -> list:
+        self.triggers_evaluated += 1
+        out = []
+        for b, name in targets:
+            ev = self._run(b, name, trigger)
             if ev.deferred:
                 for env in ev.results:
-                    tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
-                    heapq.heappush(self._deferred, (tmin + self.cq.window, next(self._seq), b,
-                                                    env, trigger))
+                    heapq.heappush(self._deferred, (_first_ts(env) + self.cq.window,
+                                                    next(self._seq), b, env, trigger))
             elif ev.results:
                 out.extend(ev.results)
                 self.matches += len(ev.results)
@@ -368,3 +363,16 @@ class PatternManager:
         heapq.heapify(self._held)
         (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
          self.retractions, self.revisions) = state["counters"]
+
+
+def _first_ts(env: dict) -> float:
+    """The earliest event time of a binding (var -> Event | tuple of Events)."""
+    return min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
+
+
+def _confirmed(ev: Evaluation, env: dict) -> bool:
+    """Whether no event violates a deferred negation of the binding ``env`` (its window has
+    closed, so the index holds every event that could)."""
+    ev.env = dict(env)
+    tmin = _first_ts(env)
+    return all(ev.witness(n, tmin) is None for n in ev.deferred)

@@ -19,8 +19,6 @@ from cep.errors import (AuthenticationError, ConflictError, IngestError, NotFoun
 from cep.event import make_event
 from gateway import cli
 from gateway.client import Client, connect
-from gateway.runtime import InProcessCluster
-from gateway.service import GatewaySettings
 
 from cluster_helpers import SEQ3, http, make_stream, ids_of, read_all, send_in_slices, wait_for
 
@@ -59,28 +57,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def settings(**kw) -> GatewaySettings:
-    kw.setdefault("port", 0)
-    kw.setdefault("registry_path", None)
-    kw.setdefault("plan_every", 0)
-    return GatewaySettings(**kw)
-
-
-@pytest.fixture
-def make_cluster():
-    """Start InProcessClusters (key attribute ``k``); all are stopped at teardown."""
-    started = []
-
-    def start(partitions=2, key_attr="k", **kw):
-        cluster = InProcessCluster(partitions, key_attr, settings(**kw))
-        started.append(cluster)
-        cluster.start()
-        return cluster
-    yield start
-    for cluster in started:
-        cluster.stop()
 
 
 @pytest.fixture

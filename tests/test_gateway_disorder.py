@@ -11,8 +11,6 @@ from cep.disorder import DisorderSettings
 from cep.errors import QueryValidationError
 from gateway import cli
 from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.service import GatewaySettings
 
 from cluster_helpers import http, ids_of, read_all, wait_for
 
@@ -25,19 +23,12 @@ def ev(t, ts, k=1, **attrs):
 
 
 @pytest.fixture
-def make_cluster(tmp_path):
-    started = []
-
+def make_cluster(make_cluster):
+    """The shared factory (conftest) with a minimum slack of 5 by default."""
     def start(registry=None, slack=5.0, mode=None, max_slack=None, **kw):
-        settings = GatewaySettings(port=0, registry_path=registry, plan_every=0, **kw)
-        disorder = DisorderSettings(min_slack=slack, max_slack=max_slack)
-        cluster = InProcessCluster(2, "k", settings, disorder=disorder, mode=mode)
-        started.append(cluster)
-        cluster.start()
-        return cluster
-    yield start
-    for cluster in started:
-        cluster.stop()
+        return make_cluster(registry_path=registry, mode=mode,
+                            disorder=DisorderSettings(min_slack=slack, max_slack=max_slack), **kw)
+    return start
 
 
 def test_late_negated_event_reaches_the_client_as_a_retraction(make_cluster, tmp_path):
