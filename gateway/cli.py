@@ -203,8 +203,8 @@ def run_local(args) -> int:
     if stats["late_events"] or stats["out_of_order"]:
         d = stats["disorder"]
         _err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
-             f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); slack "
-             f"{d['slack']:g}, watermark {d['watermark']:g}")
+             f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
+             f"slack {d['slack']:g}")
     for name, qstats in engine.engine.stats()["queries"].items():
         for c in qstats["conjuncts"]:
             if c["failed"]:
