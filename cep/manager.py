@@ -233,7 +233,7 @@ class PatternManager:
                     continue
                 for env in ev.results:
                     deadline = _first_ts(env) + self.cq.window
-                    if deadline < self.clock or deadline <= self._closed:
+                    if self._due(deadline):
                         if _confirmed(ev, env):
                             out.add(Match(self.name, env, self._var_order))
                     else:
@@ -244,6 +244,13 @@ class PatternManager:
             self._deferred.extend(waiting)
             heapq.heapify(self._deferred)
         return out
+
+    def _due(self, deadline: float) -> bool:
+        """Whether a deferred binding with this deadline is released already. Invariant the
+        corrections rely on: every binding that is due has been confirmed and reported (an
+        out-of-order trigger's binding may be due at once: it is confirmed at once, never
+        left in the heap for the next clock tick)."""
+        return deadline < self.clock or deadline <= self._closed
 
     def _targets(self, trigger: Event) -> list:
         return self._triggers.get(trigger.type, []) + self._any_triggers
@@ -294,8 +301,13 @@ class PatternManager:
             ev = self._run(b, name, trigger)
             if ev.deferred:
                 for env in ev.results:
-                    heapq.heappush(self._deferred, (_first_ts(env) + self.cq.window,
-                                                    next(self._seq), b, env, trigger))
+                    deadline = _first_ts(env) + self.cq.window
+                    if self._due(deadline):    # an out-of-order trigger whose window closed
+                        if _confirmed(ev, env):
+                            out.append(self._match(env))
+                    else:
+                        heapq.heappush(self._deferred, (deadline, next(self._seq), b, env,
+                                                        trigger))
             elif ev.results:
                 out.extend(ev.results)
                 self.matches += len(ev.results)

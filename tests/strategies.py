@@ -405,3 +405,25 @@ def query_text(q: A.Query) -> str:
 
 def events_text(events) -> str:
     return "\n".join(f"  {e.type} ts={e.ts:g} id={e.id} {e.attrs}" for e in events)
+
+
+@st.composite
+def trailing_negation_query_and_stream(draw, keyed=False):
+    """(query, params, events) whose pattern ends with a negated variable ``z`` (a deferred
+    negation: its matches are confirmed only when the window has closed), with an optional
+    predicate on ``z``. Issue 13: out-of-order triggers of such queries lost matches."""
+    query, params = draw(queries(allow_or=False))
+    z = A.EventVar(draw(st.sampled_from(TYPES)), "z", negated=True)
+    pattern = query.pattern
+    children = pattern.children if isinstance(pattern, A.Seq) else (pattern,)
+    where = query.where
+    if draw(st.booleans()):
+        pos = [v for v in A.event_vars(pattern) if not v.negated]
+        kleene = [v for v in pos if v.kleene]
+        extra = _conjunct(draw, pos, [z], kleene, params)
+        where = extra if where is None else A.BoolAnd((where, extra))
+    query = A.Query(A.Seq(tuple(children) + (z,)), where, query.equivalence, query.within,
+                    query.slide)
+    events = draw(streams(limit_types=kleene_types(query), window=window_of(query, params),
+                          keyed=keyed))
+    return query, params, events

@@ -19,7 +19,8 @@ from cep.event import Event
 from cep.match import Retraction
 
 from oracle import oracle_matches
-from strategies import events_text, query_and_stream, query_text
+from strategies import (events_text, query_and_stream, query_text,
+                        trailing_negation_query_and_stream, window_of)
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 MODES = ("optimistic", "pessimistic")
@@ -28,18 +29,36 @@ MODES = ("optimistic", "pessimistic")
 def disorder(data, events: list, max_delay: float) -> list:
     """The arrival order: each event delayed by a random amount in [0, max_delay] of event
     time (sorted by arrival time; ties keep a random order), some sent twice (the copy later
-    by up to max_delay as well)."""
+    by up to max_delay as well). Sometimes a *burst*: a run of consecutive events delayed
+    together by one large delay (a source that lags), so that several events arrive one
+    after another far behind the clock, beyond a whole window (issue 13: what the old
+    generator never produced, and what lost trailing-negation matches)."""
+    delays = [0.0] * len(events)
+    if events and max_delay > 0 and data.draw(st.integers(0, 2), label="burst?") == 0:
+        start = data.draw(st.integers(0, len(events) - 1), label="burst start")
+        end = data.draw(st.integers(start + 1, len(events)), label="burst end")
+        lag = data.draw(st.floats(0, max_delay), label="burst delay")
+        delays[start:end] = [lag] * (end - start)
     arrivals = []
     for n, e in enumerate(events):
         late = data.draw(st.integers(0, 3), label="late?") == 0
         delay = data.draw(st.floats(0, max_delay), label="delay") if late else 0.0
-        arrivals.append((e.ts + delay, data.draw(st.integers(0, 9), label="tie"), n, e))
+        arrivals.append((e.ts + max(delay, delays[n]), data.draw(st.integers(0, 9),
+                                                                 label="tie"), n, e))
         if data.draw(st.integers(0, 6), label="dup?") == 0:
             again = data.draw(st.floats(0, max_delay), label="dup delay")
             copy = Event(e.type, e.ts, dict(e.attrs), key=e.key, id=e.id)
             arrivals.append((e.ts + again, data.draw(st.integers(0, 9)), n, copy))
     arrivals.sort(key=lambda a: a[:3])
     return [a[3] for a in arrivals]
+
+
+def max_delay_of(data, query, params) -> float:
+    """Small delays, or delays of up to three windows (events far behind the clock)."""
+    if data.draw(st.booleans(), label="far?"):
+        return window_of(query, params) * data.draw(st.sampled_from([1.5, 2, 3]),
+                                                    label="windows of delay") + 1.0
+    return float(data.draw(st.integers(0, 8), label="max delay"))
 
 
 def final_keys(outputs: list) -> tuple:
@@ -81,7 +100,7 @@ def test_final_result_after_corrections_equals_in_order_result(qpe, data):
     query, params, events = qpe
     strategy = data.draw(st.sampled_from(A.STRATEGIES), label="strategy")
     query = dataclasses.replace(query, strategy=strategy)
-    max_delay = float(data.draw(st.integers(0, 8), label="max delay"))
+    max_delay = max_delay_of(data, query, params)
     arrivals = disorder(data, events, max_delay)
     marks = data.draw(st.booleans(), label="watermarks")
     note(f"{query_text(query)}\nparams={params}\nin order:\n{events_text(events)}\n"
@@ -107,14 +126,60 @@ def test_corrections_with_partition_key_and_forced_orders(qpe, data):
     query = dataclasses.replace(query, strategy=strategy)
     names = [v.name for v in A.event_vars(query.pattern) if not v.negated]
     order = tuple(data.draw(st.permutations(names), label="order"))
-    arrivals = disorder(data, events, 5.0)
+    max_delay = max_delay_of(data, query, params)
+    arrivals = disorder(data, events, max_delay)
     note(f"{query_text(query)}\norder={order}\n{events_text(events)}")
     expected = oracle_matches(query, events, params)
     for mode in MODES:
-        _, out = run(query, params, arrivals, mode, 5.0, key_attr="k", order=order)
+        _, out = run(query, params, arrivals, mode, max_delay, key_attr="k", order=order)
         got, retractions, problems = final_keys(out)
         assert not problems and got == expected, (mode, problems)
         assert mode == "optimistic" or retractions == 0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=SLOW)
+@given(qpe=trailing_negation_query_and_stream(), data=st.data())
+def test_trailing_negation_with_events_far_behind_the_clock(qpe, data):
+    """Issue 13: a trigger of a query with a trailing negation arriving more than a window
+    behind the clock, then other events behind it before the clock moves (a lagging burst):
+    the match must be reported once, never lost or retracted without being reported."""
+    query, params, events = qpe
+    query = dataclasses.replace(query, strategy=data.draw(st.sampled_from(A.STRATEGIES)))
+    max_delay = window_of(query, params) * 3 + 1.0
+    arrivals = disorder(data, events, max_delay)
+    note(f"{query_text(query)}\nparams={params}\nin order:\n{events_text(events)}\n"
+         f"arrivals: {[e.id for e in arrivals]}")
+    expected = oracle_matches(query, events, params)
+    for mode in MODES:
+        eng, out = run(query, params, arrivals, mode, max_delay)
+        got, retractions, problems = final_keys(out)
+        assert not problems, (mode, problems)
+        assert got == expected, (mode, sorted(map(sorted, expected - got)),
+                                 sorted(map(sorted, got - expected)))
+        assert mode == "optimistic" or retractions == 0
+
+
+def test_issue_13_trailing_negation_example():
+    """The four rows of the report: S@100, S@1 (vol 9000), S@2, S@200."""
+    q = ("PATTERN SEQ(S a, ~S n) WHERE a.vol > 5000 AND n.vol > 5000 WITHIN 5 seconds")
+    rows = [("S", 100, 1, "r1"), ("S", 1, 9000, "r2"), ("S", 2, 1, "r3"), ("S", 200, 1, "r4")]
+    for mode in MODES:
+        eng = Engine(disorder=DisorderSettings(min_slack=250))
+        eng.add_query(q, name="q", mode=mode)
+        out = [m for t, ts, vol, i in rows for m in eng.process(ev(t, ts, i, vol=vol))]
+        out += eng.advance(math.inf)
+        got, retractions, problems = final_keys(out)
+        assert not problems and retractions == 0, (mode, problems)
+        assert got == {frozenset({("a", "r2")})}, mode
+    # a negated event, also far behind: the match is reported, then retracted (and the
+    # negated event, a valid `a` itself whose window closed, is a match at once)
+    eng = Engine(disorder=DisorderSettings(min_slack=250))
+    eng.add_query(q, name="q")
+    out = [m for e in (ev("S", 100, "r1", vol=1), ev("S", 1, "r2", vol=9000),
+                       ev("S", 2, "r3", vol=1), ev("S", 3, "r5", vol=6000))
+           for m in eng.process(e)]
+    assert [(type(m).__name__, sorted(m.key())) for m in out] == \
+        [("Match", [("a", "r2")]), ("Retraction", [("a", "r2")]), ("Match", [("a", "r5")])]
 
 
 # --------------------------------------------------------------------------- examples

@@ -196,3 +196,39 @@ def test_engine_ids_match_gateway_ids_for_retractions():
     assert match_id(out[0]) == match_id(out[1])
     assert ids_of([{"id": match_id(m)} for m in out]) == [match_id(out[0])] * 2
     assert eng.advance(math.inf) == []
+
+
+#: issue 13: a trailing negation, and a trigger that arrives far behind the clock
+FAR_NEG = ("PATTERN SEQ(S a, ~S n) WHERE a.vol > 5000 AND n.vol > 5000 "
+           "WITHIN 5 seconds")
+FAR_ROWS = "type,ts,vol\nS,100,1\nS,1,9000\nS,2,1\nS,200,1\n"
+
+
+def test_raycep_local_keeps_a_trailing_negation_match_of_a_far_out_of_order_trigger(
+        tmp_path, capsys):
+    """The report's four rows: the same match unsorted (default optimistic mode) as sorted."""
+    (tmp_path / "far.csv").write_text(FAR_ROWS)
+    head, *rows = FAR_ROWS.splitlines()
+    (tmp_path / "sorted.csv").write_text("\n".join(
+        [head] + sorted(rows, key=lambda r: float(r.split(",")[1]))) + "\n")
+    outputs = {}
+    for name in ("far.csv", "sorted.csv"):
+        assert cli.main(["local", "--query", FAR_NEG, "--events", str(tmp_path / name)]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        outputs[name] = lines
+    for lines in outputs.values():
+        assert [m["events"]["a"]["ts"] for m in lines[:-1]] == [1.0]
+        assert lines[-1]["matches"] == 1 and lines[-1]["retractions"] == 0
+
+
+def test_cluster_keeps_a_trailing_negation_match_of_a_far_out_of_order_trigger(make_cluster):
+    cluster = make_cluster(slack=250.0)
+    client = connect(cluster.url)
+    client.register(FAR_NEG, name="far")
+    client.send([Event("S", 100.0, {"vol": 1}, id="r1")])
+    client.send([Event("S", 1.0, {"vol": 9000}, id="r2")])
+    client.send([Event("S", 2.0, {"vol": 1}, id="r3")])
+    client.send([Event("S", 200.0, {"vol": 1}, id="r4")])
+    page = read_all(client, "far")
+    assert [(m["events"]["a"]["id"], m.get("retracted", False)) for m in page] == \
+        [("r2", False)]
