@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cep.errors import CepError, QueryValidationError
+from cep.errors import CepError, IngestError, QueryValidationError
 
 #: how queries handle out-of-order input (see cep.manager)
 MODES = ("optimistic", "pessimistic")
@@ -63,6 +63,13 @@ class DisorderSettings:
     late_capacity: int = 100_000
 
     def __post_init__(self):
+        for name in ("alpha", "min_slack", "max_slack", "remember_ids", "late_capacity"):
+            value = getattr(self, name)
+            if not (value is None and name == "max_slack") and (
+                    isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise CepError(f"{name} must be a number, got {value!r}")
+        if math.isnan(self.max_slack or 0.0):
+            raise CepError("max_slack must be a number, got nan")
         if not (self.alpha > 0 and math.isfinite(self.alpha)):
             raise CepError(f"alpha must be a positive number, got {self.alpha!r}")
         if not (self.min_slack >= 0 and math.isfinite(self.min_slack)):
@@ -72,6 +79,16 @@ class DisorderSettings:
                              f"({self.min_slack!r})")
         if self.remember_ids < 0 or self.late_capacity < 0:
             raise CepError("remember_ids and late_capacity must be >= 0")
+
+
+def check_watermark(watermark) -> float:
+    """A watermark is a number, not NaN; ``inf`` means the end of the stream (every deferred
+    match is released, every later event is late) and ``-inf`` changes nothing."""
+    if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) \
+            or math.isnan(watermark):
+        raise IngestError(f"the watermark must be a number (event time), got {watermark!r}",
+                          field="watermark")
+    return watermark
 
 
 class StreamStats:
@@ -181,6 +198,7 @@ class DisorderTracker:
 
     def advance(self, watermark: float):
         """No event with ``ts <= watermark`` will arrive any more."""
+        check_watermark(watermark)
         wm = math.nextafter(watermark, math.inf) if math.isfinite(watermark) else watermark
         if wm > self.watermark:
             self.watermark = wm

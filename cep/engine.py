@@ -25,6 +25,7 @@ from cep.errors import CepError, QueryValidationError
 from cep.event import Event
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
+from cep.unseen import Seen, reads
 
 log = logging.getLogger("raycep")
 
@@ -57,6 +58,9 @@ class Engine:
         self._copies = 0                  # out-of-order copies (the index counts the others)
         self.late: deque = deque()        # LateEvents for take_late()
         self.late_dropped = 0             # late events beyond late_capacity (counted, warned)
+        self._seen = Seen()               # types/attributes the queries read, confirmed
+        self._reads: dict = {}            # name -> {type: attributes} the query reads
+        self._wanted: dict = {}           # the union of _reads
 
     # ---------------------------------------------------------------- queries
     def add_query(self, query, name: str | None = None, params: dict | None = None,
@@ -78,6 +82,7 @@ class Engine:
         manager.clock = self.clock
         self.managers[name] = manager
         self._sources[name] = (query, dict(params or {}))
+        self._reads[name] = reads(query)
         if None in cq.types:
             self.index.enable_any()
         self._reindex()
@@ -89,12 +94,17 @@ class Engine:
             raise CepError(f"no query named {name!r} is registered")
         self._busy.discard(self.managers.pop(name))
         del self._sources[name]
+        del self._reads[name]
         self._reindex()
 
     def _reindex(self):
         """Dispatch each event type to the queries it can trigger; keep the all-partitions
         buffers only while some query reads across partitions."""
         self._by_type, self._any = {}, []
+        self._wanted = {}
+        for wanted in self._reads.values():
+            for t, attrs in wanted.items():
+                self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
         self._pessimistic = [m for m in self.managers.values() if m.pessimistic]
         self._optimistic = [m for m in self.managers.values() if not m.pessimistic]
         for m in self.managers.values():
@@ -210,7 +220,8 @@ class Engine:
         return out
 
     def advance(self, watermark: float) -> list:
-        """No event with ``ts <= watermark`` will arrive any more (a later one is late)."""
+        """No event with ``ts <= watermark`` will arrive any more (a later one is late).
+        ``inf`` ends the stream; NaN or a non-number raises IngestError."""
         self.disorder.advance(watermark)
         promised = math.nextafter(watermark, math.inf) if math.isfinite(watermark) \
             else watermark
@@ -253,17 +264,37 @@ class Engine:
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
                 cutoff = floor
+        if self._seen.missing(self._wanted):       # look before they go (see cep.unseen)
+            self._seen.observe(self._wanted, self.index.events_of, -math.inf, cutoff)
         return self.index.evict_before(cutoff)
+
+    def warnings(self) -> dict:
+        """``{query: [warning, ...]}`` for queries that read an event type or attribute the
+        input has not had so far (nothing before the first event)."""
+        if not self.events:
+            return {}
+        if self._seen.missing(self._wanted):
+            self._seen.observe(self._wanted, self.index.events_of)
+        out = {}
+        for name, wanted in self._reads.items():
+            found = self._seen.warnings(wanted)
+            if found:
+                out[name] = found
+        return out
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
+        warnings = self.warnings()
+        queries = {name: m.stats() for name, m in self.managers.items()}
+        for name, found in warnings.items():
+            queries[name]["warnings"] = found
         return {
             "events": self.events, "late_events": self.late_events,
             "out_of_order": self.out_of_order, "buffered": len(self.index),
             "duplicates": self.duplicates,
             "evicted": self.index.evicted, "late_dropped": self.late_dropped,
             "disorder": self.disorder.stats(),
-            "queries": {name: m.stats() for name, m in self.managers.items()},
+            "clock": self.clock, "queries": queries,
         }
 
     def snapshot(self) -> dict:

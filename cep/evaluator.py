@@ -238,8 +238,9 @@ class Evaluation:
             c.tested += n
             try:
                 value = other(env, None)
-            except EvalFailure:
+            except EvalFailure as exc:
                 c.failed += n
+                c.last_error = str(exc)
                 return []
             vc = value.__class__
             if attr is not None and attr not in FIELDS and vc in FAST_KINDS:

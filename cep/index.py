@@ -346,6 +346,13 @@ class SharedEventIndex:
                 out[t] = out.get(t, 0) + len(b)
         return out
 
+    def events_of(self, etype, lo: float, hi: float):
+        """The buffered events of ``etype`` with ``lo <= ts <= hi`` (each once; partitions
+        one after another, not in time order)."""
+        for (p, t), b in list(self._buffers.items()):
+            if t == etype and self._primary(p, t):
+                yield from b.range(lo, hi)
+
     def events(self):
         """Every buffered event (each once)."""
         for k, b in list(self._buffers.items()):

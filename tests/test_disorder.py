@@ -349,3 +349,20 @@ def test_adaptive_threshold_result_equals_in_order_result_of_the_events_used(qpe
         assert not problems, (mode, problems)
         assert got == oracle_matches(query, used, params), mode
         assert mode == "optimistic" or retractions == 0
+
+
+def test_watermarks_and_settings_must_be_numbers():
+    """Issue 13: non-finite and non-numeric values are refused where they enter the engine;
+    ``inf`` stays the end of the stream."""
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(A a, ~N n) WITHIN 5", name="q")
+    eng.process(ev("A", 1, "a"))
+    for bad in (math.nan, "10", None, True):
+        with pytest.raises(CepError, match="watermark must be a number"):
+            eng.advance(bad)
+    assert eng.stats()["disorder"]["watermark"] == -math.inf     # unchanged
+    assert [m.key() for m in eng.advance(math.inf)] == [frozenset({("a", "a")})]
+    for bad in (dict(alpha="2"), dict(alpha=math.inf), dict(min_slack=math.inf),
+                dict(min_slack=True), dict(max_slack=math.nan), dict(remember_ids=None)):
+        with pytest.raises(CepError, match=next(iter(bad))):
+            DisorderSettings(**bad)
