@@ -7,11 +7,18 @@ result or its exception, like an ``ObjectRef`` awaited inside an async actor.
 from __future__ import annotations
 
 
-class _Done:
+class Done:
+    """The outcome of a call: awaited (like an ObjectRef inside an async actor) or read with
+    ``result()`` (like ``ray.get``)."""
     __slots__ = ("value", "error")
 
     def __init__(self, value=None, error=None):
         self.value, self.error = value, error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
 
     def __await__(self):
         if self.error is not None:
@@ -26,11 +33,11 @@ class _Method:
     def __init__(self, fn):
         self.fn = fn
 
-    def remote(self, *args, **kwargs) -> _Done:
+    def remote(self, *args, **kwargs) -> Done:
         try:
-            return _Done(self.fn(*args, **kwargs))
+            return Done(self.fn(*args, **kwargs))
         except Exception as exc:      # delivered when awaited, as Ray does
-            return _Done(error=exc)
+            return Done(error=exc)
 
 
 class LocalHandle:

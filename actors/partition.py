@@ -18,10 +18,18 @@ a record ``{"late": true, "id", "source", "reason", "score", "threshold", "water
 "event"}``; both travel like matches (returned, or through the outbox).
 
 With ``outbox=True`` (how the cluster runs it) matches are not returned by ``ingest`` but kept
-in a bounded outbox that the gateway drains with ``drain(ack)``: a record stays until a later
+in an outbox that the gateway drains with ``drain(ack)``: a record stays until a later
 ``drain`` acknowledges its sequence number, so a gateway that dies between two drains loses
 nothing (the next gateway receives the unacknowledged records again; match ids de-duplicate).
 Producers (the gateway's ``/events``, Spark jobs) then never handle matches themselves.
+
+The outbox never drops a record. Backpressure instead: while it holds ``outbox_capacity``
+undelivered records or more, ``ingest`` refuses new batches with OverloadedError before it
+changes anything (the sender drains or waits, and sends the batch again). A batch that arrives
+below the limit is processed whole, however many matches it completes, so the outbox holds at
+most the limit plus one batch's records. A sender that pipelines batches passes ``after`` (the
+id of its previous batch to this actor): a batch whose predecessor was not accepted is refused
+too, so batches refused and sent again are processed in their order.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import msgpack
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
-from cep.errors import PlanningError
+from cep.errors import OverloadedError, PlanningError
 from cep.match import Match
 from planner.stats import RateTracker
 
@@ -81,7 +89,8 @@ class PartitionWorker:
         self.outbox = deque() if outbox else None    # (seq, record), oldest first
         self.outbox_capacity = outbox_capacity
         self.outbox_seq = 0
-        self.outbox_dropped = 0
+        self.refused = 0                             # batches refused (outbox over its limit)
+        self._refusing = False                       # since the last batch accepted
 
     # ---------------------------------------------------------------- queries
     def add_query(self, name: str, text, params: dict | None = None,
@@ -115,22 +124,40 @@ class PartitionWorker:
         return True
 
     # ---------------------------------------------------------------- input
-    def ingest(self, batch: bytes) -> dict:
+    def ingest(self, batch: bytes, after: str | None = None) -> dict:
         """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
 
+        Raises OverloadedError, changing nothing, while the outbox holds ``outbox_capacity``
+        records or more (a batch seen before is acknowledged all the same), and when
+        ``after`` (the id of the sender's previous batch, same source) names a batch this
+        worker has not accepted.
+
         Returns ``{"batch_id", "events", "duplicates", "late", "bad_rows", "matches",
-        "queued", "redelivered"}``; ``matches`` holds match, retraction and late-event records;
-        with an outbox it is empty and ``queued`` counts the records put in the outbox.
+        "queued", "outbox", "truncated", "redelivered"}``; ``matches`` holds match,
+        retraction and late-event records; with an outbox it is empty, ``queued`` counts the
+        records put in the outbox and ``outbox`` how many it holds now; ``truncated`` counts
+        the triggers whose matches hit the per-trigger cap (the rest were not enumerated).
         """
+        box = self.outbox
         decoded, problems = decode_batch(batch, errors="collect")
         ident = (decoded.source, decoded.batch_id)
         if ident in self._recent:
             self.redelivered += 1
             return {"batch_id": decoded.batch_id, "events": 0, "duplicates": 0, "late": 0,
-                    "bad_rows": [], "matches": [], "queued": 0, "redelivered": True}
+                    "bad_rows": [], "matches": [], "queued": 0,
+                    "outbox": len(box) if box is not None else 0, "truncated": 0,
+                    "redelivered": True}
+        if box is not None and len(box) >= self.outbox_capacity:
+            self._refuse(f"its match outbox holds {len(box)} undelivered records (limit "
+                         f"{self.outbox_capacity})")
+        if after is not None and (decoded.source, after) not in self._recent:
+            self._refuse(f"batch {decoded.batch_id!r} of source {decoded.source!r} follows "
+                         f"batch {after!r}, which this actor has not accepted")
+        self._refusing = False
         engine = self.engine
         dup0 = engine.duplicates
+        capped0 = self._truncated()
         source = decoded.source
         matches: list = []
         for ev in decoded.events:
@@ -148,7 +175,24 @@ class PartitionWorker:
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
                 "matches": records, "queued": len(out) - len(records),
-                "redelivered": False}
+                "outbox": len(box) if box is not None else 0,
+                "truncated": self._truncated() - capped0, "redelivered": False}
+
+    def _refuse(self, why: str):
+        """Backpressure: refuse a batch (nothing changed but the counter; logged once until
+        a batch is accepted again)."""
+        if not self._refusing:
+            log.warning("partition %s: refusing batches: %s (is the gateway draining?)",
+                        self.partition, why)
+        self._refusing = True
+        self.refused += 1
+        raise OverloadedError(f"partition {self.partition}: {why}; the batch was not "
+                              f"processed: send it again (in order) after the gateway has "
+                              f"drained the outbox")
+
+    def _truncated(self) -> int:
+        """Triggers that hit the per-trigger match cap so far, over all queries."""
+        return sum(m.truncated for m in self.engine.managers.values())
 
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (later ones are late): the
@@ -157,25 +201,22 @@ class PartitionWorker:
 
     # ---------------------------------------------------------------- outbox
     def _deliver(self, records: list) -> list:
-        """Queue ``records`` in the outbox (returns []) or hand them back (no outbox)."""
+        """Queue ``records`` in the outbox (returns []; never drops: ``ingest`` refuses
+        batches while it is full) or hand them back (no outbox)."""
         if self.outbox is None:
             return records
-        for rec in records:
-            self.outbox_seq += 1
-            self.outbox.append((self.outbox_seq, rec))
-        excess = len(self.outbox) - self.outbox_capacity
-        if excess > 0:
-            for _ in range(excess):
-                self.outbox.popleft()
-            if not self.outbox_dropped:
-                log.warning("partition %s: match outbox full (%d); dropping the oldest "
-                            "undelivered matches (is the gateway draining?)", self.partition,
-                            self.outbox_capacity)
-            self.outbox_dropped += excess
+        seq = self.outbox_seq
+        self.outbox.extend(zip(range(seq + 1, seq + 1 + len(records)), records))
+        self.outbox_seq = seq + len(records)
         return []
 
-    def set_outbox(self, enabled: bool = True):
-        """Keep matches in the outbox for ``drain`` (the gateway does this when it attaches)."""
+    def set_outbox(self, enabled: bool = True, capacity: int | None = None):
+        """Keep matches in the outbox for ``drain`` (the gateway does this when it attaches);
+        ``capacity``: a new limit of undelivered records (backpressure, see ``ingest``)."""
+        if capacity is not None:
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+                raise ValueError(f"outbox capacity must be an integer >= 1, got {capacity!r}")
+            self.outbox_capacity = capacity
         if enabled and self.outbox is None:
             self.outbox = deque()
         elif not enabled and self.outbox is not None and not self.outbox:
@@ -200,7 +241,7 @@ class PartitionWorker:
         out.update(partition=self.partition, batches=self.batches,
                    redelivered_batches=self.redelivered, bad_rows=self.bad_rows,
                    outbox=len(self.outbox) if self.outbox is not None else None,
-                   outbox_dropped=self.outbox_dropped,
+                   outbox_capacity=self.outbox_capacity, refused_batches=self.refused,
                    plans={name: {"order": list(m.order) if m.order else None,
                                  "version": m.version}
                           for name, m in self.engine.managers.items()})
@@ -213,19 +254,21 @@ class PartitionWorker:
                 "recent": list(self._recent), "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
                 "outbox": list(self.outbox) if self.outbox is not None else None,
-                "outbox_seq": self.outbox_seq, "outbox_dropped": self.outbox_dropped}
+                "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
+                "refused": self.refused}
 
     @classmethod
     def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
         worker = cls(snap["partition"], snap["engine"]["key_attr"], settings,
-                     outbox=snap["outbox"] is not None)
+                     outbox=snap["outbox"] is not None,
+                     outbox_capacity=snap.get("outbox_capacity", 100_000))
         worker.engine = Engine.restore(snap["engine"], settings)
         worker._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
         worker.batches, worker.redelivered = snap["batches"], snap["redelivered"]
         worker.bad_rows = snap["bad_rows"]
         if snap["outbox"] is not None:
             worker.outbox.extend(tuple(item) for item in snap["outbox"])
-        worker.outbox_seq, worker.outbox_dropped = snap["outbox_seq"], snap["outbox_dropped"]
+        worker.outbox_seq, worker.refused = snap["outbox_seq"], snap.get("refused", 0)
         worker._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]
                             for name, m in worker.engine.managers.items()}
         return worker

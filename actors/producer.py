@@ -6,14 +6,24 @@ namespace ``raycep``), bypassing the gateway; the gateway drains the actors' mat
 Batch ids are ``<producer run>:<sequence>:<target>`` (the run is a random token per Producer),
 so a batch this producer sends twice is recognised, and two producers that share a source
 name never mistake each other's batches for redeliveries.
+
+Backpressure: an actor whose match outbox is over its limit refuses batches (OverloadedError,
+nothing processed). Each ``Lane`` (the batches of one producer to one actor) names every
+batch's predecessor, so the actor also refuses the batches in flight behind a refused one;
+the lane waits (growing pauses) and sends them again in their order, for up to ``retry_for``
+seconds, then raises the OverloadedError. Nothing is lost and the order is kept.
 """
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
+from collections import deque
 
+from actors.local import Done
 from actors.routing import RoutingTable, actor_name
 from cep.codec import encode_batch
+from cep.errors import OverloadedError
 
 NAMESPACE = "raycep"
 
@@ -26,16 +36,105 @@ def named_handles(routing: RoutingTable) -> dict:
     return {t: ray.get_actor(actor_name(t), namespace=NAMESPACE) for t in targets}
 
 
+def _result(ref):
+    """``ray.get(ref)``; the outcome of an ``actors.local`` handle's call as it is."""
+    if isinstance(ref, Done):
+        return ref.result()
+    import ray
+    return ray.get(ref)
+
+
+def _overloaded(exc: BaseException) -> OverloadedError | None:
+    """The OverloadedError in ``exc`` (Ray wraps an actor's exception: its cause, without
+    Ray's traceback text), or None."""
+    for err in (getattr(exc, "cause", None), exc):
+        if isinstance(err, OverloadedError):
+            return err
+    return None
+
+
+class Lane:
+    """The batches of one sender to one partition actor, in order, with at most
+    ``max_in_flight`` unacknowledged. ``on_ack(ack)`` gets each batch's acknowledgement.
+
+    Every batch names its predecessor (``ingest(data, after)``), so when the actor refuses a
+    batch (its outbox is full) it refuses the ones behind it too; the lane then sends them all
+    again in order after a pause (``backoff`` seconds, doubling up to 1 s), and raises the
+    OverloadedError when the actor still refuses after ``retry_for`` seconds."""
+
+    def __init__(self, handle, max_in_flight: int = 8, on_ack=None, retry_for: float = 60.0,
+                 backoff: float = 0.05):
+        self.handle = handle
+        self.max_in_flight = max(1, max_in_flight)
+        self.on_ack = on_ack or (lambda ack: None)
+        self.retry_for = retry_for
+        self.backoff = backoff
+        self.refusals = 0                    # refused batches sent again
+        self._flight: deque = deque()        # (ref, data, batch_id, after), oldest first
+        self._last = None                    # id of the last batch pushed
+
+    def push(self, data: bytes, batch_id: str):
+        self._flight.append(self._send(data, batch_id, self._last))
+        self._last = batch_id
+        while len(self._flight) > self.max_in_flight:
+            self._settle()
+
+    def flush(self):
+        """Wait until every batch pushed is acknowledged."""
+        while self._flight:
+            self._settle()
+
+    def _send(self, data: bytes, batch_id: str, after) -> tuple:
+        return (self.handle.ingest.remote(data, after), data, batch_id, after)
+
+    def _settle(self):
+        """Wait for the oldest batch in flight; while the actor refuses it, send it and the
+        batches behind it (refused as well) again."""
+        deadline, delay = None, self.backoff
+        while True:
+            try:
+                ack = _result(self._flight[0][0])
+            except Exception as exc:
+                refused = _overloaded(exc)
+                if refused is None:
+                    raise
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.retry_for
+                if not now < deadline:            # (a NaN retry_for: no retry)
+                    raise OverloadedError(f"{refused} (still refused after "
+                                          f"{self.retry_for:g} s of retries)") from None
+                again = [self._flight.popleft()]
+                while self._flight:           # refused too: their predecessor was
+                    entry = self._flight.popleft()
+                    try:
+                        self.on_ack(_result(entry[0]))
+                    except Exception as exc2:
+                        if _overloaded(exc2) is None:
+                            raise
+                        again.append(entry)
+                self.refusals += len(again)
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+                self._flight.extend(self._send(d, b, a) for _, d, b, a in again)
+                continue
+            self._flight.popleft()
+            self.on_ack(ack)
+            return
+
+
 class Producer:
     """``send(events)`` routes, encodes and pushes; ``flush()`` waits for the acks.
 
     ``routing`` is a RoutingTable or a callable returning one (e.g. a GET of the gateway's
     ``/v1/routing``), re-read before every ``refresh_every``-th slice (default: every slice),
     so a global query registered while the stream flows gets its events from the next slice.
-    Raise ``refresh_every`` for very small slices where one request per slice is too much."""
+    Raise ``refresh_every`` for very small slices where one request per slice is too much.
+    ``handles`` are Ray actor handles (``named_handles``) or ``actors.local.LocalHandle``s.
+    An actor that refuses batches (backpressure) gets them again, in order, for up to
+    ``retry_for`` seconds (see ``Lane``)."""
 
     def __init__(self, handles: dict, routing, source: str, max_in_flight: int = 8,
-                 refresh_every: int = 1):
+                 refresh_every: int = 1, retry_for: float = 60.0):
         self.handles = handles
         self._routing_source = routing if callable(routing) else (lambda: routing)
         self.routing = self._routing_source()
@@ -44,38 +143,37 @@ class Producer:
         self.refresh_every = refresh_every
         self._seq = itertools.count(1)
         self._run = uuid.uuid4().hex[:12]
+        self._lanes = {t: Lane(h, max_in_flight, self._account, retry_for)
+                       for t, h in handles.items()}
         self.redelivered = 0
-        self._pending: list = []
         self.events = 0
         self.bad_rows: list = []
         self.duplicates = 0
         self.matches = 0
+        self.truncated = 0
 
     def send(self, events: list):
         """Push one slice of the stream (all its targets get one batch each)."""
-        import ray
         seq = next(self._seq)
         if seq > 1 and (seq - 1) % self.refresh_every == 0:
             self.routing = self._routing_source()
         for target, evs in self.routing.route(events).items():
-            data = encode_batch(evs, self.source, f"{self._run}:{seq}:{target}")
-            self._pending.append(self.handles[target].ingest.remote(data))
+            batch_id = f"{self._run}:{seq}:{target}"
+            self._lanes[target].push(encode_batch(evs, self.source, batch_id), batch_id)
         self.events += len(events)
-        while len(self._pending) > self.max_in_flight * max(1, len(self.handles)):
-            done, self._pending = ray.wait(self._pending, num_returns=1)
-            self._account(ray.get(done))
 
     def flush(self) -> dict:
-        import ray
-        self._account(ray.get(self._pending))
-        self._pending = []
+        for lane in self._lanes.values():
+            lane.flush()
         return {"events": self.events, "duplicates": self.duplicates,
                 "redelivered_batches": self.redelivered,
-                "bad_rows": self.bad_rows, "matches": self.matches}
+                "refused_batches": sum(lane.refusals for lane in self._lanes.values()),
+                "bad_rows": self.bad_rows, "matches": self.matches,
+                "truncated_triggers": self.truncated}
 
-    def _account(self, acks: list):
-        for ack in acks:
-            self.redelivered += ack["redelivered"]
-            self.duplicates += ack["duplicates"]
-            self.bad_rows.extend(ack["bad_rows"])
-            self.matches += ack["queued"] + len(ack["matches"])
+    def _account(self, ack: dict):
+        self.redelivered += ack["redelivered"]
+        self.duplicates += ack["duplicates"]
+        self.bad_rows.extend(ack["bad_rows"])
+        self.matches += ack["queued"] + len(ack["matches"])
+        self.truncated += ack.get("truncated", 0)

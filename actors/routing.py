@@ -52,10 +52,15 @@ def partition_of(key, n_partitions: int) -> int:
 
 
 def event_key(event, key_attr: str | None = None):
-    """The routing key of ``event``: its ``key``, or its ``key_attr`` attribute when given."""
+    """The routing key of ``event``: its ``key``, or its ``key_attr`` attribute when given
+    (``key_attr="key"`` without such an attribute: the event's ``key``, as ``make_event``
+    takes a row's ``key`` field as the partition key)."""
     if key_attr is None:
         return event.key
-    return event.attrs.get(key_attr)
+    value = event.attrs.get(key_attr)
+    if value is None and key_attr == "key":
+        return event.key
+    return value
 
 
 def split_by_partition(events, n: int, key_attr: str | None = None) -> dict:

@@ -11,6 +11,12 @@ and ``id`` may be nil or left off at the end). Rows given as maps
 level of such a map). The encoder always writes the event id, so the receiver never re-derives
 it and a redelivered batch deduplicates by id. ``(source, batch_id)`` identifies the batch, so a
 receiver can also drop a redelivered batch as a whole.
+
+Rows are validated by ``cep.event.make_event``, the one validation layer of every input path,
+while they are decoded (no second pass): a row whose event time or any number (also inside a
+list or map attribute) is NaN or infinite, whose ``key`` is not a string, a finite number or
+a boolean (a map, a list), or whose id is a map or list is a bad row, reported with its index
+and field (``decode_batch(errors="collect")``) while the other rows are decoded.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from functools import cached_property
 from cep import ast
 from cep.errors import QueryValidationError
 from cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
-from cep.validate import conjuncts as split_conjuncts, validate
+from cep.validate import conjuncts as split_conjuncts, finite, short_repr, validate
 
 
 @dataclass(frozen=True)
@@ -206,10 +206,16 @@ def _duration(d, params, text, clause):
             raise QueryValidationError(
                 f"parameter {amount.name!r} of {clause} has no value", text, line, col)
         value = params[amount.name]
+        what = f"parameter {amount.name!r} of {clause}"
     else:
         value = amount.value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise QueryValidationError(f"{clause} must be a positive number, got {value!r}", text)
+        what = clause
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value) \
+            or value <= 0 or not finite(float(value) * d.unit_seconds):
+        line, col = amount.pos or d.pos or (None, None)
+        raise QueryValidationError(f"{what} must be a positive finite number (seconds), got "
+                                   f"{short_repr(value)} ({type(value).__name__})", text,
+                                   line, col)
     return float(value) * d.unit_seconds
 
 

@@ -113,7 +113,7 @@ class StreamStats:
     def to_dict(self, theta: float) -> dict:
         return {"events": self.events, "out_of_order": self.out_of_order, "late": self.late,
                 "average_score": self.mean, "max_score": self.max_score, "threshold": theta,
-                "watermark": self.max_ts - theta}
+                "max_ts": self.max_ts, "watermark": self.max_ts - theta}
 
 
 @dataclass(frozen=True)

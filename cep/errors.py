@@ -94,6 +94,14 @@ class UnavailableError(GatewayError):
     status = 503
 
 
+class OverloadedError(GatewayError):
+    """Backpressure: a partition actor refused a batch because its match outbox holds more
+    undelivered matches than its limit (or the batch's predecessor was refused). Nothing of
+    the refused batch was processed; send it again later (HTTP 503, ``Retry-After`` seconds)."""
+    status = 503
+    retry_after = 1
+
+
 _STATUS = {QuerySyntaxError: 400, QueryValidationError: 400, IngestError: 400,
            PlanningError: 400, EvaluationError: 500}
 _FIELDS = ("reason", "line", "column", "excerpt", "row", "field")

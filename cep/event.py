@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 
 import msgpack
 
@@ -56,9 +57,11 @@ class Event:
         return hash((self.type, self.ts, self.id))
 
     def to_dict(self) -> dict:
-        """JSON-friendly form: id, type, ts, key (if any) and the attributes at top level."""
+        """JSON-friendly form: id, type, ts, key (if any) and the attributes at top level
+        (an attribute named ``key`` is shown, not the partition key, which is then the value
+        of another attribute)."""
         out = {"id": self.id, "type": self.type, "ts": self.ts}
-        if self.key is not None:
+        if self.key is not None and "key" not in self.attrs:
             out["key"] = self.key
         for name, value in self.attrs.items():
             if name not in out:
@@ -81,9 +84,20 @@ def before(x: Event, y: Event) -> bool:
 def make_event(row: dict, index: int | None = None, key_attr: str | None = None) -> Event:
     """Build an Event from a mapping with ``type`` and ``ts`` and attributes.
 
-    Attributes may be given at top level or under ``attrs``. ``id`` and ``key`` are optional;
-    with ``key_attr`` the partition key is taken from that attribute. Raises IngestError naming
-    the row ``index`` and the field on malformed input.
+    This is the one validation layer of every input path (files, the codec, the gateway's
+    JSON rows, the client, Spark): a bad row raises IngestError naming the row ``index`` and
+    the field, so the caller reports it and goes on with the other rows.
+
+    * Attributes may be given at top level or under ``attrs`` (where any name is an
+      attribute). Values are numbers, strings, booleans, null, lists or maps; a number that is
+      not finite (NaN, Infinity, also inside a list or map) makes the row bad. Lists and maps
+      are kept as data: every comparison or arithmetic with one fails (the conjunct is false).
+    * ``id`` (optional) is the event id: a string, or a number or boolean (stored as text).
+    * ``key`` (optional) is the partition key, unless ``key_attr`` names another attribute:
+      then the partition key is that attribute's value and a ``key`` field is an ordinary
+      attribute (a user's column named ``key`` is never replaced or lost). ``key_attr="key"``
+      is the same as no ``key_attr`` except that a missing key is an error. A partition key is
+      a string, a finite number or a boolean.
     """
     if not isinstance(row, dict):
         raise IngestError(f"expected a mapping, got {type(row).__name__}", index)
@@ -101,23 +115,119 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
         except (TypeError, ValueError):
             raise IngestError(f"event time must be a number (seconds), got {ts!r}",
                               index, "ts") from None
-    ts = float(ts)
+    try:
+        ts = float(ts)
+    except OverflowError:
+        ts = math.inf
     if math.isnan(ts) or math.isinf(ts):
         raise IngestError(f"event time must be finite, got {ts!r}", index, "ts")
     nested = row.get("attrs")
     if nested is not None and not isinstance(nested, dict):
         raise IngestError(f"attrs must be a mapping, got {type(nested).__name__}", index,
                           "attrs")
-    attrs = {k: v for k, v in row.items() if k not in RESERVED and k != "attrs"}
+    key_is_field = key_attr is None or key_attr == "key"
+    skip = FIELDS if key_is_field else _FIELDS_BUT_KEY
+    attrs = {}
+    for name, value in row.items():
+        if name in skip:
+            continue
+        cls = value.__class__
+        if cls is float:
+            if value - value != 0.0:                  # NaN or +-Infinity
+                raise _not_finite(value, index, name)
+        elif cls not in _PLAIN:
+            value = _checked(value, index, name)
+        attrs[name] = value
     if nested:
-        attrs.update(nested)
+        for name, value in nested.items():
+            cls = value.__class__
+            if cls is float:
+                if value - value != 0.0:
+                    raise _not_finite(value, index, name)
+            elif cls not in _PLAIN:
+                value = _checked(value, index, name)
+            attrs[name] = value
     eid = row.get("id")
-    if eid is not None and not isinstance(eid, str):
+    if eid is not None and eid.__class__ is not str:
+        if eid.__class__ not in _KEY_KINDS:
+            raise IngestError(f"event id must be a string or a number, got "
+                              f"{type(eid).__name__}", index, "id")
         eid = str(eid)
-    key = row.get("key")
-    if key_attr is not None:
+    if key_is_field:
+        key = row.get("key")
+        if key is None and key_attr is not None:
+            if "key" not in row and "key" not in attrs:
+                raise IngestError("partition key attribute 'key' is missing", index, "key")
+            key = attrs.get("key")
+        field = "key"
+    else:
         if key_attr not in attrs:
             raise IngestError(f"partition key attribute {key_attr!r} is missing", index,
                               key_attr)
         key = attrs[key_attr]
+        field = key_attr
+    if key is not None and key.__class__ is not str:
+        if key.__class__ not in _KEY_KINDS:
+            key = _checked(key, index, field)
+        cls = key.__class__
+        if cls not in _KEY_KINDS:
+            raise IngestError(f"partition key must be a string, a number or a boolean, got "
+                              f"{type(key).__name__}", index, field)
+        if cls is float and key - key != 0.0:
+            raise _not_finite(key, index, field)
+        if cls is int and not -2 ** 63 <= key < 2 ** 64:
+            raise IngestError("partition key is out of range (a 64-bit integer)", index, field)
     return Event(etype, ts, attrs, key, eid)
+
+
+#: top-level fields of a row that are not attributes
+FIELDS = frozenset(RESERVED + ("attrs",))
+_FIELDS_BUT_KEY = FIELDS - {"key"}
+#: attribute values that need no check (a float is checked for being finite)
+_PLAIN = frozenset((str, int, bool))
+#: the kinds of a partition key and of an event id
+_KEY_KINDS = frozenset((str, int, float, bool))
+_NESTED = (list, tuple, dict)
+
+
+def _not_finite(value, index, name) -> IngestError:
+    return IngestError(f"number must be finite, got {value!r}", index, name)
+
+
+def _checked(value, index, name):
+    """An attribute value that is not a str/int/bool/float: null; bytes; a list or map whose
+    numbers are all finite (walked without recursion, so deep nesting cannot overflow the
+    stack); a number or string of another class, converted to float/int/str. Anything else
+    makes the row bad."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, _NESTED):
+        todo = [value]
+        while todo:
+            item = todo.pop()
+            for v in (item.values() if isinstance(item, dict) else item):
+                cls = v.__class__
+                if cls is float:
+                    if v - v != 0.0:
+                        raise IngestError(f"number inside the value must be finite, got {v!r}",
+                                          index, name)
+                elif isinstance(v, _NESTED):
+                    todo.append(v)
+                elif not (cls in _PLAIN or v is None or cls is bytes):
+                    raise IngestError(f"value holds a {type(v).__name__}: only numbers, "
+                                      "strings, booleans, null, lists and maps are allowed",
+                                      index, name)
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if value - value != 0.0:
+            raise _not_finite(value, index, name)
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise IngestError(f"value must be a number, string, boolean, null, list or map, got "
+                      f"{type(value).__name__}", index, name)

@@ -12,9 +12,14 @@ import operator
 
 from cep import ast
 from cep.errors import QueryValidationError
+from cep.validate import finite, short_repr
 
 
 NUMERIC = frozenset((int, float))
+#: kinds that compare with their own kind under every operator without a further check
+PLAIN = frozenset((int, float, str))
+#: the kinds of value a parameter may have (a comparison needs one of these)
+PARAM_KINDS = frozenset((int, float, str, bool))
 #: attribute names that may fall back to the event's own fields
 FIELDS = frozenset(("type", "ts", "id", "key"))
 
@@ -55,13 +60,19 @@ def field_value(event, name: str, default=None):
 ORDERING = frozenset(("<", "<=", ">", ">="))
 
 
+#: the kinds of value a comparison accepts; anything else (null, a list, a map, bytes) is data
+#: that no comparison accepts
+COMPARABLE = frozenset((int, float, str, bool))
+
+
 def kinds_clash(x, y, ordering: bool) -> bool:
-    """Values of different kinds (string, boolean, number) are not comparable, and booleans
-    have no order: such a comparison fails instead of being false."""
+    """Values of different kinds (string, boolean, number) are not comparable, booleans have
+    no order, and null, lists, maps and bytes compare with nothing: such a comparison fails
+    instead of being false."""
     cx, cy = x.__class__, y.__class__
     if cx is not cy and not (cx in NUMERIC and cy in NUMERIC):
         return True
-    return ordering and cx is bool
+    return (ordering and cx is bool) or cx not in COMPARABLE
 
 
 def _checked_compare(op, ordering):
@@ -94,6 +105,8 @@ def _arith(op):
             return op(a, b)
         except ZeroDivisionError:
             raise EvalFailure("division by zero") from None
+        except OverflowError:               # an int too large for a float
+            raise EvalFailure("number out of range") from None
     return apply
 
 
@@ -108,10 +121,13 @@ def _aggregate(func: str, values: list):
         raise EvalFailure(f"{func} over no events")
     if not all(_is_number(v) for v in values):
         raise EvalFailure(f"{func} over a non-number")
-    if func == "sum":
-        return sum(values)
-    if func == "avg":
-        return sum(values) / len(values)
+    try:
+        if func == "sum":
+            return sum(values)
+        if func == "avg":
+            return sum(values) / len(values)
+    except OverflowError:                   # ints too large for a float
+        raise EvalFailure("number out of range") from None
     if func == "min":
         return min(values)
     return max(values)
@@ -157,6 +173,12 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                     f"parameter {node.name!r} has no value (pass params={{'{node.name}': ...}}"
                     f" or --param {node.name}=VALUE)", text, line, col)
             value = params[node.name]
+            if value.__class__ not in PARAM_KINDS or (value.__class__ in NUMERIC
+                                                      and not finite(value)):
+                line, col = node.pos or (None, None)
+                raise QueryValidationError(
+                    f"parameter {node.name!r} must be a finite number, a string or a boolean, "
+                    f"got {short_repr(value)} ({type(value).__name__})", text, line, col)
             return lambda env, p: value
         if isinstance(node, ast.Attr):
             var, name = node.var, node.attr
@@ -241,7 +263,7 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                     y = b.attrs[rname]
                 except KeyError:
                     y = event_attr(b, rname)
-                if (x.__class__ is not y.__class__ or x.__class__ is bool) and kinds_clash(
+                if (x.__class__ is not y.__class__ or x.__class__ not in PLAIN) and kinds_clash(
                         x, y, ordering):
                     raise EvalFailure(f"cannot compare {x!r} with {y!r}")
                 try:
@@ -303,6 +325,8 @@ def separable(expr, kleene: frozenset, variables: dict, params: dict, text=None)
         if x in kleene or x in rest or any(variables[v].negated for v in rest):
             continue
         other_fn = compile_expr(other, kleene, params, 0, text)
+        if isinstance(other, ast.Attr):      # an attribute may hold a list, a map, null...
+            other_fn = _comparable(other_fn)
         if isinstance(side, ast.Attr) and side.attr != "ts":
             attr, getter = side.attr, None
         else:
@@ -310,6 +334,17 @@ def separable(expr, kleene: frozenset, variables: dict, params: dict, text=None)
             attr, getter = None, (lambda ev, fn=fn, x=x: fn({x: ev}, None))
         out[x] = (attr, getter, RAW_OPS[op], op in ORDERING, other_fn)
     return out
+
+
+def _comparable(fn):
+    """``fn`` whose value fails unless a comparison can use it (the candidates' side is then
+    compared with a plain value only)."""
+    def value(env, p):
+        v = fn(env, p)
+        if v.__class__ not in COMPARABLE:
+            raise EvalFailure(f"cannot compare {v!r}")
+        return v
+    return value
 
 
 def _vars_of(expr) -> set:

@@ -102,9 +102,14 @@ def tokenize(text: str) -> list:
         if c.isdigit():
             m = _NUMBER.match(text, i)
             body = m.group(0).rstrip("%")
-            value = float(body) if any(ch in body for ch in ".eE") else int(body)
-            if m.group(1):
-                value = value / 100
+            try:
+                value = float(body) if any(ch in body for ch in ".eE") else int(body)
+                if m.group(1):
+                    value = value / 100
+            except (ValueError, OverflowError):     # more digits than int() reads
+                shown = m.group(0) if m.end() - i <= 20 else m.group(0)[:20] + "..."
+                raise QuerySyntaxError(f"number {shown} is out of range", text, line,
+                                       col) from None
             toks.append(Token("number", m.group(0), value, line, col, i, m.end()))
             i = m.end()
             continue
@@ -294,6 +299,9 @@ class _Parser:
         tok = self.tok
         if tok.kind == "number":
             amount = Literal(sign * tok.value, pos=_pos(start))
+        elif self.is_kw("inf", "infinity", "nan"):
+            raise self.invalid(f"{clause} must be a finite number of seconds, "
+                               f"not {'-' if sign < 0 else ''}{tok.value}", start)
         elif tok.kind == "ident" and not self.is_kw(*_CLAUSES) and sign == 1:
             amount = Param(tok.value, pos=_pos(tok))
         else:
@@ -321,7 +329,30 @@ class _Parser:
             self.expect_op(")", "',' or ')'")
             cls = {"seq": Seq, "and": And, "or": Or}[tok.value.lower()]
             return cls(tuple(children), pos=_pos(tok))
+        if self.is_kw("kl", "not") and self.is_op("(", tok=self.ahead()):
+            return self.unary_operator()
         return self.leaf()
+
+    def unary_operator(self) -> EventVar:
+        """VLDB 2018 (seed 001, section 2.1) notation: ``KL(T e)`` is the Kleene closure
+        ``T+ e[]`` and ``NOT(T e)`` the negation ``~T e``; both apply to one event variable."""
+        op = self.advance()
+        name = op.value.upper()
+        self.advance()
+        inner = self.tok
+        if self.is_kw("seq", "and", "or") and self.is_op("(", tok=self.ahead()):
+            raise self.error(f"{name}(...) applies to one event variable ('{name}(Type var)'), "
+                             f"not to {inner.value.upper()}(...)", inner)
+        var = self.pattern()
+        self.expect_op(")", f"')' (end of {name}(...))")
+        if name == "KL":
+            if var.kleene:
+                raise self.error(f"KL(...) of a Kleene variable: write 'KL({var.type or ''}"
+                                 f"{' ' if var.type else ''}{var.name})'", inner)
+            return dataclasses.replace(var, kleene=True, pos=_pos(op))
+        if var.negated:
+            raise self.error("NOT(...) of a negated variable", inner)
+        return dataclasses.replace(var, negated=True, pos=_pos(op))
 
     def leaf(self) -> EventVar:
         start = self.tok

@@ -8,6 +8,10 @@ a string; an empty cell means the attribute is absent. ``id`` cells stay strings
 JSON Lines: one JSON object per line with ``type``, ``ts``, optional ``id``/``key`` and the
 attributes at top level or under ``attrs``; blank lines are ignored.
 
+``id`` is the event id. ``key`` is the partition key, unless ``key_attr`` names another
+attribute: then it is an ordinary attribute, so a user's column called ``key`` is never lost
+(see ``cep.event.make_event``, which also rejects non-finite numbers and non-scalar keys).
+
 Errors are IngestError with ``row`` = the 1-based line number in the file (the CSV header is
 line 1), ``field`` = the offending field, and the file named in the message (also in the
 error's ``path`` attribute).
@@ -155,6 +159,9 @@ def _jsonl_rows(path: str, handle):
         except json.JSONDecodeError as exc:
             yield line, IngestError(f"invalid JSON: {exc.msg} at column {exc.colno}", line)
             continue
+        except (ValueError, RecursionError) as exc:    # a number of 4,300+ digits, deep nesting
+            yield line, IngestError(f"invalid JSON: {str(exc).split(':')[0]}", line)
+            continue
         if not isinstance(row, dict):
             yield line, IngestError(f"expected a JSON object, got {_json_kind(row)}", line)
             continue
@@ -165,7 +172,10 @@ def parse_cell(text: str):
     """Type a CSV cell: int, float, bool (true/false) or the text itself."""
     stripped = text.strip()
     if _INT.fullmatch(stripped):
-        return int(stripped)
+        try:
+            return int(stripped)
+        except ValueError:                  # more digits than int() reads: keep the text
+            return text
     if _FLOAT.fullmatch(stripped):
         return float(stripped)
     lowered = stripped.lower()

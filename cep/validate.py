@@ -12,14 +12,25 @@ from __future__ import annotations
 from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      walk_expr, walk_pattern)
+import math
+
 from cep.errors import QueryValidationError
 
-__all__ = ["validate", "conjuncts", "check_strategy_vars", "AGGREGATES"]
+__all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "short_repr",
+           "AGGREGATES"]
 
 AGGREGATES = ("avg", "sum", "min", "max", "count")
 _COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _ARITH_OPS = ("+", "-", "*", "/")
 _EXPR_NODES = (Literal, Param, Attr, Len, Aggregate, BinOp, Neg, Compare, BoolAnd, BoolOr, BoolNot)
+
+
+def finite(value) -> bool:
+    """``value`` is a finite number as a float (an int too large for a float is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def conjuncts(expr) -> list:
@@ -214,6 +225,9 @@ def _check_node(node, variables, text) -> None:
         if not isinstance(node.value, (bool, int, float, str)):
             _fail(f"literal must be a number, string or boolean, got {node.value!r}",
                   node.pos, text)
+        if isinstance(node.value, (int, float)) and not finite(node.value):
+            _fail(f"number {short_repr(node.value)} is not a finite number "
+                  "(out of range, infinite or NaN)", node.pos, text)
     elif isinstance(node, Param):
         if not isinstance(node.name, str) or not node.name:
             _fail(f"parameter name must be a non-empty string, got {node.name!r}",
@@ -269,7 +283,8 @@ def _seconds(d: Duration, clause: str, text) -> float | None:
     if not isinstance(d, Duration):
         _fail(f"{clause} must be a Duration, got {d!r}", None, text)
     unit = d.unit_seconds
-    if isinstance(unit, bool) or not isinstance(unit, (int, float)) or unit <= 0:
+    if isinstance(unit, bool) or not isinstance(unit, (int, float)) or not finite(unit) \
+            or unit <= 0:
         _fail(f"{clause} unit must be a positive number of seconds, got {unit!r}", d.pos, text)
     if isinstance(d.amount, Param):
         return None
@@ -277,9 +292,22 @@ def _seconds(d: Duration, clause: str, text) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _fail(f"{clause} must be a number with a unit or a parameter, got {value!r}",
               d.pos, text)
+    if not finite(value) or not finite(value * unit):
+        _fail(f"{clause} must be a finite number of seconds, got {short_repr(value)}"
+              f"{'' if unit == 1 else f' x {unit:g} seconds'}", d.pos, text)
     if value <= 0:
         _fail(f"{clause} must be positive, got {value:g}", d.pos, text)
     return value * unit
+
+
+def short_repr(value, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut at ``limit`` characters (a huge number or mapping
+    must not flood the message; an int too long for ``repr`` is described instead)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<{type(value).__name__} with too many digits>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _check_windows(query: Query, text) -> None:

@@ -34,6 +34,11 @@ SHOW_BAD_ROWS = 10
 _NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
 
 
+def declares_name(query) -> bool:
+    """Whether a query's text starts with ``NAME <ident>`` (else the parser numbered it)."""
+    return bool(_NAMED.match(query.text or ""))
+
+
 class UsageError(CepError):
     """A command-line argument that cannot be used (exit status 2)."""
 
@@ -205,6 +210,10 @@ def run_local(args) -> int:
         _err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
              f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
              f"slack {d['slack']:g}")
+    warnings = engine.engine.warnings()
+    for name, found in warnings.items():
+        for text in found:
+            _err(f"warning: query {name}: {text}")
     for name, qstats in engine.engine.stats()["queries"].items():
         for c in qstats["conjuncts"]:
             if c["failed"]:
@@ -221,6 +230,8 @@ def run_local(args) -> int:
         "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
         "peak_rss_mb": peak_rss_mb(),
     }
+    if warnings:
+        summary["warnings"] = warnings
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     return 0
@@ -246,8 +257,9 @@ def parse_orders(values, names) -> dict:
     return out
 
 
-def load_queries(values) -> list:
-    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file.
+def load_queries(values, text_label: str = "--query #{}") -> list:
+    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file
+    (``text_label``: how a value that is query text is named in errors, given its position).
 
     Unnamed queries are called ``q1``, ``q2``, ... by their position over all ``--query``
     values; a name used twice is an error.
@@ -266,22 +278,51 @@ def load_queries(values) -> list:
         elif value.endswith(".cep") and not any(c.isspace() for c in value):
             raise UsageError(f"error: query file not found: {value}")
         else:
-            label, text = f"--query #{position}", value
+            label, text = text_label.format(position), value
         try:
             queries = parse_queries(text)
         except (QuerySyntaxError, QueryValidationError) as exc:
-            raise UsageError(f"error in {label}: {exc}") from None
+            which = query_at(text, exc.line) if exc.line else None
+            raise UsageError(f"error in {label}{f', {which}' if which else ''}: {exc}") \
+                from None
         if not queries:
             raise UsageError(f"error: {label} contains no query")
         for query in queries:
-            if not _NAMED.match(query.text or ""):     # parser numbers per text: renumber
+            if not declares_name(query):            # parser numbers per text: renumber
                 query = dataclasses.replace(query, name=f"q{len(out) + 1}")
             for other_label, other in out:
                 if other.name == query.name:
-                    raise UsageError(f"error: query name {query.name!r} is used twice "
-                                     f"({other_label} and {label})")
+                    where = f"in {label}" if other_label == label else \
+                        f"({other_label} and {label})"
+                    raise UsageError(f"error: query name {query.name!r} is used twice {where}")
             out.append((label, query))
     return out
+
+
+def query_at(text: str, line: int) -> str | None:
+    """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
+    ``query #k`` (its position) when it has no NAME; None when the text has one query or
+    does not tokenize."""
+    from cep.parser import tokenize
+    try:
+        toks = tokenize(text)
+    except CepError:
+        return None
+    statements, open_ = [], False              # (position, name, first line)
+    for i, tok in enumerate(toks[:-1]):        # the last token is 'eof'
+        if tok.kind == "op" and tok.value == ";":
+            open_ = False
+        elif not open_:
+            open_ = True
+            named = tok.kind == "ident" and tok.value.lower() == "name" \
+                and toks[i + 1].kind == "ident"
+            statements.append((len(statements) + 1, toks[i + 1].value if named else None,
+                               tok.line))
+    found = [(k, name) for k, name, first in statements if first <= line]
+    if len(statements) < 2 or not found:
+        return None
+    k, name = found[-1]
+    return f"query {name!r}" if name else f"query #{k}"
 
 
 def parse_params(items) -> dict:

@@ -19,6 +19,7 @@ import http.client
 import itertools
 import json
 import logging
+import math
 import os
 import threading
 import urllib.error
@@ -138,9 +139,21 @@ class Client:
         batch = encode_batch(evs, source or self.source, f"{self._run}:{next(self._batches)}")
         return self._request("POST", "/v1/events", raw=batch)
 
-    def advance(self, watermark: float) -> dict:
-        """No event with ``ts <= watermark`` will come: releases deferred matches."""
-        return self._request("POST", "/v1/advance", {"watermark": watermark})
+    def advance(self, watermark: float, force: bool = False) -> dict:
+        """No event with ``ts <= watermark`` will come: releases deferred matches.
+
+        ``watermark`` must be a finite number (IngestError before anything is sent). The
+        gateway refuses one more than its ``--max-advance-ahead`` (default a day) past the
+        latest event time its actors have seen, since every later event would then be late;
+        ``force=True`` advances anyway."""
+        if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) \
+                or not math.isfinite(watermark):
+            raise IngestError(f"must be a finite number, got {watermark!r}",
+                              field="watermark")
+        body = {"watermark": watermark}
+        if force:
+            body["force"] = True
+        return self._request("POST", "/v1/advance", body)
 
     def matches(self, query: str, since: int = 0, limit: int = 1000) -> MatchPage:
         """Matches of ``query`` after cursor ``since`` (oldest first)."""
@@ -210,6 +223,25 @@ class Client:
         return thread
 
 
+def strict_json(data, **options) -> str:
+    """``json.dumps`` writing strict JSON: a non-finite float (NaN, an infinite watermark)
+    becomes null, an unknown type its ``str``."""
+    try:
+        return json.dumps(data, default=str, allow_nan=False, **options)
+    except ValueError:                   # a NaN or an infinity somewhere: the slow path
+        return json.dumps(_finite(data), default=str, allow_nan=False, **options)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _lines(resp, address: str, query: str):
     """The lines of a streaming response; a broken connection -> UnavailableError."""
     try:
@@ -240,8 +272,9 @@ def _remote_error(exc: urllib.error.HTTPError) -> GatewayError:
             data = msgpack.unpackb(body, raw=False)
         else:
             data = json.loads(body)
-        return error_from_dict(data["error"])
+        err = error_from_dict(data["error"])
     except Exception:
         err = GatewayError(f"gateway answered HTTP {exc.code}: {body[:200]!r}")
-        err.status = exc.code
-        return err
+    if isinstance(err, GatewayError):
+        err.status = exc.code                 # 413, 405, 500 ... as the gateway answered
+    return err

@@ -1,7 +1,8 @@
-"""The cluster commands of the ``raycep`` CLI: ``demo``, ``serve``, ``query add|rm|ls`` and
-``matches`` (``raycep local`` lives in gateway.cli)."""
+"""The cluster commands of the ``raycep`` CLI: ``demo``, ``serve``, ``query add|rm|ls``,
+``matches``, ``late``, ``advance`` and ``ingest`` (``raycep local`` lives in gateway.cli)."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from cep.errors import IngestError, UnavailableError
+from cep.errors import CepError, IngestError, UnavailableError
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8470"
 
@@ -65,6 +66,21 @@ def add_cluster_commands(commands, usage_error):
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
+    from gateway.service import GatewaySettings
+    limits = GatewaySettings()
+    serve.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes, metavar="N",
+                       help="the largest request body; larger ones get 413 (default "
+                            "%(default)s: 16 MiB)")
+    serve.add_argument("--max-depth", type=int, default=limits.max_depth, metavar="N",
+                       help="the deepest nesting of arrays/maps in a request body "
+                            "(default %(default)s)")
+    serve.add_argument("--max-window", type=float, default=limits.max_window, metavar="SECONDS",
+                       help="the largest query window (WITHIN) a registration may ask for "
+                            "(default %(default)g: 7 days)")
+    serve.add_argument("--max-advance-ahead", type=float, default=limits.max_advance_ahead,
+                       metavar="SECONDS",
+                       help="how far past the latest event time seen `advance` may move the "
+                            "watermark without --force (default %(default)g: 1 day)")
     from gateway.cli import add_disorder_arguments
     add_disorder_arguments(serve)
     serve.set_defaults(func=run_serve)
@@ -91,6 +107,15 @@ def add_cluster_commands(commands, usage_error):
         "late", help="print the late events (later than the lateness threshold; JSON lines)")
     late.add_argument("--since", type=int, default=0, metavar="CURSOR")
     late.add_argument("--limit", type=int, default=1000)
+    advance = commands.add_parser(
+        "advance", help="promise that no event with ts <= WATERMARK will come",
+        description="Move the cluster's watermark to WATERMARK (event time, seconds): matches "
+                    "deferred by a trailing negation are released, and a later event with ts "
+                    "<= WATERMARK is late. The gateway refuses a watermark more than its "
+                    "--max-advance-ahead past the latest event time seen, unless --force.")
+    advance.add_argument("watermark", metavar="WATERMARK", type=_finite_float)
+    advance.add_argument("--force", action="store_true",
+                         help="advance even beyond the gateway's --max-advance-ahead bound")
     ingest = commands.add_parser(
         "ingest", help="ingest files into a running cluster with Spark (RayDP on Ray)",
         description="Read CSV / JSON-lines / Parquet files with PySpark, map rows to events, "
@@ -132,7 +157,7 @@ def add_cluster_commands(commands, usage_error):
                              "RayDP waits until Ray has the CPUs free")
     ingest.add_argument("--executor-memory", default="1GB")
     ingest.set_defaults(func=run_ingest)
-    for p in (add, rm, ls, matches, late, ingest):
+    for p in (add, rm, ls, matches, late, advance, ingest):
         p.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
                        help="gateway URL (default $RAYCEP_GATEWAY or %(default)s)")
         p.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"))
@@ -140,6 +165,18 @@ def add_cluster_commands(commands, usage_error):
         p.set_defaults(func=run_query)
     matches.set_defaults(func=run_matches)
     late.set_defaults(func=run_late)
+    advance.set_defaults(func=run_advance)
+
+
+def _finite_float(text: str) -> float:
+    """argparse type of a watermark: a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 # --------------------------------------------------------------------------- ingest
@@ -223,30 +260,83 @@ def _client(args):
 
 
 def run_query(args) -> int:
-    from gateway.cli import load_queries, parse_params
     client = _client(args)
     if args.query_command == "add":
-        params = parse_params(args.param)
-        queries = load_queries([args.query])
-        if args.name and len(queries) > 1:
-            _err("error: --name needs a single query")
-            return 2
-        for _, q in queries:
-            name = args.name or (q.name if q.text.lstrip().upper().startswith("NAME") else None)
-            qid = client.register(q.text, name=name, params=params or None,
-                                  mode=args.disorder_mode)
-            print(f"registered {qid}")
-    elif args.query_command == "rm":
+        return add_queries(client, args)
+    if args.query_command == "rm":
         for qid in args.ids:
             out = client.remove(qid)
             print(f"removed {qid} ({out.get('matches', 0)} matches were stored)")
     else:
         rows = client.queries()
         if args.json:
-            print(json.dumps(rows, indent=2, default=str))
+            from gateway.client import strict_json
+            print(strict_json(rows, indent=2))
         else:
             print(query_table(rows))
     return 0
+
+
+def add_queries(client, args) -> int:
+    """``raycep query add``: all or nothing. Every query is checked first (it compiles with
+    the parameters; its name is neither registered on the gateway nor used twice in the
+    file), then they are registered; when a registration fails, the queries this command
+    registered are removed again. Errors name a query by its NAME, unnamed ones ``query #k``."""
+    from cep.compiler import compile_query
+    from gateway.cli import declares_name, load_queries, parse_params
+    params = parse_params(args.param)
+    queries = load_queries([args.query], text_label="the query text")
+    if args.name and len(queries) > 1:
+        _err("error: --name needs a single query")
+        return 2
+    taken = {q["id"] for q in client.queries()}
+    todo, problems = [], []
+    for k, (_, q) in enumerate(queries, start=1):
+        name = args.name or (q.name if declares_name(q) else None)
+        label = f"query {name!r}" if name else f"query #{k}"
+        if name in taken:
+            problems.append(f"{label}: a query named {name!r} is already registered (remove "
+                            f"it first or choose another name)")
+        try:
+            compile_query(q, params or None)
+        except CepError as exc:
+            problems.append(f"{label}: {exc}")
+        todo.append((label, name, q))
+    if problems:
+        for problem in problems:
+            _err(f"error: {problem}")
+        _err("nothing was registered")
+        return 2
+    done = []
+    for label, name, q in todo:
+        try:
+            done.append(client.register(q.text, name=name, params=params or None,
+                                        mode=args.disorder_mode))
+        except CepError as exc:
+            _err(f"error: {label}: {exc}")
+            _undo(client, done)
+            return 2
+    for qid in done:
+        print(f"registered {qid}")
+    return 0
+
+
+def _undo(client, registered: list):
+    """Remove the queries a failed ``query add`` registered, and say what is left."""
+    left = []
+    for qid in registered:
+        try:
+            client.remove(qid)
+        except CepError as exc:
+            _err(f"error: could not remove query {qid!r} again: {exc}")
+            left.append(qid)
+    if registered and len(left) < len(registered):
+        _err(f"removed the queries this command had registered: "
+             f"{', '.join(q for q in registered if q not in left)}")
+    if left:
+        _err(f"still registered: {', '.join(left)} (remove with raycep query rm)")
+    else:
+        _err("nothing was registered")
 
 
 def run_matches(args) -> int:
@@ -277,6 +367,13 @@ def run_late(args) -> int:
     return 0
 
 
+def run_advance(args) -> int:
+    out = _client(args).advance(args.watermark, force=args.force)
+    print(f"advanced the watermark to {out['watermark']:g}; {out['matches']} deferred "
+          f"matches released")
+    return 0
+
+
 def query_table(rows: list) -> str:
     header = ("QUERY", "SCOPE", "STATUS", "MATCHES", "PLAN", "VERSION")
     lines = [header]
@@ -287,8 +384,9 @@ def query_table(rows: list) -> str:
                       str(q.get("matches", {}).get("total", 0)), order,
                       str(plan.get("version", "-"))))
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-                     for r in lines)
+    notes = [f"warning: query {q['id']}: {w}" for q in rows for w in q.get("warnings") or ()]
+    return "\n".join(["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                      for r in lines] + notes)
 
 
 # --------------------------------------------------------------------------- serve
@@ -296,9 +394,16 @@ def query_table(rows: list) -> str:
 def run_serve(args) -> int:
     from gateway.runtime import RayCluster
     from gateway.service import GatewaySettings
-    settings = GatewaySettings(host=args.host, port=args.port, token=args.token,
-                               registry_path=args.registry, matches_jsonl=args.matches_jsonl,
-                               match_capacity=args.match_capacity)
+    try:
+        settings = GatewaySettings(
+            host=args.host, port=args.port, token=args.token, registry_path=args.registry,
+            matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
+            max_body_bytes=args.max_body_bytes, max_depth=args.max_depth,
+            max_window=args.max_window, max_advance_ahead=args.max_advance_ahead)
+    except CepError as exc:                     # name the option, not the settings' field
+        option = str(exc).split(" ", 1)[0]
+        _err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
+        return 2
     from gateway.cli import disorder_settings
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode)
@@ -323,6 +428,7 @@ def run_demo(args) -> int:
     """The README's main job (issue 4): see the ``demo`` parser description."""
     from actors.producer import Producer, named_handles
     from actors.routing import RoutingTable
+    from cep.compiler import compile_query
     from cep.sources import iter_events
     from gateway.cli import load_queries
     from gateway.client import connect
@@ -381,7 +487,10 @@ def run_demo(args) -> int:
                 _err(f"[demo] {producer.events}/{len(events)} events, "
                      f"{producer.events / (now - t1):,.0f} events/s")
         producer.flush()
-        client.advance(math.inf)
+        # the end of the stream: past every window (a finite watermark; forced, since a
+        # window may be longer than the gateway's --max-advance-ahead)
+        client.advance(max(ev.ts for ev in events) + 1.0 + max(
+            compile_query(q).window for _, q in queries), force=True)
         _settle(client)
         wall = time.monotonic() - t1
         rows = client.queries()

@@ -15,12 +15,21 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
 
 A retraction is the record of the match it cancels (same ``id``) plus ``"retracted": true``.
   POST   /events                      a msgpack batch (cep.codec) or JSON rows
-  POST   /advance                     {"watermark": w}
+  POST   /advance                     {"watermark": w, "force"?: bool}
   GET    /routing                     the routing table producers use
   GET    /stats                       gateway and actor counters
 
-With a token configured every request needs ``Authorization: Bearer <token>``; without it the
-answer is 401 and nothing changes. Errors are ``{"error": {"type", "message", "line"?, ...}}``.
+With a token configured every request needs ``Authorization: Bearer <token>`` (the scheme in
+any case, RFC 7235); without it the answer is 401 and nothing changes.
+
+Every answer is a JSON (or msgpack) body; errors are ``{"error": {"type", "message",
+"line"?, ...}}``, a client's mistake always with a 4xx: 400 for a malformed or mistyped
+body (JSON's non-standard ``NaN``/``Infinity`` tokens included), a body nested deeper than
+``max_depth`` or a bad query-string argument, 413 for a body above ``max_body_bytes``,
+404/405 for an unknown route or method. An unexpected failure is a 500 with a generic message
+(the details go to the log). JSON replies are strict JSON: a non-finite float (an
+``Infinity`` watermark in ``/v1/stats``) is written as ``null``; msgpack replies carry it as
+the float it is.
 """
 from __future__ import annotations
 
@@ -33,10 +42,11 @@ import time
 import msgpack
 from aiohttp import web
 
-from cep.errors import (AuthenticationError, CepError, IngestError, NotFoundError,
-                        error_to_dict, http_status)
+from cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
+                        NotFoundError, error_to_dict, http_status)
+from gateway.client import strict_json as dumps
 from gateway.registry import QueryRegistry
-from gateway.service import GatewayService, GatewaySettings
+from gateway.service import GatewayService, GatewaySettings, strip_ansi, type_name
 from gateway.store import MatchStore
 
 log = logging.getLogger("raycep.gateway")
@@ -44,7 +54,12 @@ log = logging.getLogger("raycep.gateway")
 MSGPACK = "application/msgpack"
 SERVICE = web.AppKey("service", GatewayService)
 TOKEN = web.AppKey("token", object)
+SETTINGS = web.AppKey("settings", GatewaySettings)
+#: the largest cursor / limit in a query string (a signed 64-bit integer)
+MAX_INT_ARG = 2**63 - 1
 
+
+# --------------------------------------------------------------------------- replies
 
 def _wants_msgpack(request) -> bool:
     return MSGPACK in request.headers.get("Accept", "")
@@ -52,48 +67,104 @@ def _wants_msgpack(request) -> bool:
 
 def reply(request, data, status: int = 200) -> web.Response:
     if _wants_msgpack(request):
-        return web.Response(body=msgpack.packb(data, use_bin_type=True), status=status,
-                            content_type=MSGPACK)
-    return web.Response(text=json.dumps(data, default=str), status=status,
-                        content_type="application/json")
+        return web.Response(body=msgpack.packb(data, use_bin_type=True, default=str),
+                            status=status, content_type=MSGPACK)
+    return web.Response(text=dumps(data), status=status, content_type="application/json")
+
+
+def error_reply(request, exc: CepError, status: int | None = None) -> web.Response:
+    body = error_to_dict(exc)
+    for key in ("message", "reason", "excerpt"):
+        if isinstance(body.get(key), str):
+            body[key] = strip_ansi(body[key])
+    return reply(request, {"error": body}, status or http_status(exc))
+
+
+def _status_error(status: int, message: str) -> GatewayError:
+    err = GatewayError(message)
+    err.status = status
+    return err
+
+
+# --------------------------------------------------------------------------- bodies
+
+def _too_large(limit: int) -> GatewayError:
+    return _status_error(413, f"the request body is larger than this gateway's limit of "
+                              f"{limit} bytes (raycep serve --max-body-bytes)")
+
+
+def _too_deep(limit: int) -> IngestError:
+    return IngestError(f"the body nests arrays/maps deeper than this gateway's limit of "
+                       f"{limit} levels (raycep serve --max-depth)")
+
+
+def _reject_constant(token: str):
+    raise IngestError(f"the JSON body holds {token}, which is not JSON (send a finite number, "
+                      f"or null)")
+
+
+def check_depth(obj, limit: int) -> None:
+    """IngestError when ``obj`` nests lists/maps more than ``limit`` deep: one pass over its
+    containers, level by level (no recursion)."""
+    level = [obj] if type(obj) is dict or type(obj) is list else []
+    for _ in range(limit):
+        level = [v for o in level for v in (o.values() if type(o) is dict else o)
+                 if type(v) is dict or type(v) is list]
+        if not level:
+            return
+    raise _too_deep(limit)
 
 
 async def body_of(request, raw_msgpack: bool = False):
-    """The request body: msgpack (decoded, or raw bytes with ``raw_msgpack``) or JSON."""
-    data = await request.read()
+    """The request body: msgpack (decoded, or raw bytes with ``raw_msgpack``) or JSON.
+
+    Bounded before anything is built from it: the size (``max_body_bytes``, 413, checked on
+    the declared length before reading), msgpack lengths (``unpackb`` limits every string,
+    array and map by the body's length) and the nesting (``max_depth``, 400; a body too deep
+    for the decoders' own stacks gets the same answer). A raw msgpack batch is decoded once
+    here for the depth check, and the bytes are handed on."""
+    settings = request.app[SETTINGS]
+    limit = settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    try:
+        data = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise _too_large(limit) from None
     if request.content_type == MSGPACK:
-        if raw_msgpack:
-            return data
         try:
-            return msgpack.unpackb(data, raw=False)
-        except Exception as exc:
-            raise IngestError(f"the msgpack body cannot be decoded: {exc}") from None
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except msgpack.StackError:
+            raise _too_deep(settings.max_depth) from None
+        except Exception as exc:         # msgpack raises ValueError, TypeError, its own ...
+            raise IngestError(f"the msgpack body cannot be decoded: "
+                              f"{str(exc) or type(exc).__name__}") from None
+        check_depth(obj, settings.max_depth)
+        return data if raw_msgpack else obj
     if not data:
         return {}
     try:
-        return json.loads(data)
-    except ValueError as exc:
+        obj = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _too_deep(settings.max_depth) from None
+    except ValueError as exc:            # JSONDecodeError, UnicodeDecodeError
         raise IngestError(f"the JSON body is malformed: {exc}") from None
+    check_depth(obj, settings.max_depth)
+    return obj
 
 
-@web.middleware
-async def errors_and_auth(request, handler):
-    token = request.app[TOKEN]
-    try:
-        if token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                raise AuthenticationError("missing or wrong bearer token (send the header "
-                                          "'Authorization: Bearer <token>')")
-        return await handler(request)
-    except CepError as exc:
-        resp = reply(request, {"error": error_to_dict(exc)}, http_status(exc))
-        if isinstance(exc, AuthenticationError):
-            resp.headers["WWW-Authenticate"] = "Bearer"
-        return resp
-    except web.HTTPNotFound:
-        return reply(request, {"error": error_to_dict(NotFoundError(
-            f"no route {request.method} {request.path}"))}, 404)
+def _object(body, fields: dict, required: tuple = ()) -> dict:
+    """A JSON-object body with only the known ``fields`` (name -> description)."""
+    if not isinstance(body, dict):
+        raise IngestError(f"expected a JSON object {{{', '.join(fields)}}}, got "
+                          f"{type_name(body)}")
+    for key in body:
+        if key not in fields:
+            raise IngestError(f"unknown field {key!r} (known: {', '.join(fields)})")
+    for key in required:
+        if key not in body:
+            raise IngestError(f"missing field {key!r}: {fields[key]}", field=key)
+    return body
 
 
 def _int_arg(request, name: str, default: int) -> int:
@@ -101,10 +172,68 @@ def _int_arg(request, name: str, default: int) -> int:
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw) if raw.isascii() else None
     except ValueError:
-        raise IngestError(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+        value = None
+    if value is None or not 0 <= value <= MAX_INT_ARG:
+        raise IngestError(f"query parameter {name!r} must be an integer from 0 to "
+                          f"{MAX_INT_ARG}, got {raw[:100]!r}")
+    return value
 
+
+# --------------------------------------------------------------------------- middleware
+
+def _authorized(request, token: str) -> bool:
+    """``Authorization: Bearer <token>``, the scheme in any case (RFC 7235); the token is
+    compared in constant time."""
+    scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+    match = hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"),
+                                token.encode("utf-8"))
+    return match and scheme.lower() == "bearer"
+
+
+@web.middleware
+async def errors_and_auth(request, handler):
+    """Authentication, and every failure as a JSON error body: raycep errors with their
+    status, aiohttp's own (no route, method, body size) as 4xx, anything else a logged 500."""
+    token = request.app[TOKEN]
+    try:
+        if token is not None and not _authorized(request, token):
+            raise AuthenticationError("missing or wrong bearer token (send the header "
+                                      "'Authorization: Bearer <token>')")
+        return await handler(request)
+    except CepError as exc:
+        resp = error_reply(request, exc)
+        if isinstance(exc, AuthenticationError):
+            resp.headers["WWW-Authenticate"] = "Bearer"
+        if getattr(exc, "retry_after", None):         # backpressure (OverloadedError)
+            resp.headers["Retry-After"] = str(exc.retry_after)
+        return resp
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if isinstance(exc, web.HTTPNotFound):
+            err = NotFoundError(f"no route {request.method} {request.path}")
+        elif isinstance(exc, web.HTTPMethodNotAllowed):
+            err = _status_error(405, f"{request.method} is not allowed on {request.path} "
+                                     f"(allowed: {', '.join(sorted(exc.allowed_methods))})")
+        elif isinstance(exc, web.HTTPRequestEntityTooLarge):
+            err = _too_large(request.app[SETTINGS].max_body_bytes)
+        else:
+            err = _status_error(exc.status, exc.reason)
+        resp = error_reply(request, err, exc.status)
+        if "Allow" in exc.headers:
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return error_reply(request, _status_error(
+            500, "internal error in the gateway (details are in its log)"), 500)
+
+
+# --------------------------------------------------------------------------- handlers
 
 async def health(request):
     return reply(request, await request.app[SERVICE].health())
@@ -114,17 +243,15 @@ async def list_queries(request):
     return reply(request, {"queries": await request.app[SERVICE].queries()})
 
 
+QUERY_FIELDS = {"text": "the query text", "name": "its id (optional)",
+                "params": "parameter values (optional)",
+                "mode": "optimistic or pessimistic (optional)"}
+
+
 async def add_query(request):
-    body = await body_of(request)
-    if not isinstance(body, dict) or "text" not in body:
-        raise IngestError("expected {\"text\": <query text>, \"name\"?: ..., \"params\"?: {...}}")
-    params = body.get("params") or {}
-    if not isinstance(params, dict):
-        raise IngestError("params must be a mapping of names to values", field="params")
-    mode = body.get("mode")
-    if mode is not None and not isinstance(mode, str):
-        raise IngestError("mode must be \"optimistic\" or \"pessimistic\"", field="mode")
-    info = await request.app[SERVICE].register(body["text"], body.get("name"), params, mode)
+    body = _object(await body_of(request), QUERY_FIELDS, required=("text",))
+    info = await request.app[SERVICE].register(body["text"], body.get("name"),
+                                               body.get("params"), body.get("mode"))
     return reply(request, info, 201)
 
 
@@ -153,7 +280,7 @@ async def stream_matches(request):
     """Server-Sent Events: ``match`` and ``retraction`` events (id: cursor), ``gap`` when the
     store dropped
     matches this reader had not read, ``end`` when the query is removed; a comment line every
-    ``keepalive`` seconds."""
+    ``keepalive`` seconds. Data lines are strict JSON like every reply."""
     service = request.app[SERVICE]
     qid = request.match_info["id"]
     cursor = _int_arg(request, "since", 0)
@@ -170,12 +297,12 @@ async def stream_matches(request):
                 await resp.write(b"event: end\ndata: {\"reason\": \"query removed\"}\n\n")
                 break
             if page["missed"]:
-                await resp.write(f"event: gap\ndata: {json.dumps({'missed': page['missed']})}"
+                await resp.write(f"event: gap\ndata: {dumps({'missed': page['missed']})}"
                                  f"\n\n".encode())
             for m in page["matches"]:
                 kind = "retraction" if m.get("retracted") else "match"
                 await resp.write(f"id: {m['cursor']}\nevent: {kind}\ndata: "
-                                 f"{json.dumps(m, default=str)}\n\n".encode())
+                                 f"{dumps(m)}\n\n".encode())
             cursor = page["next"]
             if not page["matches"] and not await store.wait(qid, cursor, 15.0):
                 if qid not in store.queries():
@@ -191,12 +318,14 @@ async def post_events(request):
     return reply(request, await request.app[SERVICE].ingest_body(body))
 
 
+ADVANCE_FIELDS = {"watermark": "a finite number", "force": "true to pass the "
+                  "max-advance-ahead bound (optional)"}
+
+
 async def post_advance(request):
-    body = await body_of(request)
-    w = body.get("watermark") if isinstance(body, dict) else None
-    if isinstance(w, bool) or not isinstance(w, (int, float)):
-        raise IngestError("expected {\"watermark\": <number>}", field="watermark")
-    return reply(request, await request.app[SERVICE].advance(w))
+    body = _object(await body_of(request), ADVANCE_FIELDS, required=("watermark",))
+    return reply(request, await request.app[SERVICE].advance(body["watermark"],
+                                                             body.get("force", False)))
 
 
 async def routing(request):
@@ -208,9 +337,12 @@ async def stats(request):
 
 
 def make_app(service: GatewayService, token: str | None = None) -> web.Application:
-    app = web.Application(middlewares=[errors_and_auth], client_max_size=64 * 2**20)
+    settings = service.settings
+    app = web.Application(middlewares=[errors_and_auth],
+                          client_max_size=settings.max_body_bytes)
     app[SERVICE] = service
     app[TOKEN] = token
+    app[SETTINGS] = settings
     app.add_routes([
         web.get("/v1/health", health),
         web.get("/v1/queries", list_queries),

@@ -14,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import re
+import sys
 import time
 from dataclasses import dataclass
 
@@ -22,7 +25,7 @@ from cep.codec import decode_batch, encode_batch
 from cep.compiler import compile_query
 from cep.disorder import check_mode
 from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
-                        QueryValidationError, UnavailableError)
+                        OverloadedError, QueryValidationError, UnavailableError)
 from cep.event import make_event
 from cep.parser import parse_queries, parse_query
 
@@ -40,10 +43,93 @@ class GatewaySettings:
     drain_every: float = 0.02          # seconds between outbox drains when idle
     plan_every: float = 2.0            # seconds between planner rounds (0: never)
     drain_limit: int = 10_000
+    #: the largest request body (bytes); a larger one is answered 413 (--max-body-bytes)
+    max_body_bytes: int = 16 * 2**20
+    #: the deepest nesting of arrays/maps in a JSON or msgpack body (--max-depth)
+    max_depth: int = 32
+    #: the largest query window (WITHIN) accepted at registration, seconds (--max-window)
+    max_window: float = 7 * 86400.0
+    #: how far ``advance`` may move the watermark past the latest event time the actors have
+    #: seen, seconds, unless forced (--max-advance-ahead)
+    max_advance_ahead: float = 86400.0
+    #: seconds the gateway drains and retries an actor that refuses a batch (its match outbox
+    #: is over its limit) before answering 503 OverloadedError
+    overload_wait: float = 30.0
+
+    def __post_init__(self):
+        for name in ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not (0 < value < math.inf):
+                raise CepError(f"{name} must be a positive finite number, got {value!r}")
 
 
 #: the store stream of late events (not a valid query name)
 LATE = ":late"
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_NOT_A_REASON = ("Traceback", "File ", "ray::", "During handling", "The above exception")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (terminal colours)."""
+    return _ANSI.sub("", text)
+
+
+def type_name(value) -> str:
+    """The name of a value's type in messages: JSON's for null, objects and arrays, else
+    Python's ("got int", "got array")."""
+    return _TYPE_NAMES.get(type(value)) or type(value).__name__
+
+
+_TYPE_NAMES = {type(None): "null", dict: "object", list: "array", tuple: "array"}
+
+
+def check_params(params) -> None:
+    """Query parameters: a mapping of names to finite numbers, strings or booleans;
+    QueryValidationError names the first parameter that is not."""
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise QueryValidationError(f"params must be a mapping of names to values, got "
+                                   f"{type_name(params)}")
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise QueryValidationError(f"parameter names must be strings, got {key!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not -sys.float_info.max <= value <= sys.float_info.max:   # nan, inf too
+            got = value if isinstance(value, float) else f"{value.bit_length()} bits"
+            raise QueryValidationError(f"parameter {key!r} must be a finite number, got "
+                                       f"{got}")
+        if not isinstance(value, (bool, int, float, str)):
+            raise QueryValidationError(f"parameter {key!r} must be a number, a string or a "
+                                       f"boolean, got {type_name(value)}")
+
+
+def event_clock(actor_stats: list) -> float:
+    """The latest event time the actors have seen (-inf: none), from their ``stats()``: the
+    largest ``max_ts`` of their (source, type) streams; a watermark given with ``advance``
+    does not move it (so repeated advances cannot creep ahead)."""
+    clock = -math.inf
+    for st in actor_stats:
+        for s in st.get("disorder", {}).get("streams", {}).values():
+            ts = s["max_ts"]
+            if ts > clock:
+                clock = ts
+    return clock
+
+
+def short_reason(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first meaningful line`` of an exception, for an error message: the cause of a
+    Ray task error (whose text is a colourised remote traceback), ANSI escapes stripped,
+    traceback lines skipped."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        exc = cause
+    lines = [ln.strip() for ln in strip_ansi(str(exc)).splitlines()]
+    line = next((ln for ln in lines if ln and not ln.startswith(_NOT_A_REASON)), "")
+    line = line if len(line) <= limit else line[:limit - 3] + "..."
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 class GatewayService:
@@ -74,14 +160,16 @@ class GatewayService:
         handle = self.targets[target] if target != "planner" else self.planner
         try:
             return await getattr(handle, method).remote(*args)
-        except CepError:
+        except CepError as exc:
+            cause = getattr(exc, "cause", None)        # Ray's wrapper: its text is a traceback
+            if isinstance(cause, CepError):
+                raise cause from None
             raise
         except Exception as exc:
             name = "the planner" if target == "planner" else \
                 "the global actor" if target == GLOBAL else f"partition actor {target}"
             raise UnavailableError(f"{name} is unreachable ({method}): "
-                                   f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                                   ) from exc
+                                   f"{short_reason(exc)}") from exc
 
     def _scope_targets(self, scope: str) -> list:
         return [GLOBAL] if scope == "global" else [t for t in self.targets if t != GLOBAL]
@@ -118,16 +206,26 @@ class GatewayService:
                 await self._call(target, "remove_query", name)
         self._update_routing()
 
-    def _analyse(self, text: str, params: dict | None) -> tuple:
-        """(scope, types) of a query text: compile it (raising its syntax/validation error)."""
-        cq = compile_query(self._parse_one(text), params)
+    def _analyse(self, text: str, params: dict | None, max_window: float | None = None) -> tuple:
+        """(scope, types) of a query text: compile it (raising its syntax/validation error).
+        ``max_window``: refuse a larger WITHIN (checked at registration, not on restore)."""
+        query = self._parse_one(text)
+        cq = compile_query(query, params)
+        if max_window is not None and not cq.window <= max_window:     # inf and nan too
+            line, column = (query.within.pos or (None, None)) if query.within else (None, None)
+            raise QueryValidationError(
+                f"the query's window (WITHIN {cq.window:g} seconds) is larger than this "
+                f"gateway's maximum of {max_window:g} seconds (raycep serve --max-window)",
+                text, line, column)
         keyed = self.key_attr is not None and self.key_attr in cq.equivalence
         types = None if None in cq.types else frozenset(cq.types)
         return ("keyed" if keyed else "global"), types
 
     @staticmethod
     def _parse_one(text: str):
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
+            raise QueryValidationError(f"text must be a string, got {type_name(text)}")
+        if not text.strip():
             raise QueryValidationError("the query text is empty")
         queries = parse_queries(text)
         if len(queries) != 1:
@@ -161,13 +259,19 @@ class GatewayService:
         cluster's default). Raises QuerySyntaxError / QueryValidationError (with line and
         column) or ConflictError; on a failure nothing stays registered."""
         query = self._parse_one(text)
+        if name is not None and not isinstance(name, str):
+            raise QueryValidationError(f"name must be a string, got {type_name(name)}")
         if mode is not None:
+            if not isinstance(mode, str):
+                raise QueryValidationError(f"mode must be a string (optimistic or "
+                                           f"pessimistic), got {type_name(mode)}")
             check_mode(mode)
+        check_params(params)
         name = name or query.name
         if name is not None and self.registry.get(name) is not None:
             raise ConflictError(f"a query named {name!r} is already registered; remove it "
                                 f"first or choose another name")
-        scope, types = self._analyse(text, params)
+        scope, types = self._analyse(text, params, self.settings.max_window)
         rec = self.registry.add(name, text, params or {}, mode)
         done = []
         try:
@@ -226,10 +330,14 @@ class GatewayService:
             actor_stats = await self._actor_stats(self._scope_targets(scope or "keyed"))
         merged: dict = {}
         plans = []
+        warned = None        # warnings every actor that has seen input gives (cep.unseen)
         for st in actor_stats:
             q = st.get("queries", {}).get(qid)
             if q is None:
                 continue
+            if st.get("events"):
+                found = set(q.get("warnings", ()))
+                warned = found if warned is None else warned & found
             for k, v in q.items():
                 if k == "mode":
                     merged[k] = v
@@ -245,7 +353,7 @@ class GatewayService:
         status = "running" if scope and plans else "error: not installed on its actors"
         return {"id": rec.id, "text": rec.text, "params": rec.params, "created": rec.created,
                 "scope": scope, "status": status, "plan": plan, "stats": merged,
-                "matches": store}
+                "matches": store, "warnings": sorted(warned or ())}
 
     async def queries(self) -> list:
         stats = await self._actor_stats(list(self.targets))
@@ -280,12 +388,36 @@ class GatewayService:
 
     async def ingest(self, events: list, source: str = "gateway") -> dict:
         """Route ``events`` to their actors (the same routing Spark jobs use), wait for the
-        acknowledgements, and move the resulting matches to the store."""
+        acknowledgements, and move the resulting matches to the store (and sink): the reply
+        comes when every match of the request is there. An actor that refuses its batch
+        (backpressure: its match outbox is over its limit) is drained and asked again for up
+        to ``settings.overload_wait`` seconds, then OverloadedError (503) is raised."""
         routed = self.routing.route(events)
         bid = next(self._batch_ids)
         targets = list(routed)
+        loop = asyncio.get_running_loop()
+
+        async def send(target, batch: bytes) -> dict:
+            # backpressure: an actor whose outbox is over its limit refuses the batch without
+            # processing it; drain it into the store and ask again, pausing longer each time
+            deadline, pause = loop.time() + self.settings.overload_wait, 0.0
+            while True:
+                try:
+                    return await self._call(target, "ingest", batch)
+                except OverloadedError as exc:
+                    if not loop.time() < deadline:          # (a NaN setting: no retry)
+                        why = getattr(exc, "cause", None) or exc
+                        raise OverloadedError(
+                            f"{why} (the gateway drained it and retried for "
+                            f"{self.settings.overload_wait:g} s; that actor processed nothing "
+                            f"of this request, others may have taken their part: sending it "
+                            f"again is safe, events are de-duplicated by id)") from None
+                await asyncio.sleep(pause)
+                pause = min(0.5, max(0.01, pause * 2))
+                await self.drain(target)
+
         acks = await asyncio.gather(*(
-            self._call(t, "ingest", encode_batch(routed[t], source, f"{self._started}:{bid}:{t}"))
+            send(t, encode_batch(routed[t], source, f"{self._started}:{bid}:{t}"))
             for t in targets))
         await asyncio.gather(*(self.drain(t) for t in targets))
         self.events_in += len(events)
@@ -295,18 +427,46 @@ class GatewayService:
                 "partitions": {str(t): a["events"] for t, a in zip(targets, acks)},
                 "matches": sum(a["queued"] + len(a["matches"]) - a.get("late", 0)
                                for a in acks),
+                "truncated_triggers": sum(a.get("truncated", 0) for a in acks),
                 "bad_rows": [r for a in acks for r in a["bad_rows"]]}
 
-    async def advance(self, watermark: float) -> dict:
+    async def advance(self, watermark: float, force: bool = False) -> dict:
         """Tell every actor no event with ``ts <= watermark`` will come; releases deferred
-        matches (trailing negation)."""
-        await asyncio.gather(*(self._call(t, "advance", float(watermark)) for t in self.targets))
+        matches (trailing negation). Refused (IngestError): a watermark that is not a finite
+        number, and, unless ``force``, one more than ``settings.max_advance_ahead`` past the
+        latest event time the actors have seen (every later event would be late)."""
+        if isinstance(watermark, bool) or not isinstance(watermark, (int, float)):
+            raise IngestError(f"must be a finite number, got {type_name(watermark)}",
+                              field="watermark")
+        if not -sys.float_info.max <= watermark <= sys.float_info.max:    # nan, inf too
+            got = watermark if isinstance(watermark, float) else \
+                f"{watermark.bit_length()} bits"
+            raise IngestError(f"must be a finite number, got {got}", field="watermark")
+        w = float(watermark)
+        if not isinstance(force, bool):
+            raise IngestError(f"must be true or false, got {type_name(force)}", field="force")
+        if not force:
+            clock = event_clock(await self._actor_stats(list(self.targets)))
+            bound = self.settings.max_advance_ahead
+            if w > clock + bound:
+                seen = f"latest event time {clock:g}" if clock > -math.inf else \
+                    "no event seen yet"
+                raise IngestError(
+                    f"{w:g} is more than {bound:g} seconds ahead of the cluster's clock "
+                    f"({seen}), so every later event would be late; the bound is raycep "
+                    f"serve --max-advance-ahead; send force (\"force\": true, "
+                    f"client.advance(w, force=True), raycep advance --force) to advance anyway",
+                    field="watermark")
+        await asyncio.gather(*(self._call(t, "advance", w) for t in self.targets))
         moved = sum(await asyncio.gather(*(self.drain(t) for t in self.targets)))
-        return {"watermark": watermark, "matches": moved}
+        return {"watermark": w, "matches": moved}
 
     # ---------------------------------------------------------------- matches
     async def drain(self, target) -> int:
-        """Move a target's outbox to the match store; returns the number of records moved."""
+        """Move a target's outbox to the match store (and sink), page by page; returns the
+        number of records moved. A page is acknowledged by the next drain call, after it is
+        stored (the last one by a call without records), so the outbox ends empty: what it
+        holds is never in the store yet, which is what its limit (backpressure) counts."""
         moved = 0
         async with self._drain_locks[target]:
             while True:
@@ -316,6 +476,8 @@ class GatewayService:
                 moved += len(page["records"])
                 self._acks[target] = page["last"]
                 if not page["pending"]:
+                    if page["records"]:
+                        await self._call(target, "drain", self._acks[target], 0)
                     return moved
 
     async def acknowledge(self):

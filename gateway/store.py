@@ -83,43 +83,55 @@ class MatchStore:
         """Append ``records`` to the stream of ``query``; returns how many were appended.
 
         Each appended record is a copy with a new ``"cursor"``. Records whose ``"id"`` is
-        already retained are duplicates and skipped; records for a query that is not open are
-        counted in ``orphans``.
+        already retained (or repeated within ``records``) are duplicates and skipped; records
+        for a query that is not open are counted in ``orphans``. The new records are written
+        to the JSONL sink first, then retained, so the sink receives every one of them even
+        when the store drops the oldest right away, and a failed sink write changes nothing
+        (the caller does not acknowledge the records and puts them again).
         """
         stream = self._streams.get(query)
         if stream is None:
             self.orphans += len(records)
             return 0
-        appended = []
+        fresh: list = []
+        seen: set = set()
+        cursor = stream.head
         for record in records:
             match_id = _identity(record)
-            if match_id is not None and match_id in stream.ids:
-                stream.duplicates += 1
-                continue
-            stream.head += 1
-            stored = dict(record)
-            stored["cursor"] = stream.head
-            stream.records.append(stored)
             if match_id is not None:
-                stream.ids.add(match_id)
-            appended.append(stored)
-            if len(stream.records) > self.capacity:
-                self._drop_oldest(query, stream)
-        if appended:
-            self._write_sink(appended)
-            self._wake(query)
-        return len(appended)
+                if match_id in stream.ids or match_id in seen:
+                    continue
+                seen.add(match_id)
+            cursor += 1
+            stored = dict(record)
+            stored["cursor"] = cursor
+            fresh.append(stored)
+        if fresh:
+            self._write_sink(fresh)
+        stream.duplicates += len(records) - len(fresh)
+        if not fresh:
+            return 0
+        stream.head = cursor
+        stream.records.extend(fresh)
+        stream.ids.update(seen)
+        excess = len(stream.records) - self.capacity
+        if excess > 0:
+            self._drop_oldest(query, stream, excess)
+        self._wake(query)
+        return len(fresh)
 
-    def _drop_oldest(self, query: str, stream: _Stream) -> None:
-        oldest = stream.records.popleft()
-        stream.ids.discard(_identity(oldest))
-        stream.dropped += 1
-        # warn on the first drop, then once per `capacity` further drops
-        if (stream.dropped - 1) % self.capacity == 0:
+    def _drop_oldest(self, query: str, stream: _Stream, count: int) -> None:
+        before = stream.dropped
+        for _ in range(count):
+            stream.ids.discard(_identity(stream.records.popleft()))
+        stream.dropped += count
+        # warn on the first drop, then once per `capacity` further drops (drops 1, 1 + c, ...)
+        first = before + 1 + (-before) % self.capacity
+        for n in range(first, stream.dropped + 1, self.capacity):
             log.warning(
                 "match store: query %r has dropped %d matches so far (capacity %d per query, "
                 "policy drop-oldest): readers are too slow; raise the capacity or use the "
-                "JSONL sink to keep every match", query, stream.dropped, self.capacity)
+                "JSONL sink to keep every match", query, n, self.capacity)
 
     def _write_sink(self, records: list[dict]) -> None:
         if self.jsonl_path is None:

@@ -6,7 +6,14 @@ RoutingTable (the same hash the gateway and the actors use; events a global quer
 also sent to the global actor), repartitions so that Spark partition ``i`` holds exactly the
 events of actor ``i``, sorts each partition by ``(ts, id)``, and pushes msgpack batches from
 ``foreachPartition`` straight to the named actors, with at most ``max_in_flight`` batches
-unacknowledged per partition (backpressure).
+unacknowledged per partition.
+
+Backpressure: an actor whose match outbox is over its limit refuses batches (nothing
+processed). Each Spark task pushes through an ``actors.producer.Lane``: every batch names its
+predecessor, so the batches in flight behind a refused one are refused too, and the lane sends
+them again in their order (growing pauses) for up to ``retry_for`` seconds; events are never
+reordered. After that the task fails and the job raises OverloadedError (``refused_batches``
+in the summary counts the batches sent again).
 
 Batch ids are ``<job id>:<target>:<n>``: deterministic, so a Spark task that is retried
 resends the same ids and the actor acknowledges them without processing them again (and
@@ -16,14 +23,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, replace
 
-from actors.producer import NAMESPACE, named_handles
+from actors.producer import NAMESPACE, Lane, named_handles
 from actors.routing import GLOBAL, RoutingTable, actor_name, event_key, partition_of
 from cep.codec import encode_rows
-from cep.errors import CepError, IngestError
+from cep.errors import CepError, IngestError, OverloadedError
 from spark_ingest.mapping import EventMapping
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
@@ -39,6 +47,7 @@ class IngestSettings:
     dead_letters: str = "raycep-dead-letters"   # directory; one sub-directory per job
     source: str = "spark"
     ray_address: str = "auto"              # how Spark's Python workers join Ray
+    retry_for: float = 60.0                # seconds a task resends batches an actor refuses
 
 
 def read_table(spark, paths, fmt: str, stream: bool = False, schema=None):
@@ -123,33 +132,33 @@ def _pusher(job_id: str, routing: RoutingTable, settings: IngestSettings, counte
         except ValueError:
             raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the raycep "
                            f"cluster running (raycep serve) on this Ray?") from None
-        pending, seq, rows = [], 0, []
 
-        def flush():
-            nonlocal seq, pending
+        def count(ack):
+            counters["events"].add(ack["events"])
+            counters["duplicates"].add(ack["duplicates"])
+            counters["late"].add(ack.get("late", 0))
+            counters["redelivered"].add(int(ack["redelivered"]))
+            counters["bad"].add(len(ack["bad_rows"]))
+            counters["truncated"].add(ack.get("truncated", 0))
+
+        lane = Lane(handle, settings.max_in_flight, count, settings.retry_for)
+        seq, rows = 0, []
+
+        def push():
+            nonlocal seq
             seq += 1
-            body = encode_rows(rows, settings.source, f"{job_id}:{target}:{seq}")
-            pending.append(handle.ingest.remote(body))
-            while len(pending) >= settings.max_in_flight:
-                done, pending = ray.wait(pending, num_returns=1)
-                _count(ray.get(done))
-
-        def _count(acks):
-            for ack in acks:
-                counters["events"].add(ack["events"])
-                counters["duplicates"].add(ack["duplicates"])
-                counters["late"].add(ack.get("late", 0))
-                counters["redelivered"].add(int(ack["redelivered"]))
-                counters["bad"].add(len(ack["bad_rows"]))
+            batch_id = f"{job_id}:{target}:{seq}"
+            lane.push(encode_rows(rows, settings.source, batch_id), batch_id)
 
         for _key, wire in _chain(first, records):
             rows.append(wire)
             if len(rows) >= settings.batch_size:
-                flush()
+                push()
                 rows = []
         if rows:
-            flush()
-        _count(ray.get(pending))
+            push()
+        lane.flush()
+        counters["refused"].add(lane.refusals)
     return run
 
 
@@ -172,16 +181,22 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
     from pyspark.sql.functions import input_file_name
     df = df.withColumn(file_col, input_file_name())
     sc = spark.sparkContext
-    counters = {k: sc.accumulator(0)
-                for k in ("events", "duplicates", "late", "redelivered", "bad")}
+    counters = {k: sc.accumulator(0) for k in ("events", "duplicates", "late", "redelivered",
+                                               "bad", "truncated", "refused")}
     converted = df.rdd.mapPartitionsWithIndex(_convert(mapping, routing, file_col)).cache()
     try:
         dead = converted.filter(lambda r: r[0] == "dead")
         events = converted.filter(lambda r: r[0] == "ok").map(lambda r: (r[1], r[2]))
         n_targets = routing.partitions + 1
-        events.repartitionAndSortWithinPartitions(
-            n_targets, partitionFunc=lambda key: key[0]) \
-            .foreachPartition(_pusher(job_id, routing, settings, counters))
+        try:
+            events.repartitionAndSortWithinPartitions(
+                n_targets, partitionFunc=lambda key: key[0]) \
+                .foreachPartition(_pusher(job_id, routing, settings, counters))
+        except Exception as exc:
+            failure = _task_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
         n_dead = dead.count()
         n_part = routing.partitions
         rows = converted.filter(lambda r: r[0] == "dead" or r[1][0] < n_part).count()
@@ -200,10 +215,26 @@ def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
            "late_events": counters["late"].value,
            "redelivered_batches": counters["redelivered"].value,
            "rejected_by_actors": counters["bad"].value,
+           "truncated_triggers": counters["truncated"].value,
+           "refused_batches": counters["refused"].value,
            "dead_letters": n_dead, "dead_letter_dir": dead_dir, "dead_letter_sample": sample}
     if progress:
         progress(out)
     return out
+
+
+def _task_failure(exc: Exception) -> CepError | None:
+    """The raycep error a Spark task failed with (an actor still refusing after
+    ``retry_for``, no actor), read from the Python traceback in Spark's error text; None for
+    any other failure (raised as it is)."""
+    found = _TASK_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    return (OverloadedError if name == "OverloadedError" else CepError)(message.strip())
+
+
+_TASK_ERROR = re.compile(r"cep\.errors\.(OverloadedError|CepError): ([^\n]*)")
 
 
 def _joinable(settings: IngestSettings) -> IngestSettings:

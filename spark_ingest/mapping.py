@@ -32,9 +32,12 @@ class EventMapping:
     type. ``ts_column`` holds the event time: a number in ``ts_unit`` (s, ms, us, ns), or with
     ``ts_unit="iso"`` an ISO-8601 string / timestamp value, or with a ``strftime`` pattern
     (``"%Y-%m-%d %H:%M:%S"``) a string in that format (naive times are UTC). ``key_column`` is
-    the partition key; ``id_column`` an optional event id; ``attributes`` the attribute
-    columns (None: every other column; the key column is always one, as ``[key]`` tests
-    it). ``typed_strings``: text cells that look like numbers or booleans become
+    the partition key; ``id_column`` the event id (None: a column named ``id``, if any);
+    ``attributes`` the attribute columns (None: every other column; the key column is always
+    one, as ``[key]`` tests it). Columns named ``key`` and ``id`` are read as ``raycep local``
+    reads them: ``key`` is the partition key unless ``key_column`` names another column (then
+    it is an ordinary attribute), ``id`` is an attribute when ``id_column`` names another
+    column. ``typed_strings``: text cells that look like numbers or booleans become
     numbers/booleans (as CSV cells do in ``raycep local``)."""
     type_column: str | None = "type"
     type_constant: str | None = None
@@ -80,23 +83,28 @@ class EventMapping:
                                   self.type_column)
             out["type"] = etype
         out["ts"] = self._ts(row.get(self.ts_column), index)
-        if self.id_column is not None and row.get(self.id_column) is not None:
-            out["id"] = _text(row[self.id_column])
-        skip = {self.type_column, self.ts_column, self.id_column}
+        id_column = self.id_column if self.id_column is not None else "id"
+        if row.get(id_column) is not None:
+            out["id"] = _text(row[id_column])         # as raycep local reads an id column
+        skip = {self.type_column, self.ts_column, id_column}
         if self.attributes is None:
             names = [c for c in row if c not in skip]
-        elif self.key_column is not None and self.key_column not in self.attributes:
-            names = (*self.attributes, self.key_column)   # [key] tests it: an attribute
         else:
-            names = self.attributes
+            names = [c for c in self.attributes if c not in skip]
+            if self.key_column is not None and self.key_column not in self.attributes:
+                names.append(self.key_column)         # [key] tests it: an attribute
         for name in names:
-            if name in RESERVED:
+            if name in RESERVED and name not in ("key", "id"):
                 raise IngestError(f"column {name!r} is reserved; map it to another name or "
                                   f"leave it out of the attributes", index, name)
             value = row.get(name)
             if value is None:
                 continue                              # an empty cell: attribute absent
-            out[name] = self._value(value, index, name)
+            value = self._value(value, index, name)
+            if name == "id":                          # the event id is another column
+                out.setdefault("attrs", {})["id"] = value
+            else:
+                out[name] = value                     # a "key" column: as in make_event
         return make_event(out, index, self.key_column)
 
     def _ts(self, value, index):

@@ -253,6 +253,17 @@ def test_usage_errors(capsys):
     assert "local" in capsys.readouterr().out
 
 
+def test_serve_limits_are_checked_before_anything_starts(capsys):
+    for option, value in (("--max-window", "-5"), ("--max-advance-ahead", "inf"),
+                          ("--max-body-bytes", "0"), ("--max-depth", "0")):
+        assert cli.main(["serve", option, value]) == 2
+        err = capsys.readouterr().err
+        assert option in err and "positive finite number" in err and "Traceback" not in err
+    # advance: a watermark that is not a finite number never reaches a gateway
+    assert cli.main(["advance", "Infinity", "--gateway", "http://127.0.0.1:9"]) == 2
+    assert "finite number" in capsys.readouterr().err
+
+
 def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
     monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv)

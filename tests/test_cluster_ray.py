@@ -149,7 +149,7 @@ def test_same_matches_as_the_engine(make_cluster, partitions):
     ack = push(producer, events[half:])
     assert ack["events"] == len(events) - half and ack["bad_rows"] == []
     assert ack["duplicates"] == 0
-    client.advance(math.inf)
+    client.advance(max(e.ts for e in events) + 100.0)       # past every window
     settle(client, {q: len(ids) for q, ids in expected.items()})
     for name, ids in expected.items():
         got = ids_of(read_all(client, name))
@@ -201,7 +201,7 @@ def test_add_and_remove_at_runtime_while_events_flow(make_cluster):
     assert out["removed"] is True
     thread.join(WAIT)
     assert not thread.is_alive() and failures == []
-    client.advance(math.inf)
+    client.advance(max(e.ts for e in events) + 100.0)       # past every window
 
     expected = engine_ids(events, (("keep", SEQ3), ("gone", PAIR)),
                           late=((p1, "late", NEG),))
@@ -275,7 +275,7 @@ def test_gateway_restart_keeps_queries_and_matching_continues(make_cluster):
     assert all(q["status"] == "running" for q in rows.values())
     ack = push(producer_for(client, "after-restart"), events[half:])
     assert ack["events"] == len(events) - half
-    client.advance(math.inf)
+    client.advance(max(e.ts for e in events) + 100.0)       # past every window
     # the actors kept their buffered events, so matches spanning the restart are found
     settle(client, {q: len(expected[q]) - len(before[q]) for q, _ in queries})
     for q, _ in queries:
@@ -330,3 +330,57 @@ def test_demo_end_to_end(ray_session, monkeypatch, capsys, tmp_path):
     assert ray.is_initialized()
     with pytest.raises(ValueError):
         ray.get_actor("raycep-gateway", namespace=NAMESPACE)
+
+
+def test_match_flood_and_backpressure_through_ray_reach_the_sink(make_cluster, tmp_path):
+    """The whole path on Ray, JSONL sink included: one request completing 122,500 matches
+    (more than an outbox's 100,000 limit); then an actor with a small outbox, filled by a
+    direct push, refuses the gateway's batch (the gateway drains it and retries) and a
+    Producer's (OverloadedError through Ray). Every match reaches the sink exactly once."""
+    from cep.errors import OverloadedError
+    sink = tmp_path / "matches.jsonl"
+    # drain_every: the background drain stays idle, only requests drain (no race)
+    cluster = make_cluster(2, matches_jsonl=str(sink), match_capacity=1000,
+                           drain_every=1000.0, plan_every=0)
+    client = connect(cluster.url)
+    flood_q = "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 1000 seconds"
+    client.register(flood_q, name="flood")
+
+    def flood(n, key, t0=0.0):
+        return [Event("A", t0 + i, {"k": key}, key=key) for i in range(n)] + \
+            [Event("B", t0 + n + i, {"k": key}, key=key) for i in range(n)]
+
+    big = flood(350, "x")
+    assert client.send(big)["matches"] == 350 * 350
+    assert client.query("flood")["matches"]["total"] == 350 * 350
+
+    rt = RoutingTable.from_dict(client.routing())
+    handles = named_handles(rt)
+    target = partition_of("y", rt.partitions)
+    ray.get(handles[target].set_outbox.remote(True, 5))
+    pushed = flood(3, "y")
+    assert ray.get(handles[target].ingest.remote(encode_batch(pushed, "spark", "s1")))[
+        "outbox"] == 9
+    sent = flood(4, "y", t0=100.0)
+    assert client.send(sent)["matches"] == 16 + 12
+    assert client.stats()["actors"][str(target)]["refused_batches"] == 1
+
+    more = flood(3, "y", t0=300.0)
+    ray.get(handles[target].ingest.remote(encode_batch(more, "spark", "s2")))
+    producer = Producer(handles, rt, "spark-3", retry_for=0.0)
+    producer.send(flood(1, "y", t0=400.0))
+    with pytest.raises(OverloadedError, match=r"limit 5\).*still refused after 0 s") as info:
+        producer.flush()
+    assert "Traceback" not in str(info.value)
+    last = flood(1, "y", t0=500.0)
+    client.send(last)                         # refused once, drained, retried
+    assert client.stats()["actors"][str(target)]["refused_batches"] == 3
+
+    eng = Engine(key_attr="k")
+    eng.add_query(flood_q, name="flood")
+    expected = {match_id(m) for ev in big + pushed + sent + more + last
+                for m in eng.process(ev)}
+    written = [json.loads(line)["id"] for line in sink.read_text().splitlines()]
+    assert len(written) == len(set(written)) == len(expected)
+    assert set(written) == expected
+    assert client.query("flood")["matches"]["total"] == len(expected)

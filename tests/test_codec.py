@@ -169,6 +169,16 @@ GOOD = ["A", 1.0, {"x": 1}, None, "g"]
     ({"ts": 1.0}, "type"),
     ({"type": "A"}, "ts"),
     ({"type": "A", "ts": 1.0, "attrs": 3}, "attrs"),
+    # non-finite numbers anywhere, non-scalar keys and ids (issue 13)
+    (["A", 1.0, {"vol": float("nan")}], "vol"),
+    (["A", 1.0, {"vol": float("-inf")}], "vol"),
+    (["A", 1.0, {"m": {"deep": [1, float("inf")]}}], "m"),
+    ({"type": "A", "ts": 1.0, "vol": float("inf")}, "vol"),
+    (["A", 1.0, {}, {"a": 1}], "key"),
+    (["A", 1.0, {}, [1, 2]], "key"),
+    (["A", 1.0, {}, float("nan")], "key"),
+    (["A", 1.0, {}, None, {"a": 1}], "id"),
+    (["A", 1.0, {}, None, [1]], "id"),
 ])
 def test_malformed_row_names_index_and_field(row, field):
     data = _batch([GOOD, GOOD, row, GOOD])

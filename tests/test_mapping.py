@@ -181,7 +181,7 @@ def test_attributes_subset():
         dict(row, volume=None)).attrs == {"price": 2.5}
 
 
-@pytest.mark.parametrize("name", ["id", "key", "attrs"])
+@pytest.mark.parametrize("name", ["attrs"])
 def test_reserved_column_names(name):
     with pytest.raises(IngestError, match="reserved") as info:
         EventMapping().to_event({"type": "A", "ts": "1", name: "v"})
@@ -194,6 +194,36 @@ def test_reserved_column_names(name):
     # mapped to a role or left out of the attributes, it is fine
     assert EventMapping(attributes=("x",)).to_event(
         {"type": "A", "ts": "1", name: "v", "x": "1"}).attrs == {"x": 1}
+
+
+def test_key_and_id_columns_are_read_as_raycep_local_reads_them(tmp_path):
+    """A column named ``key`` is the partition key unless another key column is mapped, then
+    an ordinary attribute; a column named ``id`` is the event id unless another id column is
+    mapped, then an ordinary attribute. Same events (ids, keys, attributes) as raycep local."""
+    path = tmp_path / "reserved.csv"
+    path.write_text("type,ts,key,id,sensor,x\nA,1,k1,007,s1,1\nA,2,k2,,s2,2\n"
+                    "A,3,,e3,s1,3\n", encoding="utf-8")
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = [spark_csv_row(r) for r in csv.DictReader(handle)]
+    for key in (None, "key", "sensor"):
+        local, problems = read_events(path, key_attr=key, errors="collect")
+        mapping = EventMapping(key_column=key)
+        mapped, dead = [], []
+        for i, row in enumerate(rows):
+            try:
+                mapped.append(mapping.to_event(row, i))
+            except IngestError as exc:
+                dead.append(exc)
+        assert [(e.id, e.key, e.attrs) for e in mapped] == \
+            [(e.id, e.key, e.attrs) for e in local], key
+        assert [e.field for e in dead] == [p.field for p in problems]
+    by_sensor = [EventMapping(key_column="sensor").to_event(r) for r in rows]
+    assert [(e.key, e.attrs.get("key")) for e in by_sensor] == \
+        [("s1", "k1"), ("s2", "k2"), ("s1", None)]
+    assert [e.id for e in by_sensor][0::2] == ["007", "e3"]
+    # with another id column, the 'id' column is an attribute
+    ev = EventMapping(id_column="sensor").to_event(rows[0])
+    assert ev.id == "s1" and ev.attrs["id"] == 7 and ev.key == "k1"
 
 
 def test_typed_strings():

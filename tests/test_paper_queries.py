@@ -5,8 +5,12 @@ Texts are copied from /work/shared/seeds/ verbatim, except for obvious PDF-extra
 """
 from cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, Compare, EventVar, KIndex, Literal,
                      Param, Seq, event_vars)
+from cep.engine import Engine
+from cep.event import Event
 from cep.parser import parse_query
 from cep.validate import conjuncts
+
+from oracle import oracle_matches
 
 
 def unit_of(duration):
@@ -238,3 +242,65 @@ def test_vldb_conjunction_with_variable_named_i():
                                   EventVar("INTCStock", "i"))
     assert q.where == Compare("<", Attr("m", "difference"), Attr("g", "difference"))
     assert window_length(q.within) == 1200
+
+
+# VLDB 2018, section 4, "Kleene closure patterns" (the unary operators NOT and KL are defined
+# in section 2.1); the sentence goes on after the query (", the pattern to be utilized ..."):
+# the ',' is dropped.
+VLDB_KLEENE = "PATTERN AND(A a,KL(B b),C c)WHERE (true ) WITHIN 10 seconds"
+
+# VLDB 2018, section 4, "Negation patterns": the pattern SEQ(A,NOT(B),C,D), printed without
+# variables or clauses. As a query it needs a window; with names only, A..D are untyped
+# variables in raycep (as in LimeCEP's "SEQ(A, B+, C)"), so the typed form is tested as well.
+VLDB_NEGATION = "SEQ(A,NOT(B),C,D)"
+
+
+def engine_keys(query, events):
+    engine = Engine()
+    engine.add_query(query, name="q")
+    out = []
+    for ev in events:
+        out += engine.process(ev)
+    out += engine.advance(float("inf"))
+    return [m.key() for m in out]
+
+
+def stream(types: str, step: float = 2.0) -> list:
+    return [Event(t, i * step, {"x": i % 3}, id=f"e{i:02d}") for i, t in enumerate(types)]
+
+
+def test_vldb_kleene_closure_and_true_condition_run():
+    q = parse_query(VLDB_KLEENE)
+    assert isinstance(q.pattern, And)
+    assert flags(q) == [("A", "a", False, False), ("B", "b", True, False),
+                        ("C", "c", False, False)]
+    assert q.where == Literal(True) and window_length(q.within) == 10
+    # the same query as the SASE+ notation
+    assert q == parse_query("PATTERN AND(A a, B+ b[], C c) WHERE true WITHIN 10 seconds")
+    events = stream("ABBCABCBACBBAC")
+    keys = engine_keys(q, events)
+    assert len(keys) == len(set(keys)) > 0
+    assert set(keys) == oracle_matches(q, events)
+    # WHERE false matches nothing; true combined with a comparison is that comparison
+    assert engine_keys(parse_query(VLDB_KLEENE.replace("true", "false")), events) == []
+    filtered = parse_query(VLDB_KLEENE.replace("(true )", "(true AND a.x = 0)"))
+    assert set(engine_keys(filtered, events)) == oracle_matches(filtered, events) == \
+        {k for k in keys if dict(k)["a"] in ("e00", "e12")}
+
+
+def test_vldb_negation_operator_runs():
+    q = parse_query(f"PATTERN {VLDB_NEGATION} WITHIN 10 seconds")
+    assert flags(q) == [(None, "A", False, False), (None, "B", False, True),
+                        (None, "C", False, False), (None, "D", False, False)]
+    typed = parse_query("PATTERN SEQ(A a,NOT(B b),C c,D d) WHERE (true) WITHIN 10 seconds")
+    assert typed == parse_query("PATTERN SEQ(A a, ~B b, C c, D d) WHERE true "
+                                "WITHIN 10 seconds")
+    events = stream("ACDABCDACBDCD")
+    for query in (q, typed):
+        keys = engine_keys(query, events)
+        assert len(keys) == len(set(keys))
+        assert set(keys) == oracle_matches(query, events)
+    # B between a and c rules a match out: (e03 A, e05 C) has e04 B between them
+    typed_keys = set(engine_keys(typed, events))
+    assert typed_keys and not any(dict(k)["a"] == "e03" and dict(k)["c"] == "e05"
+                                  for k in typed_keys)

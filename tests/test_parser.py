@@ -80,6 +80,42 @@ def test_untyped_negation_and_types_named_like_keywords():
         Seq((EventVar("Seq", "s"), EventVar("And", "a"), EventVar("Or", "o")))
 
 
+@pytest.mark.parametrize("leaf, expected", [
+    ("KL(B b)", EventVar("B", "b", kleene=True)),
+    ("kl ( B b )", EventVar("B", "b", kleene=True)),
+    ("KL(b)", EventVar(None, "b", kleene=True)),
+    ("NOT(B b)", EventVar("B", "b", negated=True)),
+    ("not(b)", EventVar(None, "b", negated=True)),
+])
+def test_vldb_unary_operators(leaf, expected):
+    """VLDB 2018 (seed 001) section 2.1: KL(...) is the Kleene closure, NOT(...) negation."""
+    assert pattern(f"SEQ(X x, {leaf}, Y y)").children[1] == expected
+    # the same AST as the SASE+ forms, position at the operator
+    q = parse_query(f"PATTERN SEQ(X x, {leaf}, Y y) WITHIN 1 s")
+    assert q.pattern.children[1].pos == (1, len("PATTERN SEQ(X x, ") + 1)
+    # KL / NOT stay contextual: a type may be called KL or NOT
+    assert pattern("SEQ(KL k, NOT n)").children == (EventVar("KL", "k"), EventVar("NOT", "n"))
+
+
+@pytest.mark.parametrize("leaf, message, char", [
+    ("KL(SEQ(B b))", r"KL\(\.\.\.\) applies to one event variable", "S"),
+    ("NOT(AND(B b, C c))", r"NOT\(\.\.\.\) applies to one event variable", "A"),
+    ("KL(B+ b[])", "KL\\(...\\) of a Kleene variable: write 'KL\\(B b\\)'", "B"),
+    ("NOT(~B b)", "NOT\\(...\\) of a negated variable", "~"),
+    ("KL(B b C c)", r"expected '\)' \(end of KL\(\.\.\.\)\) but found 'C'", "C"),
+])
+def test_vldb_unary_operator_errors(leaf, message, char):
+    text = f"PATTERN SEQ(X x, {leaf}) WITHIN 1 s"
+    with pytest.raises(QuerySyntaxError, match=message) as info:
+        parse_query(text)
+    assert caret_char(info.value, text) == char
+
+
+def test_vldb_negated_kleene_is_a_validation_error():
+    with pytest.raises(QueryValidationError, match="cannot be a Kleene variable"):
+        parse_query("PATTERN SEQ(X x, KL(NOT(B b)), Y y) WITHIN 1 s")
+
+
 def test_identifiers_are_case_sensitive():
     vs = event_vars(pattern("SEQ(Stock s, stock S)"))
     assert [(v.type, v.name) for v in vs] == [("Stock", "s"), ("stock", "S")]

@@ -10,7 +10,7 @@ from actors.partition import PartitionWorker, match_id, partition_actor
 from actors.routing import split_by_partition
 from cep import Engine, Event
 from cep.codec import encode_batch
-from cep.errors import CepError, IngestError
+from cep.errors import CepError, IngestError, OverloadedError
 
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
           WHERE [k] AND a.x < b.x AND b.x > c.x
@@ -200,14 +200,74 @@ def test_outbox_keeps_matches_until_acknowledged():
     assert len(ids) == len(set(ids)) and set(ids) == expected_ids(events, ("seq", SEQ3))
 
 
-def test_outbox_is_bounded_and_counts_what_it_drops(caplog):
-    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=3)
+def _drain_ids(w, ack=0) -> tuple:
+    """(every record id in the outbox after ``ack``, the last sequence number), acknowledged."""
+    ids = []
+    while True:
+        page = w.drain(ack, limit=7)
+        ids += [r["id"] for r in page["records"]]
+        ack = page["last"]
+        if not page["pending"]:
+            return ids, w.drain(ack, limit=0)["last"]
+
+
+def test_outbox_never_drops_and_a_full_one_refuses_batches_unchanged(caplog):
+    """A batch that arrives below the limit is taken whole (here 4x the limit); the next one
+    is refused before anything changes; after a drain the same batch is processed, and every
+    match reaches the reader exactly once."""
+    events = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("AAAABBBB")]
+    more = [Event("B", 8.0 + i, {"k": "x"}, key="x") for i in range(3)]
+    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=4)
+    w.add_query("pair", "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 100 seconds")
+    ack = w.ingest(encode_batch(events, "s", "b1"))
+    assert ack["queued"] == 16 and ack["outbox"] == 16       # 4 x 4 pairs, none dropped
+    before = w.stats()
+    batch = encode_batch(more, "s", "b2")
+    with pytest.raises(OverloadedError, match=r"partition p0: .*16 undelivered .*limit 4"):
+        w.ingest(batch)
+    after = w.stats()
+    assert after.pop("refused_batches") == before.pop("refused_batches") + 1
+    assert after == before                  # events, batches, outbox, query counters ...
+    assert "refusing batches" in caplog.text
+    ids, last = _drain_ids(w)
+    assert len(ids) == 16
+    ack = w.ingest(batch)                   # not remembered as seen: processed now
+    assert not ack["redelivered"] and ack["events"] == 3 and ack["queued"] == 12
+    ids += _drain_ids(w, last)[0]
+    assert len(ids) == len(set(ids)) == 28
+    assert set(ids) == expected_ids(events + more, ("pair", "PATTERN SEQ(A a, B b) "
+                                                            "WHERE [k] WITHIN 100 seconds"))
+
+
+def test_a_batch_whose_predecessor_was_refused_is_refused_too():
+    """``after`` keeps a pipelining sender's order: once batch 2 is refused, batch 3 (sent
+    behind it) is refused even when the outbox has room again."""
+    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=1)
     w.add_query("pair", PAIR)
-    evs = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("ABABABAB")]
-    w.ingest(encode_batch(evs, "s", "b"))
-    page = w.drain(0)
-    assert len(page["records"]) == 3 and w.stats()["outbox_dropped"] > 0
-    assert "outbox full" in caplog.text
+    b = [encode_batch([Event(t, float(i), {"k": "x"}, key="x")], "s", f"b{i}")
+         for i, t in enumerate("ABAB")]
+    w.ingest(b[0])
+    w.ingest(b[1], "b0")                   # A,B: one match queued -> outbox at its limit
+    with pytest.raises(OverloadedError, match="limit 1"):
+        w.ingest(b[2], "b1")
+    _drain_ids(w)
+    with pytest.raises(OverloadedError, match="follows batch 'b2', which this actor has "
+                                              "not accepted"):
+        w.ingest(b[3], "b2")
+    assert w.stats()["events"] == 2 and w.stats()["refused_batches"] == 2
+    assert w.ingest(b[2], "b1")["events"] == 1
+    assert w.ingest(b[3], "b2")["queued"] == 2
+    assert w.ingest(b[3], "b2")["redelivered"]
+
+
+def test_ack_reports_triggers_that_hit_the_match_cap():
+    from cep.manager import ManagerSettings
+    w = PartitionWorker("p0", key_attr="k", settings=ManagerSettings(max_matches_per_trigger=5))
+    w.add_query("pair", "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 100 seconds")
+    evs = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("AAAAAAABB")]
+    ack = w.ingest(encode_batch(evs, "s", "b1"))
+    assert ack["truncated"] == 2 and len(ack["matches"]) == 10
+    assert w.stats()["queries"]["pair"]["truncated_triggers"] == 2
 
 
 def test_snapshot_restore_continues_with_the_same_matches():

@@ -17,7 +17,9 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import replace
 
 import pytest
 import ray
@@ -26,6 +28,7 @@ from actors.partition import match_id
 from actors.producer import NAMESPACE
 from actors.routing import RoutingTable, actor_name
 from cep import Engine
+from cep.errors import OverloadedError
 from cep.parser import parse_queries
 from cep.sources import iter_events, read_events
 from gateway import cli
@@ -46,6 +49,9 @@ TICKS = ROOT / "examples" / "ticks.csv"
 QUERY_FILE = ROOT / "examples" / "queries.cep"
 MAPPING = EventMapping(key_column="symbol")
 WAIT = 120.0
+#: a finite end-of-stream watermark (the gateway refuses infinite ones): past the last tick
+#: (8477.4 s) and every window of the sample queries
+END = 10_000.0
 
 # one event per match: what arrived at the actors, readable through the gateway
 ALL = "PATTERN SEQ(Stock a) WHERE [symbol] WITHIN 1 seconds"
@@ -205,7 +211,7 @@ def test_sample_through_spark_gives_the_matches_of_raycep_local(spark, cluster, 
     assert result["duplicates"] == 0 and result["redelivered_batches"] == 0
     assert result["rejected_by_actors"] == 0
     assert all(line.startswith("[ingest] ") for line in progress)
-    client.advance(math.inf)
+    client.advance(END)
     settle(client, expected)
     for name, ids in expected.items():
         got = ids_of(read_all(client, name))
@@ -329,11 +335,90 @@ def test_resending_creates_no_duplicate_events_or_matches(spark, cluster, sample
 
     # and the whole file again under a third id: no match a client can read is new
     ingest_dataframe(spark, df, MAPPING, routing, settings, job_id="job-3")
-    client.advance(math.inf)
+    client.advance(END)
     settle(client, expected)
     for name, ids in expected.items():
         got = ids_of(read_all(client, name))
         assert len(got) == len(set(got)) and set(got) == ids, name
+
+
+def test_refused_batches_are_sent_again_in_order(spark, sample, settings, tmp_path):
+    """Backpressure through the Spark push path: actors whose outbox holds at most 150
+    undelivered records, 100 events a batch (each a match of ``all``), 4 in flight. Nothing
+    drains: the job fails with OverloadedError (clean, naming the limit) after ``retry_for``.
+    The same job again while the outbox is drained only once an actor has refused a batch:
+    the batches accepted before are recognised, the refused ones sent again in their order;
+    every event arrives once and in order, every match is stored once, the counts add up."""
+    events = sample[0][:2000]
+    queries = [("all", ALL)] + sample_queries()
+    expected = engine_ids(events, queries)
+    assert len(expected["all"]) == 2000
+    path = write_csv(tmp_path / "ticks2000.csv", tick_lines()[:2000])
+    # no background drain: only advance (the drainer below) moves the outboxes to the store
+    c = RayCluster(2, "symbol", GatewaySettings(
+        port=0, registry_path=str(tmp_path / "r.sqlite"), plan_every=0, drain_every=1000.0,
+        match_capacity=50_000))
+    c.start()
+    stop, failures = threading.Event(), []
+    try:
+        client = connect(c.url)
+        routing = register(client, queries)
+        ray.get([h.set_outbox.remote(True, 150) for h in c.handles.values()])
+        settings = replace(settings, batch_size=100, max_in_flight=4)
+        df = read_table(spark, path, "csv")
+
+        def actors():
+            return [a for t, a in client.stats()["actors"].items() if t != "global"]
+
+        with pytest.raises(OverloadedError, match=r"limit 150\).*still refused after 0.5 s"):
+            ingest_dataframe(spark, df, MAPPING, routing,
+                             replace(settings, retry_for=0.5), job_id="flood")
+        taken = actors()
+        # (the job stops at the first task that fails for good: the other actor may have none)
+        assert any(a["outbox"] >= 150 and a["refused_batches"] > 0 for a in taken)
+        before = sum(a["events"] for a in taken)
+        assert 0 < before < 2000
+
+        drains = connect(c.url)
+
+        def drainer():
+            try:
+                base = sum(a["refused_batches"] for a in taken)
+                while not stop.is_set() and sum(
+                        a["refused_batches"] for a in actors()) == base:
+                    time.sleep(0.05)
+                while not stop.wait(0.2):
+                    drains.advance(0.0)       # drains every outbox into the store
+            except Exception as exc:          # reported by the test
+                failures.append(exc)
+
+        thread = threading.Thread(target=drainer, daemon=True)
+        thread.start()
+        result = ingest_dataframe(spark, df, MAPPING, routing, settings, job_id="flood")
+        stop.set()
+        thread.join(10)
+        assert not failures
+        after = actors()
+        assert sum(a["events"] for a in after) == 2000
+        assert result["events_sent"] == 2000 - before
+        assert result["redelivered_batches"] == sum(a["batches"] for a in taken) > 0
+        refused = sum(a["refused_batches"] for a in after) - \
+            sum(a["refused_batches"] for a in taken)
+        assert result["refused_batches"] == refused > 0
+        assert result["duplicates"] == result["late_events"] == 0
+        assert result["rejected_by_actors"] == result["truncated_triggers"] == 0
+        # in order: nothing arrived behind an actor's clock
+        assert all(a["late_events"] == a["out_of_order"] == a["duplicates"] == 0
+                   for a in after)
+        client.advance(END)
+        for name, ids in expected.items():
+            got = ids_of(read_all(client, name))
+            assert len(got) == len(set(got)) and set(got) == ids, name
+        assert {m["events"]["a"]["id"] for m in read_all(client, "all")} == \
+            {e.id for e in events}
+    finally:
+        stop.set()
+        c.stop()
 
 
 def test_global_query_gets_its_events_through_the_global_actor(spark, cluster, sample,
@@ -349,7 +434,7 @@ def test_global_query_gets_its_events_through_the_global_actor(spark, cluster, s
     result = run_job(spark, str(TICKS), "csv", MAPPING, routing, settings)
     assert result["rows"] == 20_000
     assert result["events_sent"] == 40_000          # each tick to its actor and the global one
-    client.advance(math.inf)
+    client.advance(END)
     want = {"spikes": unkeyed["spikes"], "dip_recovery": expected["dip_recovery"]}
     settle(client, want)
     for name, ids in want.items():
@@ -388,7 +473,7 @@ def test_streaming_picks_up_a_new_file(spark, cluster, sample, settings, tmp_pat
     assert not query.isActive
     assert len(reports) == 2 and all("3000 rows, 3000 events sent, 0 dead" in r
                                      for r in reports)
-    client.advance(math.inf)
+    client.advance(END)
     settle(client, expected)
     for name, ids in expected.items():
         got = ids_of(read_all(client, name))
@@ -451,7 +536,7 @@ def test_parquet_and_json_lines_give_the_events_of_the_csv(spark, cluster, sampl
     result = run_job(spark, str(parquet), "parquet", MAPPING, routing, settings)
     assert result["rows"] == result["events_sent"] == 20_000
     assert result["dead_letters"] == 0
-    client.advance(math.inf)
+    client.advance(END)
     settle(client, expected)
     for name, ids in expected.items():
         assert set(ids_of(read_all(client, name))) == ids, name
@@ -494,7 +579,7 @@ def test_resending_a_whole_file_is_recognised_by_the_actors(spark, cluster, samp
     before = processed()
     again = ingest_dataframe(spark, df, MAPPING, routing, settings, job_id="second")
     after = processed()
-    client.advance(math.inf)
+    client.advance(END)
     settle(client, {name: expected[name]})
     # what a client reads is right: the store keeps one copy of each match id
     assert set(ids_of(read_all(client, name))) == expected[name]

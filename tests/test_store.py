@@ -140,6 +140,37 @@ def test_jsonl_sink_keeps_every_match_even_when_dropped(tmp_path):
     assert len(path.read_text().splitlines()) == 6
 
 
+def test_sink_gets_every_record_of_a_put_far_above_capacity_once(tmp_path):
+    """A flood in one put: the store keeps the newest ``capacity`` (drop-oldest is for
+    readers), the sink gets every record once, repeats within the put included."""
+    path = tmp_path / "matches.jsonl"
+    store = MatchStore(capacity=10, jsonl_path=str(path))
+    store.open("q1")
+    records = [_m(i) for i in range(5000)] + [_m(7), _m(4999)]
+    assert store.put("q1", records) == 5000
+    ids = [json.loads(line)["id"] for line in path.read_text().splitlines()]
+    assert ids == [f"m{i}" for i in range(5000)]
+    assert store.stats("q1") == {"stored": 10, "total": 5000, "dropped": 4990,
+                                 "duplicates": 2, "head": 5000}
+    assert _ids(store.read("q1", since=0)) == [f"m{i}" for i in range(4990, 5000)]
+
+
+def test_a_failed_sink_write_changes_nothing(tmp_path):
+    """The sink is written before the store retains anything: when the write fails, the
+    caller (the gateway's drain) does not acknowledge, puts again, and the sink then gets
+    every record exactly once."""
+    store = MatchStore(capacity=3, jsonl_path=str(tmp_path))     # a directory: open fails
+    store.open("q1")
+    with pytest.raises(OSError):
+        store.put("q1", [_m(i) for i in range(5)])
+    assert store.stats("q1") == {"stored": 0, "total": 0, "dropped": 0, "duplicates": 0,
+                                 "head": 0}
+    store.jsonl_path = str(tmp_path / "matches.jsonl")
+    assert store.put("q1", [_m(i) for i in range(5)]) == 5
+    lines = (tmp_path / "matches.jsonl").read_text().splitlines()
+    assert [json.loads(line)["cursor"] for line in lines] == [1, 2, 3, 4, 5]
+
+
 def test_wait_returns_true_immediately_when_already_ahead():
     store = MatchStore()
     store.open("q1")

@@ -5,6 +5,7 @@ import json
 
 from cep import Engine, Event
 from gateway import cli
+from gateway.client import connect
 
 
 def tick(ts, **attrs):
@@ -67,3 +68,21 @@ def test_a_condition_on_a_missing_attribute_names_the_reason(tmp_path, capsys):
     summary = json.loads(out.splitlines()[-1])
     assert summary["warnings"]["q2"] == ["no event of type 'Stok' seen in the input so far "
                                          "(misspelt event type?)"]
+
+
+def test_the_gateway_describes_what_a_query_reads_and_the_input_never_had(make_cluster,
+                                                                          capsys):
+    cluster = make_cluster(key_attr="symbol")
+    client = connect(cluster.url)
+    client.register("PATTERN SEQ(Stock a, Stock b) WHERE [sym] AND b.price > a.price "
+                    "WITHIN 10 seconds", name="typo")
+    client.register("PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price "
+                    "WITHIN 10 seconds", name="fine")
+    assert client.query("typo")["warnings"] == []          # no input yet: nothing to say
+    client.send([tick(t, price=float(t)) for t in range(20)])
+    assert client.query("typo")["warnings"] == [
+        "no 'Stock' event had attribute 'sym' so far (misspelt attribute?)"]
+    assert client.query("fine")["warnings"] == []
+    assert cli.main(["query", "ls", "--gateway", cluster.url]) == 0
+    assert "warning: query typo: no 'Stock' event had attribute 'sym'" in \
+        capsys.readouterr().out

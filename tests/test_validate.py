@@ -132,6 +132,83 @@ def test_window_rules(clauses, message):
     invalid(f"PATTERN SEQ(A a, B b) {clauses}", message)
 
 
+BIG = "1" + "0" * 400                     # an int, but not a finite float
+
+
+@pytest.mark.parametrize("clauses, message, at", [
+    ("WITHIN 1e999 seconds", "WITHIN must be a finite number of seconds, got inf", "1e999"),
+    ("WITHIN 1E400", "WITHIN must be a finite number of seconds, got inf", "1E400"),
+    ("WITHIN -1e999 s", "WITHIN must be a finite number of seconds, got -inf", "-1e999"),
+    ("WITHIN inf", "WITHIN must be a finite number of seconds, not inf", "inf"),
+    ("WITHIN NaN seconds", "WITHIN must be a finite number of seconds, not NaN", "NaN"),
+    ("WITHIN Infinity", "WITHIN must be a finite number of seconds, not Infinity", "Infinity"),
+    (f"WITHIN {BIG} ms", "WITHIN must be a finite number of seconds, got 1000000", BIG),
+    ("WITHIN 1e305 days", r"WITHIN must be a finite number of seconds, got 1e\+305 x 86400",
+     "1e305"),
+    ("WITHIN 5 s SLIDE 1e999 s", "SLIDE must be a finite number of seconds, got inf", "1e999"),
+    ("WITHIN 5 s SLIDE inf", "SLIDE must be a finite number of seconds, not inf", "inf"),
+    ("WHERE a.x > 1e999 WITHIN 5 s", "number inf is not a finite number", "1e999"),
+    ("WHERE a.x < -1e999 WITHIN 5 s", "number -inf is not a finite number", "-1e999"),
+    ("WHERE a.x = 1e999% WITHIN 5 s", "number inf is not a finite number", "1e999%"),
+    (f"WHERE a.x * 2 < {BIG} WITHIN 5 s", "number 1000000.* is not a finite number", BIG),
+])
+def test_non_finite_numbers_are_rejected_where_they_are_written(clauses, message, at):
+    text = f"PATTERN SEQ(A a, B b) {clauses}"
+    err = invalid(text, message)
+    assert (err.line, err.column) == (1, text.index(at) + 1)
+    assert len(str(err).splitlines()[0]) < 200        # a huge number is abbreviated
+
+
+def test_numbers_too_long_to_read_are_a_syntax_error():
+    from cep.errors import QuerySyntaxError
+    text = "PATTERN SEQ(A a, B b) WHERE a.x > 1" + "0" * 5000 + " WITHIN 5 s"
+    with pytest.raises(QuerySyntaxError, match="number 10000000000000000000... is out of "
+                                               "range") as info:
+        parse_query(text)
+    assert (info.value.line, info.value.column) == (1, text.index("10") + 1)
+
+
+def test_non_finite_literals_in_built_queries():
+    from cep.builder import attr, query, seq, var
+    for bad in (float("nan"), float("inf"), 10 ** 400):
+        with pytest.raises(QueryValidationError, match="not a finite number"):
+            query(seq(var("A", "a"), var("B", "b")), where=attr("a", "x") > bad, within=5)
+        with pytest.raises(QueryValidationError, match="WITHIN must be a finite number"):
+            query(seq(var("A", "a"), var("B", "b")), within=bad)
+
+
+@pytest.mark.parametrize("text, params, message, at", [
+    ("WITHIN W", {"W": float("nan")}, "parameter 'W' of WITHIN must be a positive finite "
+     r"number \(seconds\), got nan \(float\)", "W"),
+    ("WITHIN W", {"W": float("inf")}, "parameter 'W' of WITHIN .* got inf", "W"),
+    ("WITHIN W minutes", {"W": 1e307}, "parameter 'W' of WITHIN .* got 1e\\+307", "W"),
+    ("WITHIN W", {"W": "10"}, r"parameter 'W' of WITHIN .* got '10' \(str\)", "W"),
+    ("WITHIN W", {"W": True}, r"parameter 'W' of WITHIN .* got True \(bool\)", "W"),
+    ("WITHIN 9 SLIDE S", {"S": float("-inf")}, "parameter 'S' of SLIDE .* got -inf", "S"),
+    ("WHERE a.x > T WITHIN 5", {"T": float("nan")}, "parameter 'T' must be a finite number, "
+     r"a string or a boolean, got nan \(float\)", "T"),
+    ("WHERE a.x > T WITHIN 5", {"T": float("inf")}, "parameter 'T' .* got inf", "T"),
+    ("WHERE a.x > T WITHIN 5", {"T": 10 ** 400}, r"parameter 'T' .* got 1000000.*\.\.\. "
+     r"\(int\)", "T"),
+    ("WHERE a.x > T WITHIN 5", {"T": {"a": 1}}, r"parameter 'T' .* \(dict\)", "T"),
+    ("WHERE a.x > T WITHIN 5", {"T": [1]}, r"parameter 'T' .* \(list\)", "T"),
+    ("WHERE a.x > T WITHIN 5", {"T": None}, r"parameter 'T' .* \(NoneType\)", "T"),
+])
+def test_parameters_must_be_finite_and_of_a_known_kind(text, params, message, at):
+    from cep.compiler import compile_query
+    from cep.engine import Engine
+    query = f"PATTERN SEQ(A a, B b) {text}"
+    with pytest.raises(QueryValidationError, match=message) as info:
+        compile_query(query, params)
+    assert (info.value.line, info.value.column) == (1, query.rindex(f" {at}") + 2)
+    engine = Engine()
+    with pytest.raises(QueryValidationError, match=message):
+        engine.add_query(query, name="q", params=params)
+    assert not engine.managers                      # nothing registered
+    # good values of the same parameters compile
+    compile_query(query, {k: 3 for k in params})
+
+
 def test_window_edge_cases_that_are_fine():
     parse_query("PATTERN A a WITHIN 1 minute SLIDE 60 seconds")
     parse_query("PATTERN A a WITHIN W SLIDE 1 hour")    # a parameter cannot be checked yet
