@@ -63,6 +63,9 @@ def add_cluster_commands(commands, usage_error):
                        help="also append every match to this JSON-lines file")
     serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
                        help="matches kept per query for readers (oldest dropped beyond)")
+    serve.add_argument("--outbox-capacity", type=int, default=100_000, metavar="N",
+                       help="undelivered matches a partition actor holds before it refuses "
+                            "new batches until the gateway has drained it (backpressure)")
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
@@ -399,7 +402,8 @@ def run_serve(args) -> int:
             host=args.host, port=args.port, token=args.token, registry_path=args.registry,
             matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
             max_body_bytes=args.max_body_bytes, max_depth=args.max_depth,
-            max_window=args.max_window, max_advance_ahead=args.max_advance_ahead)
+            max_window=args.max_window, max_advance_ahead=args.max_advance_ahead,
+            outbox_capacity=args.outbox_capacity)
     except CepError as exc:                     # name the option, not the settings' field
         option = str(exc).split(" ", 1)[0]
         _err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")

@@ -55,8 +55,15 @@ class GatewaySettings:
     #: seconds the gateway drains and retries an actor that refuses a batch (its match outbox
     #: is over its limit) before answering 503 OverloadedError
     overload_wait: float = 30.0
+    #: undelivered match records an actor's outbox may hold before it refuses new batches
+    #: (backpressure; --outbox-capacity)
+    outbox_capacity: int = 100_000
 
     def __post_init__(self):
+        if isinstance(self.outbox_capacity, bool) or not isinstance(self.outbox_capacity, int) \
+                or self.outbox_capacity < 1:
+            raise CepError(f"outbox_capacity must be an integer >= 1, got "
+                           f"{self.outbox_capacity!r}")
         for name in ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
@@ -180,7 +187,7 @@ class GatewayService:
         the ones the registry does not know (a gateway restart keeps the queries)."""
         self.store.open(LATE)
         for target in self.targets:
-            await self._call(target, "set_outbox", True)
+            await self._call(target, "set_outbox", True, self.settings.outbox_capacity)
         if self.planner is not None:
             for target, handle in self.targets.items():
                 await self._call("planner", "subscribe", str(target), handle)

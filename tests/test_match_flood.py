@@ -180,3 +180,11 @@ def test_the_producer_gives_up_after_retry_for_with_the_overloaded_error():
     with pytest.raises(OverloadedError, match=r"limit 2.*still refused after 0 s"):
         producer.flush()
     assert worker.stats()["events"] == 4
+
+
+def test_the_gateway_sets_the_actors_outbox_capacity(make_cluster):
+    """``raycep serve --outbox-capacity`` -> GatewaySettings.outbox_capacity -> every actor."""
+    cluster = make_cluster(outbox_capacity=7)
+    actors = connect(cluster.url).stats()["actors"]
+    assert {a["outbox_capacity"] for a in actors.values()} == {7}
+    assert len(actors) == 3                       # two partitions and the global actor
