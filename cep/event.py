@@ -81,6 +81,17 @@ def before(x: Event, y: Event) -> bool:
     return x.ts < y.ts or (x.ts == y.ts and x is not y and x.id < y.id)
 
 
+#: top-level fields of a row that are not attributes
+_FIELDS = frozenset(RESERVED + ("attrs",))
+_FIELDS_BUT_KEY = _FIELDS - {"key"}
+#: attribute values that need no check (a float is checked for being finite)
+_PLAIN = frozenset((str, int, bool))
+_SIMPLE = _PLAIN | {float}
+#: the kinds of a partition key and of an event id
+_KEY_KINDS = frozenset((str, int, float, bool))
+_NESTED = (list, tuple, dict)
+
+
 def make_event(row: dict, index: int | None = None, key_attr: str | None = None) -> Event:
     """Build an Event from a mapping with ``type`` and ``ts`` and attributes.
 
@@ -126,27 +137,16 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
         raise IngestError(f"attrs must be a mapping, got {type(nested).__name__}", index,
                           "attrs")
     key_is_field = key_attr is None or key_attr == "key"
-    skip = FIELDS if key_is_field else _FIELDS_BUT_KEY
-    attrs = {}
-    for name, value in row.items():
-        if name in skip:
-            continue
-        cls = value.__class__
-        if cls is float:
-            if value - value != 0.0:                  # NaN or +-Infinity
-                raise _not_finite(value, index, name)
-        elif cls not in _PLAIN:
-            value = _checked(value, index, name)
-        attrs[name] = value
+    attrs: dict = {}
+    _put(attrs, row, _FIELDS if key_is_field else _FIELDS_BUT_KEY, index)
     if nested:
-        for name, value in nested.items():
+        for value in nested.values():        # the wire form: a quick check, then one copy
             cls = value.__class__
-            if cls is float:
-                if value - value != 0.0:
-                    raise _not_finite(value, index, name)
-            elif cls not in _PLAIN:
-                value = _checked(value, index, name)
-            attrs[name] = value
+            if cls not in _SIMPLE or (cls is float and value - value != 0.0):
+                _put(attrs, nested, (), index)      # reports the value, or converts it
+                break
+        else:
+            attrs.update(nested)
     eid = row.get("id")
     if eid is not None and eid.__class__ is not str:
         if eid.__class__ not in _KEY_KINDS:
@@ -180,14 +180,19 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
     return Event(etype, ts, attrs, key, eid)
 
 
-#: top-level fields of a row that are not attributes
-FIELDS = frozenset(RESERVED + ("attrs",))
-_FIELDS_BUT_KEY = FIELDS - {"key"}
-#: attribute values that need no check (a float is checked for being finite)
-_PLAIN = frozenset((str, int, bool))
-#: the kinds of a partition key and of an event id
-_KEY_KINDS = frozenset((str, int, float, bool))
-_NESTED = (list, tuple, dict)
+def _put(attrs: dict, row: dict, skip, index) -> None:
+    """Copy the attributes of ``row`` (names not in ``skip``) into ``attrs``, checking each
+    value in O(1) unless it is a list or map: str/int/bool pass, a float must be finite."""
+    for name, value in row.items():
+        if name in skip:
+            continue
+        cls = value.__class__
+        if cls is float:
+            if value - value != 0.0:                  # NaN or +-Infinity
+                raise _not_finite(value, index, name)
+        elif cls not in _PLAIN:
+            value = _checked(value, index, name)
+        attrs[name] = value
 
 
 def _not_finite(value, index, name) -> IngestError:
@@ -218,8 +223,6 @@ def _checked(value, index, name):
                                       "strings, booleans, null, lists and maps are allowed",
                                       index, name)
         return value
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):

@@ -2,8 +2,9 @@
 
 The grammar is the one of the README ("The query language"): SASE+ (SIGMOD 2008, Figure 1)
 with the RCEP and LimeCEP variants (untyped leaves ``SEQ(a, b+, c)``, ``NEXT``/``FIRST``,
-``SLIDE``, ``!Type var``). Keywords are case-insensitive and contextual (a type or variable may
-be called ``Seq`` or ``i``); identifiers are case-sensitive. Query text is data: it is never
+``SLIDE``, ``!Type var``) and VLDB 2018's unary operators ``KL(T e)``/``NOT(T e)``.
+Keywords are case-insensitive and contextual (a type or variable may be called ``Seq``, ``KL``
+or ``i``); identifiers are case-sensitive. Query text is data: it is never
 handed to ``eval``/``exec``.
 
 Normalisations the rest of the engine relies on (the builder produces the same):
