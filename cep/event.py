@@ -190,9 +190,21 @@ def _put(attrs: dict, row: dict, skip, index) -> None:
         if cls is float:
             if value - value != 0.0:                  # NaN or +-Infinity
                 raise _not_finite(value, index, name)
+        elif cls is int:
+            if not _INT_MIN <= value <= _INT_MAX:     # msgpack carries 64-bit integers
+                raise _too_large(value, index, name)
         elif cls not in _PLAIN:
             value = _checked(value, index, name)
         attrs[name] = value
+
+
+#: the integers an event can carry (msgpack: int64 and uint64)
+_INT_MIN, _INT_MAX = -2 ** 63, 2 ** 64 - 1
+
+
+def _too_large(value, index, name) -> IngestError:
+    return IngestError(f"integer out of range (a 64-bit integer), got "
+                       f"{str(value)[:20]}{'...' if len(str(value)) > 20 else ''}", index, name)
 
 
 def _not_finite(value, index, name) -> IngestError:
@@ -216,6 +228,8 @@ def _checked(value, index, name):
                     if v - v != 0.0:
                         raise IngestError(f"number inside the value must be finite, got {v!r}",
                                           index, name)
+                elif cls is int and not _INT_MIN <= v <= _INT_MAX:
+                    raise _too_large(v, index, name)
                 elif isinstance(v, _NESTED):
                     todo.append(v)
                 elif not (cls in _PLAIN or v is None or cls is bytes):
@@ -224,6 +238,8 @@ def _checked(value, index, name):
                                       index, name)
         return value
     if isinstance(value, numbers.Integral):
+        if not _INT_MIN <= int(value) <= _INT_MAX:
+            raise _too_large(value, index, name)
         return int(value)
     if isinstance(value, numbers.Real):
         value = float(value)

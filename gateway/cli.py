@@ -333,6 +333,9 @@ def parse_params(items) -> dict:
         name = name.strip()
         if not sep or not name.isidentifier():
             raise UsageError(f"error: --param expects NAME=VALUE, got {item!r}")
+        if value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise UsageError(f"error: --param {name}: must be a finite number, a string or "
+                             f"true/false, got {value.strip()!r}")
         params[name] = parse_cell(value)
     return params
 

@@ -126,6 +126,11 @@ def test_bad_param_syntax(capsys, events_csv):
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv,
                              "--param", "no-equals-sign")
     assert status == 2 and "NAME=VALUE" in err
+    query = "PATTERN SEQ(A a, B b) WHERE a.x > lo WITHIN W"
+    for value in ("nan", "-Infinity", "inf", "1e999"):
+        status, lines, err = run(capsys, "local", "--query", query, "--events", events_csv,
+                                 "--param", f"lo={value}", "--param", "W=5")
+        assert status == 2 and "lo" in err and "finite" in err, (value, err)
 
 
 def test_kleene_variable_is_a_list(capsys, tmp_path):
