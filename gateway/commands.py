@@ -69,21 +69,19 @@ def add_cluster_commands(commands, usage_error):
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
-    from gateway.service import GatewaySettings
-    limits = GatewaySettings()
-    serve.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes, metavar="N",
-                       help="the largest request body; larger ones get 413 (default "
-                            "%(default)s: 16 MiB)")
-    serve.add_argument("--max-depth", type=int, default=limits.max_depth, metavar="N",
+    # defaults None: GatewaySettings has them (not imported here: every `raycep` command
+    # builds this parser, and gateway.service pulls in asyncio and the actors)
+    serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
+                       help="the largest request body; larger ones get 413 (default 16 MiB)")
+    serve.add_argument("--max-depth", type=int, default=None, metavar="N",
                        help="the deepest nesting of arrays/maps in a request body "
-                            "(default %(default)s)")
-    serve.add_argument("--max-window", type=float, default=limits.max_window, metavar="SECONDS",
+                            "(default 32)")
+    serve.add_argument("--max-window", type=float, default=None, metavar="SECONDS",
                        help="the largest query window (WITHIN) a registration may ask for "
-                            "(default %(default)g: 7 days)")
-    serve.add_argument("--max-advance-ahead", type=float, default=limits.max_advance_ahead,
-                       metavar="SECONDS",
+                            "(default 604800: 7 days)")
+    serve.add_argument("--max-advance-ahead", type=float, default=None, metavar="SECONDS",
                        help="how far past the latest event time seen `advance` may move the "
-                            "watermark without --force (default %(default)g: 1 day)")
+                            "watermark without --force (default 86400: 1 day)")
     from gateway.cli import add_disorder_arguments
     add_disorder_arguments(serve)
     serve.set_defaults(func=run_serve)
@@ -394,6 +392,10 @@ def query_table(rows: list) -> str:
 
 # --------------------------------------------------------------------------- serve
 
+#: GatewaySettings fields set by `raycep serve` options that default to the settings' own
+LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
+
+
 def run_serve(args) -> int:
     from gateway.runtime import RayCluster
     from gateway.service import GatewaySettings
@@ -401,9 +403,8 @@ def run_serve(args) -> int:
         settings = GatewaySettings(
             host=args.host, port=args.port, token=args.token, registry_path=args.registry,
             matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
-            max_body_bytes=args.max_body_bytes, max_depth=args.max_depth,
-            max_window=args.max_window, max_advance_ahead=args.max_advance_ahead,
-            outbox_capacity=args.outbox_capacity)
+            outbox_capacity=args.outbox_capacity,
+            **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None})
     except CepError as exc:                     # name the option, not the settings' field
         option = str(exc).split(" ", 1)[0]
         _err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
