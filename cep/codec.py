@@ -106,8 +106,9 @@ def _packs(value) -> bool:
 
 # --------------------------------------------------------------------------- decoding
 
-def decode_batch(data: bytes, errors: str = "raise"):
-    """Unpack and validate a batch.
+def decode_batch(data, errors: str = "raise"):
+    """Unpack and validate a batch: its bytes, or its msgpack map already unpacked (a
+    receiver that had to look into the body first need not unpack it twice).
 
     ``errors="raise"`` (default): return a Batch; the first malformed row raises IngestError
     naming the row index and field. ``errors="collect"``: return ``(Batch, [IngestError, ...])``
@@ -129,14 +130,16 @@ def decode_batch(data: bytes, errors: str = "raise"):
 
 
 def _decode_header(data) -> tuple:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise IngestError(f"batch must be bytes, got {type(data).__name__}")
-    try:
-        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise IngestError(f"not a msgpack batch: {str(exc) or type(exc).__name__}") from None
+    body = data                           # (already unpacked)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise IngestError(f"not a msgpack batch: {str(exc) or type(exc).__name__}") \
+                from None
     if not isinstance(body, dict):
-        raise IngestError(f"batch must be a msgpack map, got {type(body).__name__}")
+        raise IngestError(f"batch must be a msgpack map (or the bytes of one), got "
+                          f"{type(body).__name__}")
     for field in ("schema_version", "source", "batch_id", "rows"):
         if field not in body:
             raise IngestError("missing header field", field=field)

@@ -16,6 +16,7 @@ import numbers
 import msgpack
 
 from cep.errors import IngestError
+from cep.validate import short_repr
 
 #: attribute names that are fields of the event itself, not attributes
 RESERVED = ("type", "ts", "id", "key")
@@ -90,6 +91,8 @@ _SIMPLE = _PLAIN | {float}
 #: the kinds of a partition key and of an event id
 _KEY_KINDS = frozenset((str, int, float, bool))
 _NESTED = (list, tuple, dict)
+#: the integers an event can carry (msgpack: int64 and uint64)
+_INT_MIN, _INT_MAX = -2 ** 63, 2 ** 64 - 1
 
 
 def make_event(row: dict, index: int | None = None, key_attr: str | None = None) -> Event:
@@ -175,8 +178,8 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
                               f"{type(key).__name__}", index, field)
         if cls is float and key - key != 0.0:
             raise _not_finite(key, index, field)
-        if cls is int and not -2 ** 63 <= key < 2 ** 64:
-            raise IngestError("partition key is out of range (a 64-bit integer)", index, field)
+        if cls is int and not _INT_MIN <= key <= _INT_MAX:
+            raise _too_large(key, index, field)
     return Event(etype, ts, attrs, key, eid)
 
 
@@ -198,13 +201,9 @@ def _put(attrs: dict, row: dict, skip, index) -> None:
         attrs[name] = value
 
 
-#: the integers an event can carry (msgpack: int64 and uint64)
-_INT_MIN, _INT_MAX = -2 ** 63, 2 ** 64 - 1
-
-
 def _too_large(value, index, name) -> IngestError:
     return IngestError(f"integer out of range (a 64-bit integer), got "
-                       f"{str(value)[:20]}{'...' if len(str(value)) > 20 else ''}", index, name)
+                       f"{short_repr(value, 20)}", index, name)
 
 
 def _not_finite(value, index, name) -> IngestError:

@@ -18,8 +18,9 @@ from cep.validate import finite, short_repr
 NUMERIC = frozenset((int, float))
 #: kinds that compare with their own kind under every operator without a further check
 PLAIN = frozenset((int, float, str))
-#: the kinds of value a parameter may have (a comparison needs one of these)
-PARAM_KINDS = frozenset((int, float, str, bool))
+#: the kinds of value a comparison accepts (and a parameter may have); anything else (null, a
+#: list, a map, bytes) is data that no comparison accepts
+COMPARABLE = frozenset((int, float, str, bool))
 #: attribute names that may fall back to the event's own fields
 FIELDS = frozenset(("type", "ts", "id", "key"))
 
@@ -58,11 +59,6 @@ def field_value(event, name: str, default=None):
 
 
 ORDERING = frozenset(("<", "<=", ">", ">="))
-
-
-#: the kinds of value a comparison accepts; anything else (null, a list, a map, bytes) is data
-#: that no comparison accepts
-COMPARABLE = frozenset((int, float, str, bool))
 
 
 def kinds_clash(x, y, ordering: bool) -> bool:
@@ -173,7 +169,7 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                     f"parameter {node.name!r} has no value (pass params={{'{node.name}': ...}}"
                     f" or --param {node.name}=VALUE)", text, line, col)
             value = params[node.name]
-            if value.__class__ not in PARAM_KINDS or (value.__class__ in NUMERIC
+            if value.__class__ not in COMPARABLE or (value.__class__ in NUMERIC
                                                       and not finite(value)):
                 line, col = node.pos or (None, None)
                 raise QueryValidationError(

@@ -9,11 +9,11 @@ bounded by a positive event, and every query has a window.
 """
 from __future__ import annotations
 
+import math
+
 from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      walk_expr, walk_pattern)
-import math
-
 from cep.errors import QueryValidationError
 
 __all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "short_repr",

@@ -33,6 +33,7 @@ import msgpack
 from cep.codec import encode_batch
 from cep.errors import GatewayError, IngestError, UnavailableError, error_from_dict
 from cep.event import Event, make_event
+from cep.validate import finite, short_repr
 
 log = logging.getLogger("raycep.client")
 MSGPACK = "application/msgpack"
@@ -147,8 +148,8 @@ class Client:
         latest event time its actors have seen, since every later event would then be late;
         ``force=True`` advances anyway."""
         if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) \
-                or not math.isfinite(watermark):
-            raise IngestError(f"must be a finite number, got {watermark!r}",
+                or not finite(watermark):
+            raise IngestError(f"must be a finite number, got {short_repr(watermark)}",
                               field="watermark")
         body = {"watermark": watermark}
         if force:

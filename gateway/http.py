@@ -115,14 +115,13 @@ def check_depth(obj, limit: int) -> None:
     raise _too_deep(limit)
 
 
-async def body_of(request, raw_msgpack: bool = False):
-    """The request body: msgpack (decoded, or raw bytes with ``raw_msgpack``) or JSON.
+async def body_of(request):
+    """The request body, decoded: msgpack or JSON.
 
     Bounded before anything is built from it: the size (``max_body_bytes``, 413, checked on
     the declared length before reading), msgpack lengths (``unpackb`` limits every string,
     array and map by the body's length) and the nesting (``max_depth``, 400; a body too deep
-    for the decoders' own stacks gets the same answer). A raw msgpack batch is decoded once
-    here for the depth check, and the bytes are handed on."""
+    for the decoders' own stacks gets the same answer)."""
     settings = request.app[SETTINGS]
     limit = settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
@@ -140,7 +139,7 @@ async def body_of(request, raw_msgpack: bool = False):
             raise IngestError(f"the msgpack body cannot be decoded: "
                               f"{str(exc) or type(exc).__name__}") from None
         check_depth(obj, settings.max_depth)
-        return data if raw_msgpack else obj
+        return obj
     if not data:
         return {}
     try:
@@ -314,8 +313,9 @@ async def stream_matches(request):
 
 
 async def post_events(request):
-    body = await body_of(request, raw_msgpack=True)
-    return reply(request, await request.app[SERVICE].ingest_body(body))
+    body = await body_of(request)        # a msgpack batch comes unpacked (and depth-checked)
+    return reply(request, await request.app[SERVICE].ingest_body(
+        body, batch=request.content_type == MSGPACK))
 
 
 ADVANCE_FIELDS = {"watermark": "a finite number", "force": "true to pass the "

@@ -16,7 +16,6 @@ import itertools
 import logging
 import math
 import re
-import sys
 import time
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
                         OverloadedError, QueryValidationError, UnavailableError)
 from cep.event import make_event
 from cep.parser import parse_queries, parse_query
+from cep.validate import finite, short_repr
 
 log = logging.getLogger("raycep.gateway")
 
@@ -104,10 +104,9 @@ def check_params(params) -> None:
         if not isinstance(key, str):
             raise QueryValidationError(f"parameter names must be strings, got {key!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and not -sys.float_info.max <= value <= sys.float_info.max:   # nan, inf too
-            got = value if isinstance(value, float) else f"{value.bit_length()} bits"
+                and not finite(value):
             raise QueryValidationError(f"parameter {key!r} must be a finite number, got "
-                                       f"{got}")
+                                       f"{short_repr(value)}")
         if not isinstance(value, (bool, int, float, str)):
             raise QueryValidationError(f"parameter {key!r} must be a number, a string or a "
                                        f"boolean, got {type_name(value)}")
@@ -370,11 +369,12 @@ class GatewayService:
         return list(await asyncio.gather(*(self._call(t, "stats") for t in targets)))
 
     # ---------------------------------------------------------------- events
-    async def ingest_body(self, body, source: str = "gateway") -> dict:
-        """Events from the HTTP API: a msgpack batch (bytes, cep.codec) or JSON-like rows (a
-        list of mappings, or ``{"events": [...]}``). Bad rows are reported and skipped."""
-        if isinstance(body, (bytes, bytearray)):
-            batch, problems = decode_batch(bytes(body), errors="collect")
+    async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
+        """Events from the HTTP API: a msgpack batch (cep.codec: bytes, or with ``batch`` its
+        unpacked map) or JSON-like rows (a list of mappings, or ``{"events": [...]}``). Bad
+        rows are reported and skipped."""
+        if batch or isinstance(body, (bytes, bytearray)):
+            batch, problems = decode_batch(body, errors="collect")
             events, source = list(batch.events), batch.source
         else:
             rows = body.get("events") if isinstance(body, dict) else body
@@ -445,10 +445,9 @@ class GatewayService:
         if isinstance(watermark, bool) or not isinstance(watermark, (int, float)):
             raise IngestError(f"must be a finite number, got {type_name(watermark)}",
                               field="watermark")
-        if not -sys.float_info.max <= watermark <= sys.float_info.max:    # nan, inf too
-            got = watermark if isinstance(watermark, float) else \
-                f"{watermark.bit_length()} bits"
-            raise IngestError(f"must be a finite number, got {got}", field="watermark")
+        if not finite(watermark):
+            raise IngestError(f"must be a finite number, got {short_repr(watermark)}",
+                              field="watermark")
         w = float(watermark)
         if not isinstance(force, bool):
             raise IngestError(f"must be true or false, got {type_name(force)}", field="force")

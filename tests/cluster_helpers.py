@@ -5,6 +5,10 @@ import time
 import urllib.error
 import urllib.request
 
+PAIR = "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds"
+NEG = "PATTERN SEQ(A a, B b, ~C c) WHERE [k] WITHIN 5 seconds"
+# no [k]: runs on the global actor and pairs events across keys
+GLOBAL_AC = "PATTERN SEQ(A a, C c) WHERE a.x + c.x > 15 WITHIN 3 seconds"
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
 WHERE [k] AND a.x < b.x AND b.x > c.x
 WITHIN 10 seconds"""

@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules."""
 import pytest
 
+from gateway.client import connect
 from gateway.runtime import InProcessCluster
 from gateway.service import GatewaySettings
 
@@ -24,3 +25,15 @@ def make_cluster():
     yield start
     for cluster in started:
         cluster.stop()
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    """One in-process cluster with the defaults of ``make_cluster``."""
+    return make_cluster()
+
+
+@pytest.fixture
+def client(cluster):
+    """A Client connected to ``cluster``."""
+    return connect(cluster.url)

@@ -29,12 +29,11 @@ from gateway.client import connect
 from gateway.runtime import InProcessCluster
 from gateway.service import GatewaySettings
 
+from cluster_helpers import GLOBAL_AC, NEG, PAIR
+
 TOKEN = "t0ken"
 MAX_BODY = 64 * 1024
 MAX_DEPTH = 16
-PAIR = "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds"
-GLOBAL_AC = "PATTERN SEQ(A a, C c) WHERE a.x + c.x > 15 WITHIN 3 seconds"
-NEG = "PATTERN SEQ(A a, B b, ~C c) WHERE [k] WITHIN 5 seconds"
 QUERIES = (("pair", PAIR), ("glob", GLOBAL_AC), ("neg", NEG))
 GOOD_T0 = 2e6
 JSON_T = "application/json"
