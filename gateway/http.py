@@ -46,7 +46,7 @@ from cep.errors import (AuthenticationError, CepError, GatewayError, IngestError
                         NotFoundError, error_to_dict, http_status)
 from gateway.client import strict_json as dumps
 from gateway.registry import QueryRegistry
-from gateway.service import GatewayService, GatewaySettings, strip_ansi, type_name
+from gateway.service import GatewayService, GatewaySettings, plain_text, type_name
 from gateway.store import MatchStore
 
 log = logging.getLogger("raycep.gateway")
@@ -76,7 +76,7 @@ def error_reply(request, exc: CepError, status: int | None = None) -> web.Respon
     body = error_to_dict(exc)
     for key in ("message", "reason", "excerpt"):
         if isinstance(body.get(key), str):
-            body[key] = strip_ansi(body[key])
+            body[key] = plain_text(body[key])
     return reply(request, {"error": body}, status or http_status(exc))
 
 

@@ -75,12 +75,15 @@ class GatewaySettings:
 LATE = ":late"
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _NOT_A_REASON = ("Traceback", "File ", "ray::", "During handling", "The above exception")
 
 
-def strip_ansi(text: str) -> str:
-    """``text`` without ANSI escape sequences (terminal colours)."""
-    return _ANSI.sub("", text)
+def plain_text(text: str) -> str:
+    """``text`` fit for an error message: ANSI escape sequences (terminal colours) removed,
+    any other control character (a stray ESC from a client's path, say) shown escaped
+    (``\\x1b``); line breaks stay (caret excerpts)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", text))
 
 
 def type_name(value) -> str:
@@ -132,7 +135,7 @@ def short_reason(exc: BaseException, limit: int = 300) -> str:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException) and cause is not exc:
         exc = cause
-    lines = [ln.strip() for ln in strip_ansi(str(exc)).splitlines()]
+    lines = [ln.strip() for ln in plain_text(str(exc)).splitlines()]
     line = next((ln for ln in lines if ln and not ln.startswith(_NOT_A_REASON)), "")
     line = line if len(line) <= limit else line[:limit - 3] + "..."
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

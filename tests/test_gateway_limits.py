@@ -333,3 +333,12 @@ def test_cli_query_add_is_all_or_nothing(make_cluster, tmp_path, capsys):
     status, out = add(f"NAME a\n{SEQ3};\n{NEG}")
     assert status == 0 and "registered a" in out.out and ids()[:2] == ["pair", "a"]
     assert len(ids()) == 3
+
+
+def test_a_control_character_in_a_path_is_escaped_in_the_error(cluster):
+    """Found by the fuzz test: a stray ESC in the path was echoed into the 404 message (it
+    is not a whole ANSI sequence, so stripping those let it through)."""
+    status, _, payload = raw("GET", cluster.url + "/v1/queries/%1B%7B")
+    err = strict(payload)["error"]
+    assert status == 404 and "\x1b" not in err["message"]
+    assert "/v1/queries/\\x1b{" in err["message"]
