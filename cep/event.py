@@ -10,10 +10,12 @@ arrival order, so it is the same under replay and under out-of-order delivery.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 
 import msgpack
+import orjson
 
 from cep.errors import IngestError
 from cep.validate import short_repr
@@ -25,7 +27,7 @@ RESERVED = ("type", "ts", "id", "key")
 class Event:
     """One primitive event. Treat instances as immutable once created."""
 
-    __slots__ = ("type", "ts", "attrs", "key", "_id")
+    __slots__ = ("type", "ts", "attrs", "key", "_id", "_json")
 
     def __init__(self, type: str, ts: float, attrs: dict | None = None, key=None,
                  id: str | None = None):
@@ -34,6 +36,7 @@ class Event:
         self.attrs = attrs if attrs is not None else {}
         self.key = key
         self._id = id
+        self._json = None
 
     @property
     def id(self) -> str:
@@ -56,6 +59,30 @@ class Event:
 
     def __hash__(self) -> int:
         return hash((self.type, self.ts, self.id))
+
+    def __getstate__(self):
+        """Pickled (Ray) without the cached JSON: the receiver serialises it again if needed."""
+        return None, {"type": self.type, "ts": self.ts, "attrs": self.attrs, "key": self.key,
+                      "_id": self._id}
+
+    def __setstate__(self, state):
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        self._json = None
+
+    def json(self) -> bytes:
+        """``to_dict()`` as compact JSON bytes, computed once per event: a match line is
+        assembled from these fragments (cep.output), so an event in many matches is serialised
+        once. Values JSON cannot carry (bytes) are written as their ``str()``."""
+        data = self._json
+        if data is None:
+            try:
+                data = orjson.dumps(self.to_dict(), default=str)
+            except (TypeError, orjson.JSONEncodeError):     # e.g. an int orjson does not take
+                data = json.dumps(self.to_dict(), default=str, separators=(",", ":"),
+                                  ensure_ascii=False).encode()
+            self._json = data
+        return data
 
     def to_dict(self) -> dict:
         """JSON-friendly form: id, type, ts, key (if any) and the attributes at top level

@@ -25,6 +25,7 @@ import sys
 import time
 
 from cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
+from cep.output import MatchLines
 from cep.sources import SUPPORTED_EXTENSIONS, iter_events, parse_cell
 
 PROG = "raycep"
@@ -170,28 +171,31 @@ def run_local(args) -> int:
     bad = BadRows()
     events = iter_events(args.events, key_attr=args.key,
                          on_error=bad if args.skip_bad_rows else None)
-    out, close = _open_output(args.out)
+    out, close = _open_output(args.out, binary=True)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
-    counts: dict = {}
-    retracted: dict = {}
     started = time.perf_counter()
     n_events = 0
     core = engine.engine
+    lines = MatchLines()
+    counts, retracted = lines.counts, lines.retractions
+    write = out.write
     try:
         progress = Progress(started)
         for event in events:
             n_events += 1
-            for match in engine.process(event):
-                _write_match(out, match, retracted if match.retracted else counts)
+            found = engine.process(event)
+            if found:
+                write(lines.lines(found))
             if core.late:
                 for late in core.take_late():
                     late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
-            progress.tick(n_events, sum(counts.values()))
-        for match in engine.advance(float("inf")):
-            _write_match(out, match, retracted if match.retracted else counts)
+            progress.tick(n_events, counts)
+        write(lines.lines(engine.advance(float("inf"))))
     finally:
         if close:
             out.close()
+        else:
+            out.flush()
         if close_late:
             late_out.close()
     seconds = time.perf_counter() - started
@@ -366,30 +370,50 @@ class Progress:
     def __init__(self, started: float):
         self.started = started
         self.next_at = started + PROGRESS_EVERY_S
+        self.mask = 1023 if PROGRESS_EVERY_S > 0 else 0
 
-    def tick(self, events: int, matches: int) -> None:
+    def tick(self, events: int, counts: dict) -> None:
+        """Called per event (looks at the clock every 1024 events); ``counts``: matches per
+        query."""
+        if events & self.mask:
+            return
         now = time.perf_counter()
         if now < self.next_at:
             return
         self.next_at = now + PROGRESS_EVERY_S
         rate = events / (now - self.started)
-        _err(f"{events} events, {matches} matches, {rate:.0f} events/s")
+        _err(f"{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
 
 
-def _write_match(out, match, counts: dict) -> None:
-    counts[match.query] = counts.get(match.query, 0) + 1
-    out.write(json.dumps(match.to_dict(), default=str) + "\n")
+class _StdoutBytes:
+    """Writes bytes to standard output (``sys.stdout.buffer``, or the text stream when it has
+    none, e.g. under a test's capture)."""
+
+    def write(self, data: bytes) -> None:
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(data.decode())
+        else:
+            buffer.write(data)
+
+    def flush(self) -> None:
+        buffer = getattr(sys.stdout, "buffer", None)
+        (buffer or sys.stdout).flush()
 
 
-def _open_output(path):
-    """(stream, must_close) for --out, creating parent directories; stdout when None."""
+def _open_output(path, binary: bool = False):
+    """(stream, must_close) for --out, creating parent directories; stdout when None.
+    ``binary``: a bytes stream (stdout's buffer, flushed when the caller closes nothing)."""
     if path is None:
+        if binary:
+            sys.stdout.flush()
+            return _StdoutBytes(), False
         return sys.stdout, False
     parent = os.path.dirname(path)
     try:
         if parent:
             os.makedirs(parent, exist_ok=True)
-        return open(path, "w", encoding="utf-8"), True
+        return open(path, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})), True
     except OSError as exc:
         raise UsageError(f"error: cannot write {path}: {exc.strerror or exc}") from None
 

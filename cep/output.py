@@ -1,0 +1,124 @@
+"""Match records as JSON bytes, assembled from fragments.
+
+A match line is ``{"query":Q,"events":{VAR:EVENT,...}}`` plus optional extra fields
+(``"id"``, ``"retracted":true``). Each event is serialised once (``Event.json()``, cached on the
+event), so an event that takes part in many matches costs one serialisation, and a line is a
+``bytes`` concatenation of fragments. The evaluator emits the matches of one trigger as a batch
+that shares every binding but one (``Match.batch``): the part before and after the varying
+binding is built once per batch and reused for each of its matches.
+
+Output is compact JSON (orjson), keys in the order of ``Match.to_dict()``; parsing a line gives
+exactly ``match.to_dict()`` (plus the extra fields).
+"""
+from __future__ import annotations
+
+import orjson
+
+from cep.event import Event
+
+_RETRACTED = b',"retracted":true'
+
+
+def _value(value) -> bytes:
+    if value.__class__ is Event:
+        return value.json()
+    return b"[" + b",".join([e.json() for e in value]) + b"]"
+
+
+def _head(query: str) -> bytes:
+    return b'{"query":' + orjson.dumps(query) + b',"events":{'
+
+
+class MatchLines:
+    """Serialises matches to JSON lines (bytes, each ending in a newline).
+
+    Keeps the fragments of the last batch seen, so consecutive matches of one ``Match.batch``
+    (same shared bindings object, same varying variable) cost one concatenation each.
+    """
+
+    __slots__ = ("_heads", "_names", "_base", "_name", "_pre", "_post", "counts",
+                 "retractions")
+
+    def __init__(self):
+        self.counts: dict = {}          # query -> matches written
+        self.retractions: dict = {}     # query -> retractions written
+        self._heads: dict = {}          # query -> b'{"query":...,"events":{'
+        self._names: dict = {}          # variable -> b'"var":'
+        self._base = None
+        self._name = None
+        self._pre = self._post = b""
+
+    def _var(self, name: str) -> bytes:
+        frag = self._names.get(name)
+        if frag is None:
+            frag = self._names[name] = orjson.dumps(name) + b":"
+        return frag
+
+    def _fields(self, bindings: dict, order, skip=None) -> list:
+        out = []
+        for var in order or bindings:
+            if var in bindings and var != skip:
+                out.append(self._var(var) + _value(bindings[var]))
+        return out
+
+    def line(self, match, extra: bytes = b"") -> bytes:
+        """``match`` as one JSON line; ``extra`` is inserted before the closing brace (e.g.
+        ``b',"id":"..."'``). A Retraction gets ``"retracted":true`` after ``extra``."""
+        query, base, name, event, order = match
+        head = self._heads.get(query)
+        if head is None:
+            head = self._heads[query] = _head(query)
+        tail = extra + _RETRACTED if match.retracted else extra
+        if name is None:
+            return head + b",".join(self._fields(base, order)) + b"}" + tail + b"}\n"
+        if base is not self._base or name != self._name:
+            pre, post, seen = [], [], False
+            for var in order or (*base, name):
+                if var == name:
+                    seen = True
+                elif var in base:
+                    (post if seen else pre).append(self._var(var) + _value(base[var]))
+            self._pre = b",".join(pre) + b"," if pre else b""
+            self._pre += self._var(name)
+            self._post = b"," + b",".join(post) if post else b""
+            self._base, self._name = base, name
+        return head + self._pre + _value(event) + self._post + b"}" + tail + b"}\n"
+
+    def lines(self, matches, extra=None) -> bytes:
+        """All ``matches`` as JSON lines, concatenated; ``extra(match) -> bytes`` per match.
+        Counts them per query in ``counts`` and ``retractions``."""
+        if extra is not None:
+            out = [self.line(m, extra(m)) for m in matches]
+            for m in matches:
+                self._count(m, 1)
+            return b"".join(out)
+        if not isinstance(matches, list):
+            matches = list(matches)
+        out = []
+        append = out.append
+        line = self.line
+        run = None                        # (query, base, name, class) of the current batch
+        start = 0
+        for i, m in enumerate(matches):
+            if run is not None and m[1] is run[1] and m[2] == run[2] \
+                    and m.__class__ is run[3] and m[0] == run[0]:
+                e = m[3]
+                append(pre + (e._json or e.json() if e.__class__ is Event else _value(e)) + post)
+                continue
+            if i > start:
+                self._count(matches[start], i - start)
+            append(line(m))
+            start = i
+            if m[2] is None:
+                run = None
+                continue
+            run = (m[0], m[1], m[2], m.__class__)
+            pre = self._heads[m[0]] + self._pre
+            post = self._post + (b"}" + _RETRACTED + b"}\n" if m.retracted else b"}}\n")
+        if matches:
+            self._count(matches[start], len(matches) - start)
+        return b"".join(out)
+
+    def _count(self, match, n: int) -> None:
+        into = self.retractions if match.retracted else self.counts
+        into[match[0]] = into.get(match[0], 0) + n
