@@ -204,6 +204,27 @@ class TimeBuffer:
         return self._times[0][0] if self._times else None
 
 
+def _content(ev: Event) -> int:
+    """A hash of what a derived id is computed from (type, ts, key, attributes), without
+    computing the id (blake2b of msgpack, ~10x dearer); attribute values that cannot be hashed
+    (lists, maps) fall back to the id."""
+    try:
+        return hash((ev.type, ev.ts, ev.key, tuple(ev.attrs.items())))
+    except TypeError:
+        return hash(ev.id)
+
+
+def _fingerprint(ev: Event) -> int:
+    """What an evicted event is remembered by: its id when it has one already (given, or
+    derived for output), else its content, which determines the id it would derive. A late copy
+    is a duplicate when its id or its content matches (``seen_before``): the same answer as
+    comparing ids, except that an evicted event without a given id and a late event with the
+    same content but another given id count as one event (and the same content with the
+    attributes in another order as two)."""
+    eid = ev._id
+    return hash(eid) if eid is not None else _content(ev)
+
+
 class SharedEventIndex:
     """All buffered events of one process/actor, shared by every query.
 
@@ -309,7 +330,7 @@ class SharedEventIndex:
         self.evicted += dropped
         sink.sort(key=lambda events: events[-1].ts)      # forget the oldest first
         for events in sink:
-            self._gone.append({hash(e.id) for e in events})
+            self._gone.append(set(map(_fingerprint, events)))
             self._gone_n += len(events)
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
             self._gone_n -= len(self._gone.popleft())
@@ -325,11 +346,12 @@ class SharedEventIndex:
         return any(e.id == eid for e in buf.range(ev.ts, ev.ts))
 
     def seen_before(self, ev: Event) -> bool:
-        """Whether ``ev`` is buffered or among the remembered evicted events (by id)."""
+        """Whether ``ev`` is buffered or among the remembered evicted events (see
+        ``_fingerprint``: by id, or by content for an evicted event whose id was derived)."""
         if self.contains(ev):
             return True
-        h = hash(ev.id)
-        return any(h in ids for ids in self._gone)
+        keys = {hash(ev.id), _content(ev)}
+        return any(not keys.isdisjoint(ids) for ids in self._gone)
 
     def __len__(self) -> int:
         return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))
