@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass
 
 import msgpack
+import orjson
 
 from cep.codec import encode_batch
 from cep.errors import GatewayError, IngestError, UnavailableError, error_from_dict
@@ -227,6 +228,11 @@ class Client:
 def strict_json(data, **options) -> str:
     """``json.dumps`` writing strict JSON: a non-finite float (NaN, an infinite watermark)
     becomes null, an unknown type its ``str``."""
+    if not options:                      # orjson writes NaN and infinities as null itself
+        try:
+            return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except (TypeError, orjson.JSONEncodeError):      # e.g. an integer beyond 64 bits
+            pass
     try:
         return json.dumps(data, default=str, allow_nan=False, **options)
     except ValueError:                   # a NaN or an infinity somewhere: the slow path

@@ -18,6 +18,8 @@ import os
 from collections import deque
 from itertools import islice
 
+import orjson
+
 log = logging.getLogger("raycep.gateway")
 
 
@@ -39,6 +41,15 @@ def _identity(record: dict):
     """What makes a record a duplicate: its id, and whether it is a retraction."""
     rid = record.get("id")
     return "retracted:" + rid if rid is not None and record.get("retracted") else rid
+
+
+def _line(record: dict) -> str:
+    """A record as one JSON line, keys sorted (orjson; json for what orjson refuses)."""
+    try:
+        return orjson.dumps(record, default=str, option=orjson.OPT_SORT_KEYS
+                            | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(record, sort_keys=True, default=str) + "\n"
 
 
 class MatchStore:
@@ -141,7 +152,7 @@ class MatchStore:
             if parent:
                 os.makedirs(parent, exist_ok=True)
             self._sink = open(self.jsonl_path, "a", encoding="utf-8")
-        self._sink.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        self._sink.write("".join(_line(r) for r in records))
         self._sink.flush()
 
     def close_sink(self) -> None:
