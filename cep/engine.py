@@ -117,6 +117,7 @@ class Engine:
         self.index.set_keep_all(not self.managers or any(
             not m.partitioned or m.cq.strategy != "skip_till_any_match"
             for m in self.managers.values()))
+        self.index.set_keep_keys(any(m.partitioned for m in self.managers.values()))
 
     @property
     def horizon(self) -> float:

@@ -238,6 +238,8 @@ class SharedEventIndex:
         self._gone: deque = deque()       # hashes of evicted ids, oldest first
         self._gone_n = 0
         self.keep_all = True              # also index keyed events under ALL
+        self.keep_keys = True             # index keyed events under their key (while some
+                                          # query reads per key, or keep_all is off)
         self.keep_any = False             # also index every event under ANY_TYPE
         self.duplicates = 0
         self.inserted = 0
@@ -262,7 +264,7 @@ class SharedEventIndex:
         elif not buf.insert(ev):
             self.duplicates += 1
             return False
-        if part is ALL and key is not None:
+        if part is ALL and key is not None and self.keep_keys:
             kb = buffers.get((key, etype))
             if kb is None:
                 kb = buffers[(key, etype)] = TimeBuffer()
@@ -274,7 +276,8 @@ class SharedEventIndex:
 
     def _add_any(self, ev: Event):
         key = ev.key
-        parts = (ALL,) if key is None else (ALL, key) if self.keep_all else (key,)
+        parts = (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
+            if self.keep_all else (key,)
         for part in parts:
             buf = self._buffers.get((part, ANY_TYPE))
             if buf is None:
@@ -289,10 +292,30 @@ class SharedEventIndex:
         for ev in list(self.events()):
             self._add_any(ev)
 
+    def set_keep_keys(self, keep: bool):
+        """Keep (or stop keeping) the per-key buffers of keyed events while the all-partitions
+        buffers hold them too (no query reading per key: one insert per event, not two)."""
+        keep = keep or not self.keep_all
+        if keep == self.keep_keys:
+            return
+        self.keep_keys = keep
+        if not keep:
+            self._buffers = {k: b for k, b in self._buffers.items() if k[0] is ALL}
+            return
+        for ev in list(self.events()):
+            if ev.key is not None:
+                for t in (ev.type, ANY_TYPE) if self.keep_any else (ev.type,):
+                    buf = self._buffers.get((ev.key, t))
+                    if buf is None:
+                        buf = self._buffers[(ev.key, t)] = TimeBuffer()
+                    buf.insert(ev)
+
     def set_keep_all(self, keep: bool):
         """Keep (or stop keeping) the all-partitions buffers of keyed events; rebuilds them."""
         if keep == self.keep_all:
             return
+        if not keep:
+            self.set_keep_keys(True)
         events = list(self.events())
         self.keep_all = keep
         self._buffers = {k: b for k, b in self._buffers.items() if k[0] is not ALL}

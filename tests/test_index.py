@@ -90,3 +90,32 @@ def test_select_compares_column_wise_like_a_plain_filter():
             for e in in_range:
                 if e.attrs.get("v").__class__ not in (int, float):
                     assert e in unchecked
+
+
+def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
+    """Without a partitioned query a keyed event is indexed once (under ALL); a partitioned
+    query added later finds the buffered events under their keys (the buffers are rebuilt),
+    so it matches exactly as if it had been registered from the start."""
+    from cep.engine import Engine
+
+    rnd = random.Random(5)
+    keys = [rnd.choice("xy") for _ in range(400)]
+    events = [Event(rnd.choice("AB"), float(i), {"v": rnd.randrange(5), "k": k}, key=k)
+              for i, k in enumerate(keys)]
+    glob = "PATTERN SEQ(A a, B b) WHERE a.v < b.v WITHIN 5 seconds"
+    keyed = "PATTERN SEQ(A a, B b) WHERE [k] AND a.v < b.v WITHIN 5 seconds"
+    eng = Engine(key_attr="k")
+    eng.add_query(glob, name="g")
+    for ev in events[:200]:
+        eng.process(ev)
+    assert not eng.index.keep_keys
+    assert {p for p, _ in eng.index._buffers} == {ALL}
+    eng.add_query(keyed, name="p")
+    assert eng.index.keep_keys and eng.index.partitions() == 2
+    late = [m for ev in events[200:] for m in eng.process(ev) if m.query == "p"]
+    ref = Engine(key_attr="k")
+    ref.add_query(keyed, name="p")
+    expect = [m for i, ev in enumerate(events) for m in ref.process(ev) if i >= 200]
+    assert {m.key() for m in late} == {m.key() for m in expect} and expect
+    eng.remove_query("p")
+    assert not eng.index.keep_keys and eng.index.partitions() == 0
