@@ -12,9 +12,14 @@ exactly ``match.to_dict()`` (plus the extra fields).
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import is_not, itemgetter
+
 import orjson
 
 from cep.event import Event
+
+_BASE, _NAME, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
 
 _RETRACTED = b',"retracted":true'
 
@@ -86,37 +91,48 @@ class MatchLines:
 
     def lines(self, matches, extra=None) -> bytes:
         """All ``matches`` as JSON lines, concatenated; ``extra(match) -> bytes`` per match.
-        Counts them per query in ``counts`` and ``retractions``."""
+        Counts them per query in ``counts`` and ``retractions``.
+
+        A run of consecutive matches of one ``Match.batch`` (the same shared bindings object)
+        becomes ``pre + (post + pre).join(event fragments) + post``: the per-match work is
+        fetching the event's cached JSON (run boundaries are found with C-level maps)."""
+        if not isinstance(matches, list):
+            matches = list(matches)
         if extra is not None:
             out = [self.line(m, extra(m)) for m in matches]
             for m in matches:
                 self._count(m, 1)
             return b"".join(out)
-        if not isinstance(matches, list):
-            matches = list(matches)
+        n = len(matches)
+        if n < 2:
+            if n:
+                self._count(matches[0], 1)
+                return self.line(matches[0])
+            return b""
+        bases = list(map(_BASE, matches))
+        starts = [0, *compress(range(1, n), map(is_not, bases[1:], bases[:-1])), n]
         out = []
         append = out.append
-        line = self.line
-        run = None                        # (query, base, name, class) of the current batch
-        start = 0
-        for i, m in enumerate(matches):
-            if run is not None and m[1] is run[1] and m[2] == run[2] \
-                    and m.__class__ is run[3] and m[0] == run[0]:
-                e = m[3]
-                append(pre + (e._json or e.json() if e.__class__ is Event else _value(e)) + post)
+        for a, b in zip(starts, starts[1:]):
+            m = matches[a]
+            if b - a == 1 or m[2] is None:
+                for k in range(a, b):
+                    append(self.line(matches[k]))
+                    self._count(matches[k], 1)
                 continue
-            if i > start:
-                self._count(matches[start], i - start)
-            append(line(m))
-            start = i
-            if m[2] is None:
-                run = None
+            run = matches[a:b]
+            if len(set(map(type, run))) > 1 or len(set(map(_NAME, run))) > 1:
+                for k in run:                           # not one batch after all
+                    append(self.line(k))
+                    self._count(k, 1)
                 continue
-            run = (m[0], m[1], m[2], m.__class__)
+            first = self.line(m)                        # sets _pre / _post for this batch
             pre = self._heads[m[0]] + self._pre
-            post = self._post + (b"}" + _RETRACTED + b"}\n" if m.retracted else b"}}\n")
-        if matches:
-            self._count(matches[start], len(matches) - start)
+            post = first[len(pre) + len(_value(m[3])):]
+            append(pre + (post + pre).join(
+                [e._json or e.json() if e.__class__ is Event else _value(e)
+                 for e in map(_EVENT, run)]) + post)
+            self._count(m, b - a)
         return b"".join(out)
 
     def _count(self, match, n: int) -> None:

@@ -44,8 +44,11 @@ def matches(draw):
             base = {v: b for v, b in bindings.items() if v != name}
             batch = Match.batch(query, base, name, draw(st.lists(events, min_size=1, max_size=4)),
                                 order)
-            if draw(st.booleans()):
+            kind = draw(st.sampled_from(["matches", "retractions", "mixed"]))
+            if kind == "retractions":
                 batch = [Retraction.of(m) for m in batch]
+            elif kind == "mixed":
+                batch = [Retraction.of(m) if draw(st.booleans()) else m for m in batch]
             out.extend(batch)
         else:
             m = Match(query, bindings, order)
