@@ -39,12 +39,14 @@ from collections import OrderedDict, deque
 from itertools import islice
 
 import msgpack
+import orjson
 
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
 from cep.errors import OverloadedError, PlanningError
 from cep.match import Match
+from cep.output import MatchLines
 from planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
@@ -58,11 +60,15 @@ def match_id(match: Match) -> str:
     return hashlib.blake2b(body, digest_size=12).hexdigest()
 
 
+def match_json(match: Match, lines: MatchLines | None = None) -> bytes:
+    """The JSON text of ``match_record(match)``, assembled from the events' cached JSON
+    (``lines``: a MatchLines to reuse)."""
+    return (lines or MatchLines()).line(match, b',"id":"' + match_id(match).encode() + b'"')[:-1]
+
+
 def match_record(match: Match) -> dict:
     """``match.to_dict()`` plus its ``id`` (a Retraction: the same id, ``"retracted": true``)."""
-    out = match.to_dict()
-    out["id"] = match_id(match)
-    return out
+    return orjson.loads(match_json(match))
 
 
 def late_record(late: LateEvent) -> dict:
@@ -79,6 +85,7 @@ class PartitionWorker:
                  disorder: DisorderSettings | None = None, mode: str | None = None):
         self.partition = partition
         self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode)
+        self._lines = MatchLines()
         self.rates = RateTracker(rate_horizon)
         self.remember_batches = remember_batches
         self._recent: OrderedDict = OrderedDict()   # (source, batch_id) -> None, oldest first
@@ -168,8 +175,8 @@ class PartitionWorker:
             self._recent.popitem(last=False)
         self.batches += 1
         self.bad_rows += len(problems)
-        late = [late_record(x) for x in engine.take_late()]
-        out = [match_record(m) for m in matches] + late
+        late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
+        out = self._records(matches) + late
         records = self._deliver(out)
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
@@ -197,14 +204,20 @@ class PartitionWorker:
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (later ones are late): the
         matches that waited for it (as records with ids; queued instead with an outbox)."""
-        return self._deliver([match_record(m) for m in self.engine.advance(watermark)])
+        return self._deliver(self._records(self.engine.advance(watermark)))
+
+    def _records(self, matches: list) -> list:
+        """Match and retraction records as JSON texts (bytes): ``match_record`` assembled
+        from the events' cached JSON (cep.output)."""
+        lines = self._lines
+        return [match_json(m, lines) for m in matches]
 
     # ---------------------------------------------------------------- outbox
     def _deliver(self, records: list) -> list:
-        """Queue ``records`` in the outbox (returns []; never drops: ``ingest`` refuses
-        batches while it is full) or hand them back (no outbox)."""
+        """Queue ``records`` (JSON texts) in the outbox (returns []; never drops: ``ingest``
+        refuses batches while it is full) or hand them back as dicts (no outbox)."""
         if self.outbox is None:
-            return records
+            return [orjson.loads(r) for r in records]
         seq = self.outbox_seq
         self.outbox.extend(zip(range(seq + 1, seq + 1 + len(records)), records))
         self.outbox_seq = seq + len(records)
@@ -225,7 +238,8 @@ class PartitionWorker:
     def drain(self, ack: int = 0, limit: int = 10_000) -> dict:
         """Forget the outbox records up to sequence number ``ack`` (delivered) and return the
         next ones: ``{"records": [...], "last": seq of the last returned (or ack),
-        "pending": how many remain after those}``."""
+        "pending": how many remain after those}``. Each record is its JSON text (bytes, what
+        ``match_record`` / ``late_record`` give, serialised): cheap to ship through Ray."""
         box = self.outbox
         if box is None:
             return {"records": [], "last": ack, "pending": 0}

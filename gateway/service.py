@@ -19,6 +19,8 @@ import re
 import time
 from dataclasses import dataclass
 
+import orjson
+
 from actors.routing import GLOBAL, RoutingTable
 from cep.codec import decode_batch, encode_batch
 from cep.compiler import compile_query
@@ -481,7 +483,7 @@ class GatewayService:
             while True:
                 page = await self._call(target, "drain", self._acks[target],
                                         self.settings.drain_limit)
-                self.put_matches(page["records"])
+                self.put_matches([orjson.loads(r) for r in page["records"]])
                 moved += len(page["records"])
                 self._acks[target] = page["last"]
                 if not page["pending"]:

@@ -9,6 +9,7 @@ test_cluster_ray.py.
 import json
 import math
 
+import orjson
 import pytest
 
 from actors.local import LocalHandle
@@ -135,7 +136,7 @@ class DrainedActor:
     def drain(self):
         while True:
             page = self.worker.drain(self.ack)
-            self.records += page["records"]
+            self.records += [orjson.loads(r) for r in page["records"]]
             self.ack = page["last"]
             if not page["pending"]:
                 return

@@ -4,6 +4,7 @@ import pickle
 import random
 
 import msgpack
+import orjson
 import pytest
 
 from actors.partition import PartitionWorker, match_id, partition_actor
@@ -16,6 +17,11 @@ SEQ3 = """PATTERN SEQ(A a, B b, C c)
           WHERE [k] AND a.x < b.x AND b.x > c.x
           WITHIN 10 seconds"""
 PAIR = "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds"
+
+
+def records(page: dict) -> list:
+    """The records of a drained page (each a JSON text) as dicts."""
+    return [orjson.loads(r) for r in page["records"]]
 
 
 def stream(n=300, seed=1, keys=4):
@@ -191,12 +197,12 @@ def test_outbox_keeps_matches_until_acknowledged():
     first = w.drain(0, limit=5)
     assert len(first["records"]) == 5 and first["pending"] == ack["queued"] - 5
     again = w.drain(0, limit=5)                 # not acknowledged: delivered again
-    assert [r["id"] for r in again["records"]] == [r["id"] for r in first["records"]]
+    assert [r["id"] for r in records(again)] == [r["id"] for r in records(first)]
     rest = w.drain(first["last"], limit=10_000)
-    ids = [r["id"] for r in first["records"] + rest["records"]]
-    ids += [r["id"] for r in w.drain(rest["last"])["records"]]
+    ids = [r["id"] for r in records(first) + records(rest)]
+    ids += [r["id"] for r in records(w.drain(rest["last"]))]
     w.advance(float("inf"))
-    ids += [r["id"] for r in w.drain(rest["last"])["records"]]
+    ids += [r["id"] for r in records(w.drain(rest["last"]))]
     assert len(ids) == len(set(ids)) and set(ids) == expected_ids(events, ("seq", SEQ3))
 
 
@@ -205,7 +211,7 @@ def _drain_ids(w, ack=0) -> tuple:
     ids = []
     while True:
         page = w.drain(ack, limit=7)
-        ids += [r["id"] for r in page["records"]]
+        ids += [r["id"] for r in records(page)]
         ack = page["last"]
         if not page["pending"]:
             return ids, w.drain(ack, limit=0)["last"]
@@ -281,6 +287,6 @@ def test_snapshot_restore_continues_with_the_same_matches():
         assert x.ingest(encode_batch(events[:200], "s", "b1"))["redelivered"]
         x.ingest(encode_batch(events[200:], "s", "b2"))
         x.advance(float("inf"))
-    ids = [{r["id"] for r in x.drain(0)["records"]} for x in (w, clone)]
+    ids = [{r["id"] for r in records(x.drain(0))} for x in (w, clone)]
     assert ids[0] == ids[1] == expected_ids(events, ("seq", SEQ3))
     assert clone.stats()["events"] == w.stats()["events"] == len(events)
