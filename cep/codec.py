@@ -17,6 +17,22 @@ while they are decoded (no second pass): a row whose event time or any number (a
 list or map attribute) is NaN or infinite, whose ``key`` is not a string, a finite number or
 a boolean (a map, a list), or whose id is a map or list is a bad row, reported with its index
 and field (``decode_batch(errors="collect")``) while the other rows are decoded.
+
+Schema version 2 carries the rows as columns::
+
+    {"schema_version": 2, "source": str, "batch_id": str, "arrow": bytes}
+
+``arrow`` is an Arrow IPC stream (``pyarrow.ipc``, one schema, any number of record batches):
+columns ``type`` (string), ``ts`` (float or integer seconds), optional ``key`` and ``id``
+(string; null: derived from the content on demand, the same id version 1 would carry), an
+optional ``attrs`` column (a map of more attributes, e.g. ones named like a field) and one
+column per attribute, null = absent (``cep.columns`` describes how a column of mixed kinds is
+a dense union, so int, float, bool, str keep their Python types). It is encoded by
+``encode_columns`` (a table built by a producer, e.g. from Spark's Arrow batches) or
+``encode_batch(..., schema_version=2)`` and decoded in bulk: each column is checked once, events
+are built from whole columns, and only rows a check flags go through ``decode_row``, so a
+version-2 batch gives the same events, ids and errors (row index, field) as version 1.
+Attributes come out in column order. ``decode_batch`` reads both versions.
 """
 from __future__ import annotations
 
@@ -28,9 +44,9 @@ import msgpack
 from cep.errors import IngestError
 from cep.event import Event, make_event
 
-#: the schema version this module writes; decoding accepts exactly these versions
+#: the schema version encode_batch writes by default; decoding accepts exactly these versions
 SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 
 #: field order of an array row
 ROW_FIELDS = ("type", "ts", "attrs", "key", "id")
@@ -50,12 +66,21 @@ class Batch:
 
 # --------------------------------------------------------------------------- encoding
 
-def encode_batch(events, source: str, batch_id: str) -> bytes:
-    """Pack ``events`` (an iterable of Event) into one msgpack batch.
+def encode_batch(events, source: str, batch_id: str,
+                 schema_version: int = SCHEMA_VERSION) -> bytes:
+    """Pack ``events`` (an iterable of Event) into one msgpack batch of ``schema_version``
+    (1: rows, 2: columns).
 
     Raises IngestError naming the row index and field when a value cannot be packed
     (attribute values must be nil, bool, int, float, str, bytes, or lists/maps of those).
     """
+    if schema_version == 2:
+        from cep.columns import table_from_events
+        _check_header(source, batch_id)
+        return encode_columns(table_from_events(events), source, batch_id)
+    if schema_version != 1:
+        raise ValueError(f"schema_version must be one of {SUPPORTED_VERSIONS}, not "
+                         f"{schema_version!r}")
     rows = []
     for index, ev in enumerate(events):
         if not isinstance(ev, Event):
@@ -67,18 +92,49 @@ def encode_batch(events, source: str, batch_id: str) -> bytes:
 def encode_rows(rows: list, source: str, batch_id: str) -> bytes:
     """Pack wire rows ``[type, ts, attrs, key, id]`` (already built, e.g. inside a Spark task)
     into one msgpack batch; the errors of ``encode_batch``."""
+    _check_header(source, batch_id)
+    body = {"schema_version": 1, "source": source, "batch_id": batch_id, "rows": rows}
+    try:
+        return msgpack.packb(body, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _unpackable_row(rows, exc) from None
+
+
+def encode_columns(table, source: str, batch_id: str) -> bytes:
+    """Pack a pyarrow Table or RecordBatch (columns ``type``, ``ts``, optional ``key``,
+    ``id``, every other column an attribute, null = absent) into one schema-version-2 batch:
+    the columns travel as an Arrow IPC stream, no per-row work. IngestError for a header that
+    is not a string, or a table with a column named twice or without ``type`` / ``ts``."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    _check_header(source, batch_id)
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise IngestError(f"expected a pyarrow Table or RecordBatch, got "
+                          f"{type(table).__name__}")
+    names = table.schema.names
+    for name in names:
+        if names.count(name) > 1:
+            raise IngestError(f"column {name!r} appears twice", field=name)
+    for name in ("type", "ts"):
+        if name not in names:
+            raise IngestError(f"the table has no {name!r} column", field=name)
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    body = {"schema_version": 2, "source": source, "batch_id": batch_id,
+            "arrow": memoryview(sink.getvalue())}
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def _check_header(source, batch_id) -> None:
     if not isinstance(source, str):
         raise IngestError(f"source must be a string, got {type(source).__name__}",
                           field="source")
     if not isinstance(batch_id, str):
         raise IngestError(f"batch id must be a string, got {type(batch_id).__name__}",
                           field="batch_id")
-    body = {"schema_version": SCHEMA_VERSION, "source": source, "batch_id": batch_id,
-            "rows": rows}
-    try:
-        return msgpack.packb(body, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise _unpackable_row(rows, exc) from None
 
 
 def _unpackable_row(rows: list, exc: Exception) -> IngestError:
@@ -117,6 +173,10 @@ def decode_batch(data, errors: str = "raise"):
     if errors not in ("raise", "collect"):
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     header, rows = _decode_header(data)
+    if header["schema_version"] == 2:
+        events, problems = _decode_columns(rows, errors)
+        batch = Batch(2, header["source"], header["batch_id"], tuple(events))
+        return (batch, problems) if errors == "collect" else batch
     events, problems = [], []
     for index, row in enumerate(rows):
         try:
@@ -140,7 +200,7 @@ def _decode_header(data) -> tuple:
     if not isinstance(body, dict):
         raise IngestError(f"batch must be a msgpack map (or the bytes of one), got "
                           f"{type(body).__name__}")
-    for field in ("schema_version", "source", "batch_id", "rows"):
+    for field in ("schema_version", "source", "batch_id"):
         if field not in body:
             raise IngestError("missing header field", field=field)
     version = body["schema_version"]
@@ -154,10 +214,32 @@ def _decode_header(data) -> tuple:
         if not isinstance(body[field], str):
             raise IngestError(f"must be a string, got {type(body[field]).__name__}",
                               field=field)
-    rows = body["rows"]
-    if not isinstance(rows, list):
+    field = "rows" if version == 1 else "arrow"
+    if field not in body:
+        raise IngestError("missing header field", field=field)
+    rows = body[field]
+    if version == 1 and not isinstance(rows, list):
         raise IngestError(f"rows must be an array, got {type(rows).__name__}", field="rows")
+    if version == 2 and not isinstance(rows, (bytes, bytearray, memoryview)):
+        raise IngestError(f"arrow must be the bytes of an Arrow IPC stream, got "
+                          f"{type(rows).__name__}", field="arrow")
     return body, rows
+
+
+def _decode_columns(data, errors: str) -> tuple:
+    """Events and row errors of a version-2 body (Arrow IPC stream bytes), built in bulk."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    from cep.columns import build_events
+    try:
+        table = ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise IngestError(f"not an Arrow IPC stream: {reason}", field="arrow") from None
+    events, problems = build_events(table, fallback=decode_row, text_times=False)
+    if problems and errors == "raise":
+        raise problems[0][1]
+    return events, [err for _, err in problems]
 
 
 def decode_row(row, index: int | None = None) -> Event:

@@ -1,42 +1,79 @@
-"""Read events from files: CSV (header row) and JSON Lines.
+"""Read events from files: CSV (header row), JSON Lines and Parquet.
 
 CSV: the header names the columns; ``type`` and ``ts`` are required, ``id`` and ``key`` are
 optional, every other column is an attribute. Cells are typed from their text: integers
 (``42``), floats (``4.2``, ``1e3``), ``true``/``false`` (any case) as booleans, anything else
-a string; an empty cell means the attribute is absent. ``id`` cells stay strings.
+a string; an empty cell means the attribute is absent. ``id`` cells stay strings. The typing
+is per cell, so one column may hold ints, floats and strings.
 
 JSON Lines: one JSON object per line with ``type``, ``ts``, optional ``id``/``key`` and the
 attributes at top level or under ``attrs``; blank lines are ignored.
+
+Parquet: columns typed by their Parquet types (text columns are typed per cell like CSV
+cells, as the Spark ingest job types them; a timestamp is read as epoch seconds, a date or
+time as ISO text, a decimal as a float); null = absent.
 
 ``id`` is the event id. ``key`` is the partition key, unless ``key_attr`` names another
 attribute: then it is an ordinary attribute, so a user's column called ``key`` is never lost
 (see ``cep.event.make_event``, which also rejects non-finite numbers and non-scalar keys).
 
 Errors are IngestError with ``row`` = the 1-based line number in the file (the CSV header is
-line 1), ``field`` = the offending field, and the file named in the message (also in the
-error's ``path`` attribute).
+line 1; for Parquet the 1-based row number), ``field`` = the offending field, and the file
+named in the message (also in the error's ``path`` attribute).
+
+Files are read in blocks of about ``BLOCK_SIZE`` bytes (Parquet: record batches), so memory
+stays bounded and the first events come out before the file is read to its end. A CSV block
+whose lines hold no quote character is split with numpy and typed per column
+(``cep.columns``); from a quote on, Python's csv module splits the records (quoted cells may
+span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
+orjson refuses or might read differently (NaN, integers beyond 64 bits, deep nesting) is
+parsed by the standard json module, so every line reads as it always did.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
+from operator import itemgetter
+
+import numpy as np
 
 from cep.errors import IngestError
 from cep.event import make_event
 
 #: file extensions read_events understands
-SUPPORTED_EXTENSIONS = (".csv", ".jsonl", ".ndjson")
+SUPPORTED_EXTENSIONS = (".csv", ".jsonl", ".ndjson", ".parquet")
 
 REQUIRED_COLUMNS = ("type", "ts")
 
+#: bytes read at a time (whole lines; a longer line is read whole)
+BLOCK_SIZE = 1 << 20
+#: JSON lines with the same fields in a row from which events are built from columns
+JSON_RUN = 32
+#: Parquet rows per record batch
+PARQUET_BATCH_ROWS = 65_536
+
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: a run of digits orjson may read differently from json (integers beyond 64 bits): found
+#: as 20 zeros once every digit is made a zero
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 20
+#: more brackets than this in a line: json decides (it refuses deep nesting, orjson does not)
+_DEEP = 200
+_BLANK = object()
+_BOM = b"\xef\xbb\xbf"
+#: bytes that are never part of a blank CSV line (ASCII, not whitespace, not a comma)
+_SOLID = np.zeros(256, dtype=bool)
+_SOLID[33:128] = True
+_SOLID[[1, 2, 3, 4, 5, 6, 7, 8, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]] = True
+_SOLID[ord(",")] = False
 
 
 def read_events(path, key_attr: str | None = None, errors: str = "raise"):
-    """Events of a .csv / .jsonl file, in file order.
+    """Events of a .csv / .jsonl / .parquet file, in file order.
 
     ``errors="raise"`` (default): a lazy iterator of Event; the first bad row raises
     IngestError. ``errors="collect"``: ``(list of good Events, list of IngestError)``.
@@ -56,14 +93,16 @@ def iter_events(path, key_attr: str | None = None, on_error=None):
 
     A bad row is passed to ``on_error(IngestError)`` and skipped, or raised when ``on_error``
     is None. Errors that concern the whole file (unreadable, unsupported extension, missing
-    CSV column) always raise.
+    CSV column, not Parquet) always raise.
     """
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
     if ext == ".csv":
-        reader = _csv_rows
+        reader = _csv_chunks
     elif ext in (".jsonl", ".ndjson"):
-        reader = _jsonl_rows
+        reader = _jsonl_chunks
+    elif ext == ".parquet":
+        reader = _parquet_chunks
     else:
         raise _file_error(path, f"unsupported file extension {ext or '(none)'!r}; supported: "
                                 f"{', '.join(SUPPORTED_EXTENSIONS)}")
@@ -75,41 +114,135 @@ def iter_events(path, key_attr: str | None = None, on_error=None):
 
 
 def _generate(path: str, reader, key_attr, on_error):
+    """Events of each chunk, with the chunk's bad rows reported in line order."""
+    unit = "row" if reader is _parquet_chunks else "line"
     try:
-        handle = open(path, encoding="utf-8-sig", newline="")
+        handle = open(path, "rb")
     except OSError as exc:
         raise _file_error(path, f"cannot open events file: {exc.strerror or exc}") from None
     with handle:
-        line = 0
+        chunks = reader(path, handle, key_attr)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except OSError as exc:
+                raise _file_error(path, f"read failed: {exc}") from None
+            events, lines, problems = chunk
+            if not problems:
+                yield from events
+                continue
+            start = 0
+            for line, err in problems:
+                stop = int(np.searchsorted(lines, line)) if lines is not None else start
+                yield from events[start:stop]
+                start = stop
+                located = _located(path, line, err, unit)
+                if on_error is None:
+                    raise located
+                on_error(located)
+            yield from events[start:]
+
+
+# --------------------------------------------------------------------------- blocks of lines
+
+def _blocks(path: str, handle):
+    """``(bytes, number of the first line)`` of whole lines (the last one may lack its
+    newline), a UTF-8 BOM at the start dropped; non-UTF-8 text raises a file error after the
+    lines before it were given."""
+    line = 1
+    carry = b""
+    start = True
+    while True:
+        block = handle.read(BLOCK_SIZE)
+        if block:
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:                                   # no line end yet: read on
+                carry = data
+                continue
+            data, carry = data[:cut], data[cut:]
+        elif carry:
+            data, carry = carry, b""
+        else:
+            return
+        if start:
+            start = False
+            if data.startswith(_BOM):
+                data = data[len(_BOM):]
         try:
-            for line, row in reader(path, handle):
-                try:
-                    if isinstance(row, IngestError):
-                        raise row
-                    yield make_event(row, line, key_attr)
-                except IngestError as err:
-                    located = _located(path, line, err)
-                    if on_error is None:
-                        raise located from None
-                    on_error(located)
+            data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _file_error(path, f"not UTF-8 text after line {line}: {exc.reason}") from None
-        except OSError as exc:
-            raise _file_error(path, f"read failed after line {line}: {exc}") from None
+            good = data.rfind(b"\n", 0, exc.start) + 1
+            bad_line = line + _count_lines(data[:good])
+            if good:
+                yield data[:good], line
+            raise _file_error(path, f"not UTF-8 text at line {bad_line}: {exc.reason}") \
+                from None
+        yield data, line
+        line += _count_lines(data)
 
 
-# --------------------------------------------------------------------------- formats
+def _count_lines(data: bytes) -> int:
+    """Line ends in ``data`` as text mode counts them: LF, CRLF and a lone CR."""
+    count = data.count(b"\n")
+    if b"\r" in data:
+        count += data.count(b"\r") - data.count(b"\r\n")
+    return count
 
-def _csv_rows(path: str, handle):
-    """Yield (line number, row dict or IngestError) for each data row of a CSV file."""
-    reader = csv.reader(handle)
-    try:
-        header = next(reader)
-    except StopIteration:
+
+# --------------------------------------------------------------------------- CSV
+
+def _csv_chunks(path: str, handle, key_attr):
+    """``(events, their line numbers, [(line, IngestError)])`` per block of a CSV file."""
+    import pyarrow as pa
+    from cep.columns import build_events, typed_table
+    blocks = _blocks(path, handle)
+    header = None
+    pending = None                       # (bytes, first line) not yet split into records
+    while True:
+        if pending is None:
+            pending = next(blocks, None)
+            if pending is None:
+                break
+        data, first = pending
+        pending = None
+        if header is None:
+            end = data.find(b"\n") + 1 or len(data)
+            head = data[:end]
+            if b'"' in head or b"\x00" in head or b"\r" in head.rstrip(b"\r\n") \
+                    or head.endswith(b"\r") or len(head) > csv.field_size_limit():
+                records = _QuotedRecords(data, first, blocks)
+                header = records.header(path)
+            else:
+                header = _check_header(path, head.decode("utf-8").rstrip("\r\n").split(","))
+                data, first = data[end:], first + 1
+                records = None
+                if not data:
+                    continue
+        else:
+            records = None
+        if records is None and _simple(data):
+            cells, lines, problems = _split_simple(data, len(header), first)
+        else:
+            if records is None:
+                records = _QuotedRecords(data, first, blocks)
+            cells, lines, problems = records.split(len(header))
+            pending = records.rest
+        table = typed_table(pa.Table.from_arrays(cells, names=header), empty_absent=True)
+        events, bad = build_events(table, key_attr, rows=lines)
+        if bad:
+            problems = sorted(problems + [(int(lines[p]), err) for p, err in bad],
+                              key=lambda item: item[0])
+            lines = np.delete(lines, [p for p, _ in bad])
+        yield events, lines, problems
+    if header is None:
         raise _file_error(path, "empty CSV file: expected a header row with columns "
-                                "'type' and 'ts'", row=1) from None
-    except csv.Error as exc:
-        raise _file_error(path, f"malformed CSV header: {exc}", row=1) from None
+                                "'type' and 'ts'", row=1)
+
+
+def _check_header(path: str, header: list) -> list:
     header = [name.strip() for name in header]
     missing = [name for name in REQUIRED_COLUMNS if name not in header]
     if missing:
@@ -122,51 +255,286 @@ def _csv_rows(path: str, handle):
         if header.index(name) != position:
             raise _file_error(path, f"CSV header names column {name!r} twice", row=1,
                               field=name)
-    width = len(header)
-    while True:
+    return header
+
+
+def _simple(data: bytes) -> bool:
+    """Lines Python's csv module splits at every comma: no quote, no NUL, no carriage
+    return but in CRLF, no line longer than the csv field size limit."""
+    if b'"' in data or b"\x00" in data:
+        return False
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+        return False
+    limit = csv.field_size_limit()
+    if len(data) <= limit:
+        return True
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    return bool(np.diff(ends, prepend=-1).max(initial=0) <= limit) and \
+        len(data) - (ends[-1] + 1 if ends.size else 0) <= limit
+
+
+def _split_simple(data: bytes, width: int, first: int) -> tuple:
+    """Cells (one pyarrow string array per column), line numbers and errors of the records
+    of ``data`` (whole lines, see _simple): each line is one record, split at its commas."""
+    import pyarrow as pa
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    buf = np.frombuffer(data, dtype=np.uint8)
+    newline = buf == 10
+    comma = buf == 44
+    ends = np.flatnonzero(newline)
+    count = len(ends)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    commas = np.searchsorted(np.flatnonzero(comma), ends)   # commas before each line end
+    per_line = np.diff(commas, prepend=0)            # commas in each line
+    maybe_blank = ~_SOLID[buf[starts]]               # a line that starts with a space, comma..
+    good = per_line == width - 1
+    problems = []
+    if maybe_blank.any() or not good.all():
+        for i in np.flatnonzero(maybe_blank | ~good).tolist():
+            text = data[starts[i]:ends[i]].decode("utf-8")
+            cells = text.split(",")
+            if not any(cell.strip() for cell in cells):
+                good[i] = False                          # a blank line
+            elif not good[i]:
+                problems.append((first + i, IngestError(
+                    f"row has {len(cells)} cells, the header has {width}", first + i)))
+    separator = newline | comma
+    seps = np.flatnonzero(separator)
+    lengths = np.diff(seps, prepend=-1) - 1
+    offsets = np.zeros(len(seps) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    cells = pa.Array.from_buffers(pa.string(), len(seps),
+                                  [None, pa.py_buffer(offsets), pa.py_buffer(buf[~separator])])
+    first_cell = np.arange(count, dtype=np.int64) + commas - per_line
+    rows = np.flatnonzero(good)
+    columns = [cells.take(pa.array(first_cell[rows] + j)) for j in range(width)]
+    return columns, rows + first, problems
+
+
+class _QuotedRecords:
+    """Records split by Python's csv module (quoted cells may span lines and blocks), from a
+    block on until a record ends where a block ends; ``rest`` is then the next block, not yet
+    read, to split the fast way again."""
+
+    def __init__(self, data: bytes, first: int, blocks):
+        self.base = first - 1                            # line number before the first line
+        self.blocks = blocks
+        self.lines = iter(io.StringIO(data.decode("utf-8"), newline=""))
+        self.peeked = None
+        self.read = 0                                    # lines given to the csv reader
+        self.reader = csv.reader(self)
+        self.rest = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            line, self.peeked = self.peeked, None
+            if line is None:
+                line = next(self.lines, None)
+            if line is not None:
+                self.read += 1
+                return line
+            block = next(self.blocks, None)              # a record goes on in the next block
+            if block is None:
+                raise StopIteration
+            self.lines = iter(io.StringIO(block[0].decode("utf-8"), newline=""))
+
+    def _at_block_end(self) -> bool:
+        if self.peeked is None:
+            self.peeked = next(self.lines, None)
+        return self.peeked is None
+
+    def header(self, path: str) -> list:
         try:
-            cells = next(reader)
+            header = next(self.reader)
         except StopIteration:
-            return
+            raise _file_error(path, "empty CSV file: expected a header row with columns "
+                                    "'type' and 'ts'", row=1) from None
         except csv.Error as exc:
-            yield reader.line_num, IngestError(f"malformed CSV: {exc}", reader.line_num)
-            continue
-        line = reader.line_num
-        if not any(cell.strip() for cell in cells):
-            continue                                    # blank line
-        if len(cells) != width:
-            yield line, IngestError(f"row has {len(cells)} cells, the header has {width}",
-                                    line)
-            continue
-        row = {}
-        for name, cell in zip(header, cells):
-            if cell == "":
+            raise _file_error(path, f"malformed CSV header: {exc}", row=1) from None
+        return _check_header(path, header)
+
+    def split(self, width: int) -> tuple:
+        """Cells (one pyarrow string array per column), line numbers and errors of the
+        records up to the next block boundary that ends a record."""
+        import pyarrow as pa
+        records, lines, problems = [], [], []
+        while not self._at_block_end():
+            try:
+                cells = next(self.reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                line = self.base + self.read
+                problems.append((line, IngestError(f"malformed CSV: {exc}", line)))
                 continue
-            if name in ("type", "ts", "id"):
-                row[name] = cell.strip()
+            line = self.base + self.read
+            if not any(cell.strip() for cell in cells):
+                continue                                 # blank line
+            if len(cells) != width:
+                problems.append((line, IngestError(
+                    f"row has {len(cells)} cells, the header has {width}", line)))
+                continue
+            records.append(cells)
+            lines.append(line)
+        self.rest = next(self.blocks, None)
+        columns = [pa.array(list(column), pa.string()) for column in zip(*records)] \
+            if records else [pa.array([], pa.string()) for _ in range(width)]
+        return columns, np.asarray(lines, dtype=np.int64), problems
+
+
+# --------------------------------------------------------------------------- JSON Lines
+
+def _jsonl_chunks(path: str, handle, key_attr):
+    """``(events, their line numbers, [(line, IngestError)])`` per block of a JSONL file."""
+    import orjson
+    loads = orjson.loads
+    for data, first in _blocks(path, handle):
+        # lines end at LF, CRLF and a lone CR, as in text mode; each keeps its end (json's
+        # error messages count it in their column numbers)
+        lines = data.splitlines(keepends=True)
+        careful = _LONG_RUN in data.translate(_DIGITS_AS_ZERO)
+        rows, numbers, problems = [], [], []
+        for number, line in enumerate(lines, start=first):
+            if (careful and _LONG_RUN in line.translate(_DIGITS_AS_ZERO)) or \
+                    (len(line) > _DEEP and line.count(b"[") + line.count(b"{") > _DEEP):
+                row = _json_row(line, number)
             else:
-                row[name] = parse_cell(cell)
-        yield line, row
+                try:
+                    row = loads(line)
+                except orjson.JSONDecodeError:
+                    row = _json_row(line, number)
+            if row is _BLANK:
+                continue
+            if row.__class__ is dict:
+                rows.append(row)
+                numbers.append(number)
+            elif isinstance(row, IngestError):
+                problems.append((number, row))
+            else:
+                problems.append((number, IngestError(
+                    f"expected a JSON object, got {_json_kind(row)}", number)))
+        events, lines_of_events = [], []
+        for start, stop in _runs(rows):
+            _json_events(rows[start:stop], numbers[start:stop], key_attr, events,
+                         lines_of_events, problems)
+        problems.sort(key=lambda item: item[0])
+        yield events, np.asarray(lines_of_events, dtype=np.int64), problems
 
 
-def _jsonl_rows(path: str, handle):
-    """Yield (line number, row dict or IngestError) for each non-blank line of a JSONL file."""
-    for line, text in enumerate(handle, start=1):
-        if not text.strip():
-            continue
+def _runs(rows: list):
+    """``(start, stop)`` of the runs of rows with the same fields in the same order."""
+    start = 0
+    fields = None
+    for i, row in enumerate(rows):
+        shape = tuple(row)
+        if shape != fields:
+            if i > start:
+                yield start, i
+            start, fields = i, shape
+    if rows:
+        yield start, len(rows)
+
+
+def _json_events(rows, numbers, key_attr, events, lines, problems) -> None:
+    """The events of a run of JSON objects with the same fields: built from columns when the
+    run is long enough (cep.columns), else row by row with make_event."""
+    if len(rows) >= JSON_RUN:
+        table = _json_table(rows)
+        if table is not None:
+            from cep.columns import build_events
+            good, bad = build_events(table, key_attr, rows=numbers)
+            failed = {p for p, _ in bad}
+            events.extend(good)
+            lines.extend(n for p, n in enumerate(numbers) if p not in failed)
+            problems.extend((numbers[p], err) for p, err in bad)
+            return
+    for row, number in zip(rows, numbers):
         try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            yield line, IngestError(f"invalid JSON: {exc.msg} at column {exc.colno}", line)
-            continue
-        except (ValueError, RecursionError) as exc:    # a number of 4,300+ digits, deep nesting
-            yield line, IngestError(f"invalid JSON: {str(exc).split(':')[0]}", line)
-            continue
-        if not isinstance(row, dict):
-            yield line, IngestError(f"expected a JSON object, got {_json_kind(row)}", line)
-            continue
-        yield line, row
+            events.append(make_event(row, number, key_attr))
+            lines.append(number)
+        except IngestError as err:
+            problems.append((number, err))
 
+
+def _json_table(rows):
+    """Columns of JSON objects that have the same fields (null is a value, not absent), or
+    None if a value has no column form (text that is not UTF-8, nesting msgpack refuses)."""
+    import pyarrow as pa
+    from cep.columns import column_from_values
+    names = list(rows[0])
+    if not names:
+        return None                                      # {}: a table needs a column
+    arrays = []
+    try:
+        for name in names:
+            values = list(map(itemgetter(name), rows))
+            if name == "ts" and set(map(type, values)) <= {int, float}:
+                try:
+                    values = list(map(float, values))        # as make_event reads them
+                except OverflowError:
+                    pass
+            # null is absent for type, ts and id (make_event reads both alike), a value
+            # elsewhere (an attribute null; a null key is no key, a missing one an error)
+            arrays.append(column_from_values(values, name, bigint=True,
+                                             none_is_absent=name in ("type", "ts", "id")))
+        return pa.Table.from_arrays(arrays, names=names)
+    except (IngestError, ValueError, TypeError, pa.ArrowException):
+        return None
+
+
+def _json_row(line: bytes, number: int):
+    """One line read by the json module: a value, _BLANK for a blank line, or IngestError."""
+    text = line.decode("utf-8")
+    if not text.strip():
+        return _BLANK
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return IngestError(f"invalid JSON: {exc.msg} at column {exc.colno}", number)
+    except (ValueError, RecursionError) as exc:     # a number of 4,300+ digits, deep nesting
+        return IngestError(f"invalid JSON: {str(exc).split(':')[0]}", number)
+
+
+# --------------------------------------------------------------------------- Parquet
+
+def _parquet_chunks(path: str, handle, key_attr):
+    """``(events, their row numbers, [(row, IngestError)])`` per record batch of a Parquet
+    file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from cep.columns import build_events, typed_table
+    try:
+        parquet = pq.ParquetFile(handle)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise _file_error(path, f"not a Parquet file: {str(exc).splitlines()[0]}") from None
+    names = parquet.schema_arrow.names
+    missing = [name for name in REQUIRED_COLUMNS if name not in names]
+    if missing:
+        raise _file_error(path, f"Parquet file lacks required column(s) "
+                                f"{', '.join(repr(m) for m in missing)} (columns: "
+                                f"{', '.join(names)})", field=missing[0])
+    row = 1
+    try:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            table = typed_table(pa.Table.from_batches([batch]), empty_absent=False)
+            events, bad = build_events(table, key_attr, first_row=row)
+            numbers = np.arange(row, row + batch.num_rows, dtype=np.int64)
+            if bad:
+                numbers = np.delete(numbers, [p for p, _ in bad])
+            yield events, numbers, [(err.row, err) for _, err in bad]
+            row += batch.num_rows
+    except pa.ArrowException as exc:
+        raise _file_error(path, f"Parquet read failed after row {row - 1}: "
+                                f"{str(exc).splitlines()[0]}") from None
+
+
+# --------------------------------------------------------------------------- cells
 
 def parse_cell(text: str):
     """Type a CSV cell: int, float, bool (true/false) or the text itself."""
@@ -200,9 +568,9 @@ def _file_error(path: str, message: str, row: int | None = None,
     return err
 
 
-def _located(path: str, line: int, err: IngestError) -> IngestError:
-    """Re-issue a row error with the file and line number."""
-    located = IngestError(f"{err.reason} (file {path}, line {line})", line, err.field)
+def _located(path: str, line: int, err: IngestError, unit: str = "line") -> IngestError:
+    """Re-issue a row error with the file and line (Parquet: row) number."""
+    located = IngestError(f"{err.reason} (file {path}, {unit} {line})", line, err.field)
     located.path = path
     return located
 

@@ -245,7 +245,7 @@ def test_missing_required_column_exit_2(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("name,message", [("missing.csv", "not found"),
-                                          ("events.parquet", ".jsonl")])
+                                          ("events.txt", ".parquet")])
 def test_unreadable_events_file(capsys, tmp_path, name, message):
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", tmp_path / name)
     assert status == 2 and message in err and "Traceback" not in err

@@ -119,7 +119,7 @@ def test_missing_header_field(field):
     assert field in str(info.value)
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", True, None])
+@pytest.mark.parametrize("version", [3, 0, "1", True, None])
 def test_bad_schema_version(version):
     with pytest.raises(IngestError) as info:
         decode_batch(_batch([], schema_version=version))
@@ -127,8 +127,8 @@ def test_bad_schema_version(version):
 
 
 def test_unsupported_version_message_names_supported():
-    with pytest.raises(IngestError, match="unsupported schema version 2"):
-        decode_batch(_batch([], schema_version=2))
+    with pytest.raises(IngestError, match=r"unsupported schema version 3 \(supported: 1, 2\)"):
+        decode_batch(_batch([], schema_version=3))
 
 
 @pytest.mark.parametrize("field,value", [("source", 3), ("batch_id", None), ("rows", {})])

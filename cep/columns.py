@@ -1,0 +1,698 @@
+"""Events from Arrow columns in bulk, and columns from events.
+
+The columnar wire format (cep.codec, schema version 2) and the file readers (cep.sources) share
+this module. The rules stay those of ``cep.event.make_event``: each column is checked once (a
+string or integer column needs no check, a float column is checked for NaN / infinity in one
+vectorised pass), events are built from whole columns (one ``to_pylist`` per column, then
+zip), and only the rows a check flags are rebuilt as a mapping and passed to ``make_event`` (or
+``cep.codec.decode_row`` for the wire), which accepts them or raises the IngestError the
+row-by-row path raises. So a table gives the same events, ids and errors as its rows would.
+
+A table has the columns ``type``, ``ts``, optional ``id``, ``key`` and ``attrs`` (a map of
+further attributes, as in make_event), every other column is an attribute; null = absent.
+Arrow columns have one type, so an attribute column whose values are of several kinds (7 in
+one row, 7.5 or "n/a" in another) is a dense union with one child per kind, named ``str``,
+``int`` (int64), ``uint`` (2**63 .. 2**64-1), ``float``, ``bool``, ``bytes``, ``bigint`` (an
+integer beyond 64 bits as decimal text: a bad row, as make_event says) and ``msgpack``
+(anything else, msgpack-packed: null as a value, lists, maps); a null child value, or the
+child ``absent`` of type null, means the attribute is absent. A column of one kind is a plain
+Arrow column of that type. Python types survive exactly: int stays int, float float, bool bool.
+
+CSV cells are typed by ``typed_column`` with the rules of ``cep.sources.parse_cell`` applied
+to every cell: strict ASCII patterns (``-42``, ``4.2``, ``1e3``, ``true``) are converted with
+pyarrow.compute in one pass, any other cell goes through ``parse_cell`` itself (once per
+distinct text), so a column gives exactly what ``parse_cell`` gives cell by cell.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import gc
+from itertools import compress, repeat
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cep.errors import IngestError
+from cep.event import Event, make_event
+
+#: the characters Python's str.strip() removes (all of them are below U+3001)
+_PY_SPACE = "".join(ch for ch in map(chr, range(0x3001)) if ch.isspace())
+
+# Cells these patterns match are typed in bulk; every other cell goes through parse_cell.
+# Bounded digit counts keep the bulk values in range: int64, and finite floats.
+_INT_FAST = r"^-?[0-9]{1,18}$"
+_MANTISSA = r"(?:[0-9]{1,20}\.[0-9]{0,20}|\.[0-9]{1,20})"
+_EXPONENT = r"[eE][+-]?[0-9]{1,2}"
+_FLOAT_FAST = rf"^[+-]?(?:{_MANTISSA}(?:{_EXPONENT})?|[0-9]{{1,20}}{_EXPONENT})$"
+_BOOL_FAST = r"^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"
+#: an event time given as text: an integer or a float, read as a float
+_TS_FAST = rf"^[+-]?(?:{_MANTISSA}|[0-9]{{1,20}})(?:{_EXPONENT})?$"
+
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -2 ** 63, 2 ** 63 - 1, 2 ** 64 - 1
+
+#: union children: kind -> Arrow type
+_KIND_TYPES = {"str": pa.string(), "int": pa.int64(), "uint": pa.uint64(),
+               "float": pa.float64(), "bool": pa.bool_(), "bytes": pa.binary(),
+               "bigint": pa.string(), "msgpack": pa.binary(), "absent": pa.null()}
+#: kinds whose values make_event must see (a bad value, or one it converts or walks)
+_CHECKED_KINDS = ("bigint", "msgpack")
+
+#: an attribute given as null (present, value None) in a table_from_events column
+_NULL = type("_NullValue", (), {"__repr__": lambda self: "null"})()
+#: absent cell while building columns
+_ABSENT = object()
+
+_ROLES = ("type", "ts", "id")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def _array(column) -> pa.Array:
+    """One contiguous Array (dictionary-decoded) from an Array or ChunkedArray."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column
+
+
+def _mask(arr) -> np.ndarray:
+    """A boolean Arrow array as a numpy bool array, null -> False."""
+    if arr.null_count:
+        arr = arr.fill_null(False)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _match(arr, pattern: str) -> np.ndarray:
+    return _mask(pc.match_substring_regex(arr, pattern))
+
+
+def _is_text(t) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _strings(arr) -> pa.Array:
+    arr = _array(arr)
+    if pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.string())
+    if not pa.types.is_string(arr.type):
+        raise IngestError(f"expected a column of strings, got {arr.type}")
+    return arr
+
+
+def _edge_bytes(arr) -> tuple:
+    """First and last byte of every cell of a string array (0 for an empty or null cell)."""
+    n = len(arr)
+    validity, offsets, data = arr.buffers()[:3]
+    offsets = np.frombuffer(offsets, dtype=np.int32)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    filled = ends > starts
+    first = np.zeros(n, dtype=np.uint8)
+    last = np.zeros(n, dtype=np.uint8)
+    first[filled] = data[starts[filled]]
+    last[filled] = data[ends[filled] - 1]
+    return first, last
+
+
+#: bytes that may begin or end a cell Python's str.strip() changes (ASCII whitespace and
+#: the lead/trail bytes of non-ASCII characters)
+_EDGE = np.zeros(256, dtype=bool)
+_EDGE[[ord(ch) for ch in _PY_SPACE if ord(ch) < 128]] = True
+_EDGE[128:] = True
+#: bytes that may begin a cell _INT_FAST / _FLOAT_FAST / _BOOL_FAST match
+_NUMERIC_START = np.zeros(256, dtype=bool)
+_NUMERIC_START[[ord(ch) for ch in "0123456789+-."]] = True
+_BOOL_START = np.zeros(256, dtype=bool)
+_BOOL_START[[ord(ch) for ch in "tTfF"]] = True
+
+
+def strip_text(arr) -> pa.Array:
+    """Python's ``str.strip()`` applied to every cell of a string column (nulls stay)."""
+    arr = _strings(arr)
+    first, last = _edge_bytes(arr)
+    maybe = np.flatnonzero(_EDGE[first] | _EDGE[last])
+    if not maybe.size:
+        return arr
+    values = arr.to_pylist()
+    changed = False
+    for i in maybe.tolist():
+        value = values[i]
+        if value is not None and value != (value := value.strip()):
+            values[i] = value
+            changed = True
+    return pa.array(values, pa.string()) if changed else arr
+
+
+# --------------------------------------------------------------------------- typing text
+
+def typed_column(arr, empty_absent: bool = True) -> pa.Array:
+    """A string column typed cell by cell with the rules of ``cep.sources.parse_cell``: int,
+    float, bool or the text itself; null (and with ``empty_absent`` the empty string, as in a
+    CSV file) is absent. Returns a plain column when all cells are of one kind, else a dense
+    union (see the module docstring)."""
+    arr = _strings(arr)
+    n = len(arr)
+    present = _mask(pc.is_valid(arr)) if arr.null_count else np.ones(n, dtype=bool)
+    if empty_absent and n:
+        present &= _mask(pc.not_equal(arr, ""))
+    first, _ = _edge_bytes(arr)
+    parts = []
+    rest = present
+    for kind, pattern, starts in (("int", _INT_FAST, _NUMERIC_START),
+                                  ("float", _FLOAT_FAST, _NUMERIC_START),
+                                  ("bool", _BOOL_FAST, _BOOL_START)):
+        if not (rest & starts[first]).any():
+            continue
+        hit = rest & _match(arr, pattern)
+        if hit.any():
+            cells = arr.filter(pa.array(hit))
+            if kind == "bool":
+                child = pc.match_substring_regex(cells, "^[Tt]")
+            else:
+                child = pc.cast(cells, _KIND_TYPES[kind])
+            parts.append((kind, np.flatnonzero(hit), child))
+            rest = rest & ~hit
+    if rest.any():
+        parts.extend(_parsed_cells(arr.filter(pa.array(rest)), np.flatnonzero(rest)))
+    return _assemble(n, parts)
+
+
+def _parsed_cells(cells, positions) -> list:
+    """Parts of cells the bulk patterns leave: ``parse_cell`` once per distinct text."""
+    from cep.sources import parse_cell
+    encoded = pc.dictionary_encode(cells)
+    parsed = [parse_cell(text) for text in encoded.dictionary.to_pylist()]
+    if all(value.__class__ is str for value in parsed):
+        return [("str", positions, cells)]               # parse_cell keeps text as given
+    index = encoded.indices.to_numpy()
+    kinds = np.array([_kind(value) for value in parsed])
+    parts = []
+    for kind in np.unique(kinds).tolist():
+        mask = kinds[index] == kind
+        if kind == "str":
+            parts.append((kind, positions[mask], cells.filter(pa.array(mask))))
+            continue
+        values = [parsed[i] for i in index[mask].tolist()]
+        parts.extend(_parts_from_values(positions[mask], values, None))
+    return parts
+
+
+# --------------------------------------------------------------------------- values -> Arrow
+
+def _kind(value) -> str:
+    cls = value.__class__
+    if cls is str:
+        return "str"
+    if cls is float:
+        return "float"
+    if cls is bool:
+        return "bool"
+    if cls is int:
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return "int"
+        return "uint" if 0 <= value <= _UINT64_MAX else "bigint"
+    if cls is bytes:
+        return "bytes"
+    return "msgpack"
+
+
+def _child(kind: str, values: list, positions, field) -> pa.Array:
+    if kind == "bigint":
+        return pa.array([str(v) for v in values], pa.string())
+    if kind == "msgpack":
+        packed = []
+        for pos, value in zip(positions, values):
+            try:
+                packed.append(msgpack.packb(None if value is _NULL else value,
+                                            use_bin_type=True))
+            except (TypeError, ValueError, OverflowError):
+                raise _unencodable(value, int(pos), field) from None
+        return pa.array(packed, pa.binary())
+    try:
+        return pa.array(values, _KIND_TYPES[kind])
+    except (ValueError, TypeError, OverflowError, pa.ArrowException):
+        for pos, value in zip(positions, values):       # a str that is not UTF-8 (surrogates)
+            try:
+                pa.array([value], _KIND_TYPES[kind])
+            except (ValueError, TypeError, OverflowError, pa.ArrowException):
+                raise _unencodable(value, int(pos), field) from None
+        raise
+
+
+def _unencodable(value, row, field) -> IngestError:
+    what = f"attribute {field!r} cannot be encoded: " if field not in (None,) + _ROLES + \
+        ("key",) else "cannot be encoded: "
+    return IngestError(f"{what}{type(value).__name__} value {value!r}", row, field)
+
+
+def _parts_from_values(positions, values: list, field, bigint: bool = True) -> list:
+    """Group Python values by kind: [(kind, positions, child array)]. Without ``bigint`` an
+    integer beyond 64 bits is packed (msgpack refuses it: IngestError, as version 1 says)."""
+    classes = set(map(type, values))
+    if len(classes) == 1:
+        kind = _kind(values[0])
+        if kind not in ("int", "uint", "bigint"):
+            return [(kind, np.asarray(positions), _child(kind, values, positions, field))]
+    groups: dict = {}
+    for pos, value in zip(positions, values):
+        kind = _kind(value)
+        if kind == "bigint" and not bigint:
+            kind = "msgpack"
+        group = groups.get(kind)
+        if group is None:
+            group = groups[kind] = ([], [])
+        group[0].append(pos)
+        group[1].append(value)
+    return [(kind, np.asarray(pos, dtype=np.int64), _child(kind, vals, pos, field))
+            for kind, (pos, vals) in groups.items()]
+
+
+def _assemble(n: int, parts: list) -> pa.Array:
+    """One column of length ``n`` from (kind, positions, child) parts; rows in no part are
+    absent (null)."""
+    merged: dict = {}
+    for kind, positions, child in parts:
+        if kind in merged:
+            pos0, child0 = merged[kind]
+            merged[kind] = (np.concatenate([pos0, positions]), pa.concat_arrays([child0, child]))
+        else:
+            merged[kind] = (np.asarray(positions, dtype=np.int64), child)
+    if not merged:
+        return pa.nulls(n)
+    if len(merged) == 1 and not merged.keys() & set(_CHECKED_KINDS):
+        (positions, child), = merged.values()
+        if len(positions) == n and (n == 0 or (positions[0] == 0 and
+                                               np.all(np.diff(positions) == 1))):
+            return child
+        index = np.full(n, -1, dtype=np.int64)
+        index[positions] = np.arange(len(positions))
+        return child.take(pa.array(index, mask=index < 0))
+    codes = np.full(n, len(merged), dtype=np.int8)
+    offsets = np.zeros(n, dtype=np.int32)
+    children, names = [], []
+    for code, (kind, (positions, child)) in enumerate(merged.items()):
+        codes[positions] = code
+        offsets[positions] = np.arange(len(positions), dtype=np.int32)
+        children.append(child)
+        names.append(kind)
+    absent = np.flatnonzero(codes == len(merged))
+    if absent.size:
+        offsets[absent] = np.arange(absent.size, dtype=np.int32)
+        children.append(pa.nulls(absent.size))
+        names.append("absent")
+    return pa.UnionArray.from_dense(pa.array(codes, pa.int8()), pa.array(offsets, pa.int32()),
+                                    children, names)
+
+
+def column_from_values(values: list, field=None, none_is_absent: bool = True,
+                       bigint: bool = False) -> pa.Array:
+    """An Arrow column of Python values (``_ABSENT`` = absent; ``None`` absent, or with
+    ``none_is_absent=False`` a present null). An integer beyond 64 bits raises IngestError,
+    or with ``bigint`` is kept (the row it is in is then bad, as make_event says)."""
+    n = len(values)
+    classes = set(map(type, values))
+    if len(classes) == 1 and n:
+        cls = next(iter(classes))
+        arrow_type = {str: pa.string(), float: pa.float64(), bool: pa.bool_(),
+                      bytes: pa.binary(), int: pa.int64()}.get(cls)
+        if arrow_type is not None:
+            try:
+                return pa.array(values, arrow_type)
+            except (ValueError, TypeError, OverflowError, pa.ArrowException):
+                pass                                     # out of int64, bad UTF-8: below
+    positions, present = [], []
+    for i, value in enumerate(values):
+        if value is _ABSENT or (value is None and none_is_absent):
+            continue
+        positions.append(i)
+        present.append(_NULL if value is None else value)
+    if not positions:
+        return pa.nulls(n)
+    return _assemble(n, _parts_from_values(positions, present, field, bigint=bigint))
+
+
+def table_from_events(events) -> pa.Table:
+    """The columns of ``events`` (a sequence of Event): type, ts (float64), key, id (always
+    written, so a receiver never re-derives it), one column per attribute in first-seen order;
+    attributes named like a field (type, ts, id, key, attrs) travel in the ``attrs`` column.
+
+    Raises IngestError naming the row and field of a value that cannot be encoded (the values
+    ``cep.codec.encode_batch`` accepts: null, bool, int, float, str, bytes, lists/maps)."""
+    events = list(events)
+    n = len(events)
+    for index, ev in enumerate(events):
+        if not isinstance(ev, Event):
+            raise IngestError(f"expected an Event, got {type(ev).__name__}", index)
+    columns: dict = {}
+    extra = None
+    for index, ev in enumerate(events):
+        for name, value in ev.attrs.items():
+            if name in _ROLES or name in ("key", "attrs") or name.__class__ is not str:
+                if extra is None:
+                    extra = [_ABSENT] * n
+                if extra[index] is _ABSENT:
+                    extra[index] = {}
+                extra[index][name] = value
+                continue
+            column = columns.get(name)
+            if column is None:
+                column = columns[name] = [_ABSENT] * n
+            column[index] = value
+    ts = [ev.ts for ev in events]
+    if set(map(type, ts)) <= {float, int}:
+        try:
+            ts = pa.array([float(t) for t in ts], pa.float64())
+        except OverflowError:
+            ts = column_from_values(ts, "ts")
+    else:
+        ts = column_from_values(ts, "ts")
+    names = ["type", "ts", "key", "id"]
+    arrays = [column_from_values([ev.type for ev in events], "type"), ts,
+              column_from_values([ev.key for ev in events], "key"),
+              column_from_values([ev.id for ev in events], "id")]
+    for name, values in columns.items():
+        names.append(name)
+        arrays.append(column_from_values(values, name, none_is_absent=False))
+    if extra is not None:
+        names.append("attrs")
+        arrays.append(column_from_values(extra, "attrs"))
+    try:
+        return pa.Table.from_arrays(arrays, names=names)
+    except (ValueError, TypeError, pa.ArrowException) as exc:       # a name that is not UTF-8
+        raise IngestError(f"columns cannot be encoded: {exc}") from None
+
+
+# --------------------------------------------------------------------------- Arrow -> values
+
+class _Column:
+    """Python values of one column: ``values`` (list, None = null), ``flags`` (numpy bool:
+    rows make_event must see, or None) and ``nulls`` (positions of nulls, numpy, or None)."""
+    __slots__ = ("values", "flags", "nulls")
+
+    def __init__(self, values, flags=None, nulls=None):
+        self.values, self.flags, self.nulls = values, flags, nulls
+
+
+def column_values(arr, key: bool = False) -> _Column:
+    """Decode one Arrow column to Python values, flagging the rows whose value make_event must
+    check: non-finite floats, nested values, integers beyond 64 bits, values of Arrow types
+    that are not plain (timestamps, decimals, lists, structs ...) and, for a partition key
+    (``key=True``), bytes."""
+    arr = _array(arr)
+    t = arr.type
+    if pa.types.is_union(t):
+        return _union_values(arr, key)
+    values = arr.to_pylist()
+    nulls = np.flatnonzero(_mask(pc.is_null(arr))) if arr.null_count else None
+    if (_is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
+            or pa.types.is_null(t)):
+        return _Column(values, None, nulls)
+    if pa.types.is_floating(t):
+        bad = _mask(pc.invert(pc.is_finite(arr)))
+        return _Column(values, bad if bad.any() else None, nulls)
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t)) and not key:
+        return _Column(values, None, nulls)
+    if pa.types.is_map(t):
+        values = [dict(v) if v is not None else None for v in values]
+    return _Column(values, _mask(pc.is_valid(arr)), nulls)
+
+
+def _union_values(arr, key: bool) -> _Column:
+    t = arr.type
+    if t.mode != "dense":
+        arr = _array(arr)
+        values = arr.to_pylist()                          # sparse unions: rare, row by row
+        return _Column(values, np.ones(len(arr), dtype=bool),
+                       np.flatnonzero([v is None for v in values]) if None in values else None)
+    n = len(arr)
+    buffers = arr.buffers()                          # [None, type ids, offsets, children...]
+    codes = np.frombuffer(buffers[1], dtype=np.int8)[arr.offset:arr.offset + n]
+    offsets = np.frombuffer(buffers[2], dtype=np.int32)[arr.offset:arr.offset + n]
+    code_index = np.zeros(128, dtype=np.int64)
+    for index, code in enumerate(t.type_codes):
+        code_index[code] = index
+    which = code_index[codes]
+    lists, flag_arrays = [], []
+    for index in range(t.num_fields):
+        name = t.field(index).name
+        child = arr.field(index)
+        if name == "msgpack" and (pa.types.is_binary(child.type)
+                                  or pa.types.is_large_binary(child.type)):
+            vals = [None if b is None else _unpacked(b) for b in child.to_pylist()]
+            flags = np.array([v is not None for v in vals], dtype=bool)
+        elif name == "bigint" and _is_text(child.type):
+            vals = [None if s is None else int(s) for s in child.to_pylist()]
+            flags = np.array([v is not None for v in vals], dtype=bool)
+        else:
+            col = column_values(child, key)
+            vals = col.values
+            flags = col.flags if col.flags is not None else np.zeros(len(child), dtype=bool)
+        lists.append(vals)
+        flag_arrays.append(flags)
+    values = [lists[c][o] for c, o in zip(which.tolist(), offsets.tolist())]
+    flags = np.zeros(n, dtype=bool)
+    for index, child_flags in enumerate(flag_arrays):
+        if child_flags.any():
+            rows = which == index
+            flags[rows] = child_flags[offsets[rows]]
+    nulls = [i for i, v in enumerate(values) if v is None]
+    return _Column(values, flags if flags.any() else None,
+                   np.asarray(nulls, dtype=np.int64) if nulls else None)
+
+
+def _unpacked(data: bytes):
+    value = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return _NULL if value is None else value
+
+
+# --------------------------------------------------------------------------- Arrow -> events
+
+def events_from_table(table, key_attr: str | None = None, on_error=None,
+                      first_row: int = 0) -> list:
+    """The events of ``table`` (pyarrow Table or RecordBatch), in row order, with the
+    semantics of ``make_event(row, index, key_attr)`` applied to each row (null = absent).
+
+    A bad row raises its IngestError (row = ``first_row`` + its position), or with
+    ``on_error`` is passed to it and skipped."""
+    events, problems = build_events(table, key_attr, first_row=first_row)
+    for _, err in problems:
+        if on_error is None:
+            raise err
+        on_error(err)
+    return events
+
+
+def build_events(table, key_attr: str | None = None, *, rows=None, first_row: int = 0,
+                 fallback=None, text_times: bool = True) -> tuple:
+    """``(events, problems)`` of ``table``: the good rows' events in row order and
+    ``[(position, IngestError), ...]`` for the bad ones. The row index an error names is
+    ``rows[position]`` (e.g. file line numbers) or ``first_row + position``. ``fallback(row,
+    index)`` builds the event of a flagged row from its mapping (default: make_event with
+    ``key_attr``; the codec passes its ``decode_row``). ``text_times=False``: an event time
+    given as text is not a number (the wire's rule), so such rows go to the fallback."""
+    if fallback is None:
+        def fallback(row, index):
+            return make_event(row, index, key_attr)
+    n = table.num_rows
+    names = list(table.schema.names)
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise IngestError(f"column {twice!r} appears twice", field=twice)
+    if n == 0:
+        return [], []
+    arrays = {name: _array(table.column(i)) for i, name in enumerate(names)}
+    raw: dict = {}                                   # name -> values, for the fallback rows
+    bad = np.zeros(n, dtype=bool)
+    key_is_field = key_attr is None or key_attr == "key"
+
+    arr = arrays.get("type")
+    type_values = None
+    if arr is not None:
+        type_values = raw["type"] = column_values(arr).values
+        if _is_text(arr.type):
+            if arr.null_count:
+                bad |= _mask(pc.is_null(arr))
+            bad |= _mask(pc.equal(arr, ""))
+        else:
+            bad[:] = True
+    else:
+        bad[:] = True
+
+    ts_values = _event_times(arrays.get("ts"), raw, bad, not text_times)
+
+    arr = arrays.get("id")
+    id_values = None
+    if arr is not None and not pa.types.is_null(arr.type):
+        id_values = raw["id"] = column_values(arr).values
+        if not _is_text(arr.type):
+            bad |= np.array([v is not None for v in id_values], dtype=bool)
+
+    attr_names, attr_columns, sparse = [], [], []
+    key_values = None
+    key_name = "key" if key_is_field else key_attr
+    if key_attr in _ROLES or key_attr == "attrs":
+        bad[:] = True                                # make_event says why
+    for name, arr in arrays.items():
+        if name in _ROLES:
+            continue
+        is_key = name == key_name
+        col = column_values(arr, key=is_key)
+        raw[name] = col.values
+        if col.flags is not None:
+            bad |= col.flags
+        if name == "attrs":
+            bad |= _mask(pc.is_valid(arr)) if not pa.types.is_union(arr.type) else \
+                np.array([v is not None for v in col.values], dtype=bool)
+            continue
+        if is_key:
+            key_values = col.values
+            if key_attr is not None and col.nulls is not None:
+                bad[col.nulls] = True                # the key attribute is missing
+            if key_is_field:
+                continue
+        if col.nulls is not None:
+            sparse.append((name, col.nulls))
+        attr_names.append(name)
+        attr_columns.append(col.values)
+    if key_attr is not None and key_name not in arrays:
+        bad[:] = True
+
+    columns = [type_values if type_values is not None else repeat(None, n),
+               ts_values if ts_values is not None else repeat(None, n), None,
+               key_values if key_values is not None else repeat(None, n),
+               id_values if id_values is not None else repeat(None, n)]
+    # Only acyclic objects are made here: the collector need not run a pass per 700 of them
+    # (a third of the time on a large heap).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if attr_columns:
+            attrs = list(map(dict, map(zip, repeat(attr_names, n), zip(*attr_columns))))
+            for name, nulls in sparse:
+                for i in nulls.tolist():
+                    del attrs[i][name]
+        else:
+            attrs = [{} for _ in range(n)]
+        columns[2] = attrs
+        if not bad.any():
+            return list(map(Event, *columns)), []
+        good = (~bad).tolist()
+        good_events = list(map(Event, *(compress(c, good) for c in columns)))
+    finally:
+        if collecting:
+            gc.enable()
+    events, problems = [], []
+    taken = previous = 0
+    order = list(raw)              # type, ts, id, then the other columns in table order
+    for position in np.flatnonzero(bad).tolist():
+        span = position - previous
+        if span:
+            events.extend(good_events[taken:taken + span])
+            taken += span
+        previous = position + 1
+        row = {}
+        for name in order:
+            value = raw[name][position]
+            if value is not None:
+                row[name] = None if value is _NULL else value
+        index = int(rows[position]) if rows is not None else first_row + position
+        try:
+            events.append(fallback(row, index))
+        except IngestError as err:
+            problems.append((position, err))
+    events.extend(good_events[taken:])
+    return events, problems
+
+
+def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
+    """Float event times of the ``ts`` column; flags rows that are missing, non-finite or not
+    numbers (text is read as a number unless ``strict``, the wire's rule)."""
+    if arr is None:
+        bad[:] = True
+        return None
+    t = arr.type
+    if pa.types.is_floating(t):
+        values = raw["ts"] = arr.to_pylist()
+        bad |= ~_mask(pc.is_finite(arr))
+        if not pa.types.is_float64(t):
+            values = [None if v is None else float(v) for v in values]
+        return values
+    if pa.types.is_integer(t):
+        raw["ts"] = arr.to_pylist()
+        if arr.null_count:
+            bad |= _mask(pc.is_null(arr))
+            arr = arr.fill_null(0)
+        ints = arr.to_numpy()
+        if ints.size and (ints.max() > 2 ** 53 or ints.min() < -2 ** 53):
+            return [float(v) for v in arr.to_pylist()]
+        return ints.astype(np.float64).tolist()
+    if _is_text(t) and not strict:
+        raw["ts"] = arr.to_pylist()
+        fast = _match(arr, _TS_FAST)
+        if not fast.any():
+            bad[:] = True
+            return [None] * len(arr)
+        floats = pc.cast(pc.if_else(pa.array(fast), arr, pa.scalar(None, arr.type)),
+                         pa.float64())
+        bad |= ~(fast & _mask(pc.is_finite(floats)))
+        return floats.to_pylist()
+    raw["ts"] = column_values(arr).values
+    bad[:] = True
+    return raw["ts"]
+
+
+# --------------------------------------------------------------------------- typed tables
+
+def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) -> pa.Table:
+    """A table of source columns made ready for ``build_events``, with the rules of
+    ``spark_ingest.mapping.EventMapping`` (the defaults): text in ``type``/``ts``/``id`` is
+    stripped (with ``empty_absent``, an empty cell, as in CSV, is absent, not one that strips
+    to nothing); text attributes are typed cell by cell (``typed_column``); timestamps (event time
+    or attribute) become epoch seconds, naive ones read as UTC; dates and times become ISO
+    text (a date event time: its midnight UTC); decimals become floats."""
+    names, arrays = [], []
+    for name, column in zip(table.schema.names, table.columns):
+        arr = _array(column)
+        t = arr.type
+        if _is_text(t):
+            if name in _ROLES:
+                if empty_absent:                        # an empty cell is absent; a blank
+                    arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+                arr = strip_text(arr)                   # one is present (an id of "")
+            elif typed_strings:
+                arr = typed_column(arr, empty_absent)
+        elif pa.types.is_timestamp(t):
+            arr = _epoch_seconds(arr)
+        elif pa.types.is_date(t):
+            if name == "ts":
+                arr = pa.array([None if d is None else
+                                (d - dt.date(1970, 1, 1)).days * 86400.0
+                                for d in arr.to_pylist()], pa.float64())
+            else:
+                arr = pa.array([None if d is None else d.isoformat() for d in arr.to_pylist()],
+                               pa.string())
+        elif pa.types.is_time(t):
+            arr = pa.array([None if d is None else d.isoformat() for d in arr.to_pylist()],
+                           pa.string())
+        elif pa.types.is_decimal(t):
+            arr = pa.array([None if d is None else float(d) for d in arr.to_pylist()],
+                           pa.float64())
+        names.append(name)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _epoch_seconds(arr) -> pa.Array:
+    """Timestamps -> float seconds since the epoch, rounded once (as datetime.timestamp())."""
+    per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[arr.type.unit]
+    ints = arr.cast(pa.int64())
+    values = ints.to_pylist()
+    return pa.array([None if v is None else v / per_second for v in values], pa.float64())
+
+
+__all__ = ["events_from_table", "build_events", "table_from_events", "typed_column",
+           "typed_table", "column_values", "column_from_values", "strip_text"]
