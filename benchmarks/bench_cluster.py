@@ -390,8 +390,14 @@ def index_memory(batches: list, queries: list) -> dict:
         name = stat.traceback[0].filename
         by_file[name] = by_file.get(name, 0) + stat.size_diff
     index = sum(v for f, v in by_file.items() if f.replace(os.sep, "/").endswith(INDEX_FILES))
+    # the JSON of events that took part in a match, cached on the event for output
+    # (cep.output): counted apart, it grows with the matches, not with the index
+    cache = sum(sys.getsizeof(e._json) for e in worker.engine.index.events()
+                if e._json is not None)
+    index -= cache
     stats = worker.stats()
-    return {"retained": retained, "index": index, "other": retained - index,
+    return {"retained": retained, "index": index, "json_cache": cache,
+            "other": retained - index - cache,
             "buffered": stats["buffered"], "events": stats["events"],
             "evicted": stats["evicted"], "partitions": worker.engine.index.partitions()}
 

@@ -65,8 +65,11 @@ def test_index_event_count_equal_for_1_10_100_queries():
     mems = [bc.index_memory(batches, bc.query_variants(n)) for n in (1, 10, 100)]
     assert len({m["buffered"] for m in mems}) == 1
     assert mems[0]["buffered"] > 0 and mems[0]["index"] > 0
-    # the index holds the same events whatever the number of queries: same bytes (10%)
-    assert all(abs(m["index"] - mems[0]["index"]) <= 0.1 * mems[0]["index"] for m in mems)
+    # the index holds the same events whatever the number of queries: same bytes (10%) for
+    # 10 and 100; with the single query, which reads across keys, no per-key buffers: fewer
+    assert abs(mems[2]["index"] - mems[1]["index"]) <= 0.1 * mems[1]["index"]
+    assert mems[0]["index"] <= mems[1]["index"]
+    assert mems[2]["json_cache"] <= 0.1 * mems[2]["index"]
 
 
 def test_queries_part_runs(capsys):
