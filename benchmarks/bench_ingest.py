@@ -1,8 +1,8 @@
-"""Ingestion benchmark (issue 5): events/s from files to the partition actors through Spark.
+"""Ingestion benchmark (issues 5, 14): events/s from files to the partition actors through Spark.
 
     python3 -m benchmarks.bench_ingest [--quick] [--events N] [--symbols N]
                                        [--executor-cores N] [--parquet] [--skip-queries]
-                                       [--verify]
+                                       [--skip-cli] [--verify]
 
 Generates stock ticks like ``examples/make_ticks.py`` (a multiplicative random walk per symbol,
 round-lot volumes with 2% spikes) over 256 symbols, the gaps scaled by 8/256 so that each
@@ -12,29 +12,31 @@ symbol ticks as often as in the 8-symbol sample; writes them once as CSV (and, w
 
 1. Spark start-up: ``ray.init`` + ``start_spark``, reported separately, then one small
    warm-up job (Spark's Python workers start and join Ray; also reported, not in the runs).
-2. Where the time goes, one stage added at a time (the same code ``ingest_dataframe`` runs):
-   ``read+convert`` (read the CSV, map each row to an event, count), ``+shuffle+sort``
-   (repartition by routing target and sort each partition by (ts, id), drained without
-   pushing), then ``run_job`` into a fresh 2-actor RayCluster with no query registered (the
-   push and the actors' decode + index insert) and with the three sample queries of
+2. The Spark side alone: read, map (``mapInArrow``), arrange and sort as ``ingest_dataframe``
+   does (``spark_ingest.job.arrange``), drained by a task that only counts (no push).
+3. ``run_job`` into a fresh 2-actor RayCluster with no query registered (the push and the
+   actors' decode + index insert), and with the three sample queries of
    ``examples/queries.cep`` (the actors' query evaluation on top).
+4. ``raycep ingest`` as a user runs it (a subprocess: its own Spark start-up included) into a
+   fresh 2-actor cluster: ``examples/ticks.csv``, a 4-row file and the generated file, no
+   query; wall time of the command and the figures of its summary.
 
-``run_job`` is timed as a whole (wall clock, ``time.perf_counter``): reading, converting,
-shuffling, pushing with backpressure until every batch is acknowledged by its actor, counting
-rows and dead letters. CPU seconds: each actor process (``__ray_call__`` +
-``time.process_time``), this driver, this benchmark's whole process tree (Ray and everything
-it runs are children of this driver; /proc/<pid>/stat) and the whole machine (/proc/stat); the
-difference is what other processes used (the machine may be shared: a step where they used
-more than 0.25 cores is flagged). Before each step the script waits (up to 60 s) for the
-machine to be quiet. A thread samples each
-actor's event count every 0.5 s to show when each actor received its events. ``--verify``
-counts the matches of ``raycep local`` on the same file (one in-process Engine) and checks the
-cluster found as many per query.
+``run_job`` is timed as a whole (wall clock, ``time.perf_counter``): reading, mapping, sorting,
+pushing with backpressure until every batch is acknowledged by its actor, writing dead letters.
+CPU seconds: each actor process (``__ray_call__`` + ``time.process_time``), this driver, this
+benchmark's whole process tree (Ray and everything it runs are children of this driver;
+/proc/<pid>/stat) and the whole machine (/proc/stat); the difference is what other processes
+used (the machine may be shared: a step where they used more than 0.25 cores is flagged).
+Before each step the script waits (up to 60 s) for the machine to be quiet. A thread samples
+each actor's event count every 0.5 s to show when each actor received its events.
+``--verify`` counts the matches of ``raycep local`` on the same file (one in-process Engine)
+and checks the cluster found as many per query.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import platform
@@ -66,6 +68,7 @@ class Config:
     parquet: bool = False                # also run_job from Parquet (no queries)
     queries: bool = True                 # also the run with the three sample queries
     quiet_wait: float = 60.0             # wait up to this long for other processes to go idle
+    cli: bool = True                     # also time raycep ingest (subprocesses)
     verify: bool = False                 # count the matches of raycep local (in-process) too
 
 
@@ -178,13 +181,18 @@ class ArrivalWatch:
 
     def _run(self):
         while not self._stop.wait(self.every):
-            stats = self.ray.get([h.stats.remote() for h in self.handles.values()])
-            self.samples.append((time.perf_counter() - self.t0,
-                                 {t: s["events"] for t, s in zip(self.handles, stats)}))
+            self._sample()
+
+    def _sample(self):
+        stats = self.ray.get([h.stats.remote() for h in self.handles.values()])
+        self.samples.append((time.perf_counter() - self.t0,
+                             {t: s["events"] for t, s in zip(self.handles, stats)}))
 
     def stop(self):
+        """Stop sampling; one last sample (the job has returned: every event arrived)."""
         self._stop.set()
         self._thread.join(10)
+        self._sample()
 
     def windows(self, totals: dict) -> dict:
         """{target: (first sample with events, first sample at its final count)} seconds."""
@@ -198,30 +206,74 @@ class ArrivalWatch:
         return out
 
 
-def spark_stages(spark, path: str, fmt: str, routing, mapping,
-                 quiet_wait: float = 60.0) -> dict:
-    """Wall time of the Spark side alone: read+convert (count), and read+convert+shuffle+sort
-    drained without pushing. Uses the job's own conversion function."""
-    from spark_ingest.job import _convert, read_table
-    out = {}
-    out["before"] = wait_quiet(limit=QUIET, patience=quiet_wait)
+def spark_side(spark, path: str, fmt: str, routing, mapping,
+               quiet_wait: float = 60.0) -> dict:
+    """Wall time of the Spark side alone: read, map, arrange and sort exactly as
+    ``ingest_dataframe`` does, drained by a task that counts the rows (no push)."""
+    from spark_ingest.job import arrange, read_table
+
+    def count(batches):
+        import pyarrow as pa
+        n = 0
+        for batch in batches:
+            n += batch.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    out = {"before": wait_quiet(limit=QUIET, patience=quiet_wait)}
     meter = Meter()
-    converted = read_table(spark, path, fmt).rdd.mapPartitionsWithIndex(
-        _convert(mapping, routing, None))
-    out["rows"] = converted.count()
-    out["read_convert"] = meter.stop()
-    out["before_sort"] = wait_quiet(limit=QUIET, patience=quiet_wait)
-    meter = Meter()
-    converted = read_table(spark, path, fmt).rdd.mapPartitionsWithIndex(
-        _convert(mapping, routing, None))
-    n_targets = routing.partitions + 1
-    sizes = converted.filter(lambda r: r[0] == "ok").map(lambda r: (r[1], r[2])) \
-        .repartitionAndSortWithinPartitions(n_targets, partitionFunc=lambda key: key[0]) \
-        .mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
-    out["shuffle_sort"] = meter.stop()
-    out["partition_sizes"] = sizes
-    out["splits"] = read_table(spark, path, fmt).rdd.getNumPartitions()
+    df = read_table(spark, path, fmt)
+    _, arranged = arrange(spark, df, mapping, routing, fmt)
+    counts = arranged.mapInArrow(count, "n long").collect()
+    out["sort"] = meter.stop()
+    out["rows"] = sum(r.n for r in counts)
+    out["partitions"] = len(counts)
+    out["splits"] = df.rdd.getNumPartitions()
     return out
+
+
+def _reaped_cpu() -> float:
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cli_run(path: str, workdir: str, cfg: Config, timeout: float = 1800.0) -> dict:
+    """``raycep ingest PATH`` in a subprocess into a fresh 2-actor RayCluster on this Ray (no
+    query): the command's wall time and its JSON summary."""
+    import subprocess
+
+    import ray
+
+    from gateway.runtime import RayCluster
+    from gateway.service import GatewaySettings
+    registry = os.path.join(workdir, f"registry-{time.monotonic_ns()}.sqlite")
+    cluster = RayCluster(2, "symbol", GatewaySettings(port=0, registry_path=registry,
+                                                      plan_every=1.0))
+    cluster.start()
+    try:
+        background = wait_quiet(limit=QUIET, patience=cfg.quiet_wait)
+        reaped0 = _reaped_cpu()
+        meter = Meter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "ingest", path, "--gateway", cluster.url,
+             "--ray-address", ray.get_runtime_context().gcs_address,
+             "--dead-letters", os.path.join(workdir, "dead"),
+             "--executor-cores", str(cfg.executor_cores)],
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        measured = meter.stop()
+        # the command and the processes it waited for (its Spark driver) have exited: their
+        # CPU is in the children's rusage, not in the process tree the meter reads
+        own = measured["own"] + _reaped_cpu() - reaped0
+        measured["foreign"] = max(0.0, measured["busy"] - own) / measured["seconds"]
+    finally:
+        cluster.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"raycep ingest failed: {proc.stderr[-2000:]}")
+    return {"wall": measured["seconds"], "foreign": measured["foreign"],
+            "background": background, "summary": json.loads(proc.stdout),
+            "stdout_lines": len(proc.stdout.splitlines()),
+            "stderr_lines": len(proc.stderr.splitlines())}
 
 
 def ingest_run(spark, path: str, fmt: str, queries: list, cfg: Config, workdir: str) -> dict:
@@ -294,11 +346,10 @@ def print_run(label: str, r: dict, n: int):
         first = min(f for f, _ in r["windows"].values())
         last = max(x for _, x in r["windows"].values())
         busy_push = sum(x - f for f, x in r["windows"].values())
-        print(f"  phases: before the first event reached an actor {first:.1f} s (read, convert, "
-              f"shuffle write); events arriving {last - first:.1f} s (one actor at a time "
-              f"when the intervals do not overlap: sum of the per-actor intervals "
-              f"{busy_push:.1f} s); after the last event arrived {r['seconds'] - last:.1f} s "
-              f"(counting rows and dead letters; +-0.5 s sampling)")
+        print(f"  phases: before the first event reached an actor {first:.1f} s (read, map, "
+              f"sort); events arriving {last - first:.1f} s (sum of the per-actor intervals "
+              f"{busy_push:.1f} s: larger than that when the actors are fed at once); after "
+              f"the last event arrived {r['seconds'] - last:.1f} s (+-0.5 s sampling)")
     spark_etc = r["own"] - actor_cpu_total - r["driver_cpu"]
     print(f"  CPU seconds: actors {actor_cpu_total:.1f}, driver {r['driver_cpu']:.1f}, rest of "
           f"this benchmark (Spark JVMs + Python workers, gateway, planner, Ray) "
@@ -319,7 +370,7 @@ def run(cfg: Config) -> dict:
     from spark_ingest.mapping import EventMapping
     from spark_ingest.session import start_spark, stop_spark
 
-    print("raycep ingestion benchmark (issue 5)")
+    print("raycep ingestion benchmark (issues 5, 14)")
     print(f"python {platform.python_version()}, ray {ray.__version__}, pyspark "
           f"{pyspark.__version__}, raydp {raydp.__version__}; machine: {machine()}")
     print(f"config: {asdict(cfg)}")
@@ -341,7 +392,8 @@ def run(cfg: Config) -> dict:
                  namespace=DRIVER_NAMESPACE)
         t_ray = time.perf_counter() - t0
         spark = start_spark(executors=cfg.executors, cores=cfg.executor_cores,
-                            memory=cfg.executor_memory)
+                            memory=cfg.executor_memory,
+                            log=os.path.join(workdir, "spark.log"))
         startup = time.perf_counter() - t0
         out["startup"] = startup
         print(f"\nSpark start-up: {startup:.1f} s (ray.init {t_ray:.1f} s + raydp.init_spark "
@@ -358,16 +410,13 @@ def run(cfg: Config) -> dict:
                   f"start and join Ray): {out['warm']:.1f} s, {warm['events_sent']} events")
 
             routing = RoutingTable(2, "symbol")
-            log("stage: read+convert, +shuffle+sort (no push)")
-            st = spark_stages(spark, paths["csv"], "csv", routing, mapping, cfg.quiet_wait)
+            log("Spark side: read + map + sort (no push)")
+            st = spark_side(spark, paths["csv"], "csv", routing, mapping, cfg.quiet_wait)
             out["stages"] = st
-            rc, ss = st["read_convert"], st["shuffle_sort"]
-            print(f"\nSpark side only (CSV, {st['splits']} input split(s), no push): "
-                  f"read+convert {rc['seconds']:.2f} s ({st['rows'] / rc['seconds']:,.0f} "
-                  f"rows/s; other processes {rc['foreign']:.2f} cores); read+convert+shuffle+"
-                  f"sort {ss['seconds']:.2f} s ({st['rows'] / ss['seconds']:,.0f} rows/s; other "
-                  f"processes {ss['foreign']:.2f} cores); events per target partition "
-                  f"{st['partition_sizes']} (p0, p1, global)")
+            print(f"\nSpark side only (CSV, {st['splits']} input split(s) -> {st['partitions']} "
+                  f"push partition(s), no push): read + map + sort "
+                  f"{st['sort']['seconds']:.2f} s ({st['rows'] / st['sort']['seconds']:,.0f} "
+                  f"rows/s; other processes {st['sort']['foreign']:.2f} cores)")
 
             log("run_job: CSV, no queries")
             out["none"] = ingest_run(spark, paths["csv"], "csv", [], cfg, workdir)
@@ -396,11 +445,29 @@ def run(cfg: Config) -> dict:
                       f"the cluster's counts: {'yes' if local == got else 'NO'}")
                 if local != got:
                     raise AssertionError(f"match counts differ: local {local}, cluster {got}")
-            _summary(cfg, out)
         finally:
             stop_spark(spark)
-            ray.shutdown()
+        if cfg.cli:
+            small = os.path.join(workdir, "four.csv")
+            write_small(small, 4)
+            examples = os.path.join(os.path.dirname(os.path.dirname(
+                os.path.abspath(__file__))), "examples", "ticks.csv")
+            for key, label, path in (("cli_sample", "examples/ticks.csv", examples),
+                                     ("cli_four", "a 4-row file", small),
+                                     ("cli_big", f"the {cfg.events:,}-tick file",
+                                      paths["csv"])):
+                log(f"raycep ingest {label}")
+                r = out[key] = cli_run(path, workdir, cfg)
+                sm = r["summary"]
+                print(f"\nraycep ingest {label} (subprocess, 2 actors, no query): wall "
+                      f"{r['wall']:.1f} s (other processes {r['foreign']:.2f} cores); Spark "
+                      f"start-up {sm['spark_startup_seconds']:.1f} s, then {sm['rows']:,} rows "
+                      f"in {sm['seconds']:.2f} s = {sm['events_per_s']:,} events/s; stdout "
+                      f"{r['stdout_lines']} line(s), stderr {r['stderr_lines']} line(s)")
+        _summary(cfg, out)
     finally:
+        if ray.is_initialized():
+            ray.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"total wall time {time.perf_counter() - _T0:.0f} s")
     return out
@@ -446,9 +513,7 @@ def _summary(cfg: Config, out: dict):
     print(f"{'step':<52}{'seconds':>9}{'events/s':>11}{'others':>8}")
     print(f"{'Spark start-up (ray.init + raydp.init_spark)':<52}{out['startup']:>9.1f}")
     print(f"{'warm-up job (1,000 rows)':<52}{out['warm']:>9.1f}")
-    st = out["stages"]
-    steps = [("CSV read + convert (count)", st["read_convert"]),
-             ("CSV read + convert + shuffle + sort (no push)", st["shuffle_sort"])]
+    steps = [("CSV read + map + sort (no push)", out["stages"]["sort"])]
     steps += [(label, out[key]) for key, label in (
         ("none", "run_job CSV -> actors, no query"),
         ("parquet", "run_job Parquet -> actors, no query"),
@@ -459,10 +524,21 @@ def _summary(cfg: Config, out: dict):
               f"{r['foreign']:>7.2f}{flag}")
     print(f"others: cores used by processes outside this benchmark during the step; "
           f"* more than {DISTURBED} (the machine is shared)")
+    for key, label in (("cli_sample", "raycep ingest examples/ticks.csv, wall"),
+                       ("cli_four", "raycep ingest 4-row file, wall"),
+                       ("cli_big", f"raycep ingest {n:,} rows, wall")):
+        if key in out:
+            r, sm = out[key], out[key]["summary"]
+            flag = "*" if r["foreign"] > DISTURBED else " "
+            print(f"{label:<52}{r['wall']:>9.1f}{sm['events_per_s']:>11,.1f}"
+                  f"{r['foreign']:>7.2f}{flag}")
+            print(f"{'  of which Spark start-up / job after start-up':<52}"
+                  f"{sm['spark_startup_seconds']:>9.1f} / {sm['seconds']:.2f}")
     if "queries" in out:
         print(f"matches (3 sample queries): {sum(out['queries']['matches'].values()):,}")
     print("events/s = events in the file / wall seconds of the step; Spark start-up and the "
-          "warm-up job are not in any step")
+          "warm-up job are not in any step; for raycep ingest: its summary's events_per_s "
+          "(events sent / seconds after Spark start-up)")
 
 
 def main(argv=None) -> int:
@@ -476,6 +552,8 @@ def main(argv=None) -> int:
     parser.add_argument("--parquet", action="store_true", help="also ingest from Parquet")
     parser.add_argument("--skip-queries", action="store_true",
                         help="leave out the run with the sample queries")
+    parser.add_argument("--skip-cli", action="store_true",
+                        help="leave out the raycep ingest subprocess runs")
     parser.add_argument("--verify", action="store_true",
                         help="also count the matches of raycep local (in-process) on the file")
     args = parser.parse_args(argv)
@@ -490,6 +568,8 @@ def main(argv=None) -> int:
         over["queries"] = False
     if args.verify:
         over["verify"] = True
+    if args.skip_cli:
+        over["cli"] = False
     os.environ["PYSPARK_PYTHON"] = sys.executable
     run(replace(cfg, **over))
     return 0

@@ -298,7 +298,13 @@ def _assemble(n: int, parts: list) -> pa.Array:
         offsets[positions] = np.arange(len(positions), dtype=np.int32)
         children.append(child)
         names.append(kind)
-    absent = np.flatnonzero(codes == len(merged))
+    return dense_union(codes, offsets, children, names, len(merged))
+
+
+def dense_union(codes, offsets, children: list, names: list, absent_code: int) -> pa.Array:
+    """A dense union array from numpy ``codes``/``offsets`` and its children; rows whose code
+    is ``absent_code`` get the null child ``absent`` (the attribute is absent there)."""
+    absent = np.flatnonzero(codes == absent_code)
     if absent.size:
         offsets[absent] = np.arange(absent.size, dtype=np.int32)
         children.append(pa.nulls(absent.size))

@@ -153,10 +153,14 @@ def add_cluster_commands(commands, usage_error):
                         help="the Ray cluster of the raycep actors (default: auto)")
     ingest.add_argument("--executors", type=int, default=1, metavar="N")
     ingest.add_argument("--executor-cores", type=int, default=1, metavar="N",
-                        help="cores of the Spark executor (default 1; with 2 free CPUs, 2 "
-                             "feeds the actors in parallel: ~1.3x faster in the benchmark). "
-                             "RayDP waits until Ray has the CPUs free")
+                        help="cores of the Spark executor (default 1: one task reads and "
+                             "then feeds every actor at once; with N cores the actors are "
+                             "spread over N push tasks). RayDP waits until Ray has the CPUs "
+                             "free")
     ingest.add_argument("--executor-memory", default="1GB")
+    ingest.add_argument("--verbose", "-v", action="store_true",
+                        help="show Spark's, Hadoop's and Ray's own logs on stderr (default: "
+                             "they go to a log file named when the job fails)")
     ingest.set_defaults(func=run_ingest)
     for p in (add, rm, ls, matches, late, advance, ingest):
         p.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
@@ -183,14 +187,23 @@ def _finite_float(text: str) -> float:
 # --------------------------------------------------------------------------- ingest
 
 def run_ingest(args) -> int:
+    """``raycep ingest``: stdout gets only the JSON summary; stderr one progress line (phase,
+    elapsed seconds, events at the actors, events/s) from start-up to the end, rewritten in
+    place on a terminal. Spark's, Hadoop's and Ray's logs go to a log file unless
+    ``--verbose``."""
     import ray
 
     from actors.producer import NAMESPACE
     from actors.routing import RoutingTable
     from spark_ingest.job import IngestSettings, run_job, run_stream
     from spark_ingest.mapping import EventMapping
-    from spark_ingest.session import start_spark, stop_spark
+    from spark_ingest.session import jvm_output, start_spark, stop_spark
 
+    status = StatusLine(in_place=not args.verbose)
+    log = None
+    if not args.verbose:
+        _quiet_libraries()
+        log = os.path.join(tempfile.gettempdir(), f"raycep-ingest-{os.getpid()}.log")
     client = _client(args)
     routing = RoutingTable.from_dict(client.routing())
     fmt = args.format or _format_of(args.paths[0])
@@ -209,38 +222,134 @@ def run_ingest(args) -> int:
             _err(f"error: {path} not found")
             return 2
     t0 = time.monotonic()
-    if not ray.is_initialized():
-        # a namespace of its own: RayDP names its master actor in the driver's namespace, so
-        # two ingest jobs on one Ray must not share one (the actors are looked up by name in
-        # the raycep namespace explicitly)
-        ray.init(address=args.ray_address, namespace=f"{NAMESPACE}-ingest-{os.getpid()}",
-                 log_to_driver=False,
-                 configure_logging=False)
-    spark = start_spark(args.spark_master, executors=args.executors,
-                        cores=args.executor_cores, memory=args.executor_memory)
+    status.tick(lambda: f"[ingest] starting Spark: {time.monotonic() - t0:.0f} s")
+    try:
+        if not ray.is_initialized():
+            # a namespace of its own: RayDP names its master actor in the driver's
+            # namespace, so two ingest jobs on one Ray must not share one (the actors are
+            # looked up by name in the raycep namespace explicitly)
+            with jvm_output(log):
+                ray.init(address=args.ray_address,
+                         namespace=f"{NAMESPACE}-ingest-{os.getpid()}",
+                         log_to_driver=False, configure_logging=False)
+        spark = start_spark(args.spark_master, executors=args.executors,
+                            cores=args.executor_cores, memory=args.executor_memory, log=log,
+                            level="warn" if args.verbose else "error")
+    except BaseException:
+        status.close()
+        if log:
+            _err(f"[ingest] Spark did not start; its log: {log}")
+        raise
     startup = time.monotonic() - t0
-    _err(f"[ingest] Spark ready in {startup:.1f} s ({args.spark_master or 'RayDP on Ray'}); "
-         f"{routing.partitions} partition actors, key {mapping.key_column!r}")
+    status.show(f"[ingest] Spark ready in {startup:.1f} s "
+                f"({args.spark_master or 'RayDP on Ray'}); {routing.partitions} partition "
+                f"actors, key {mapping.key_column!r}")
     try:
         if args.stream:
             query = run_stream(spark, args.paths[0], fmt, mapping,
                                lambda: RoutingTable.from_dict(client.routing()), settings,
-                               checkpoint=args.checkpoint, report=_err)
-            _err(f"[ingest] watching {args.paths[0]}; drop files there; Ctrl-C stops")
+                               checkpoint=args.checkpoint,
+                               report=lambda line: status.show(line, keep=True))
+            status.show(f"[ingest] watching {args.paths[0]}; drop files there; Ctrl-C stops",
+                        keep=True)
             try:
                 query.awaitTermination()
             except KeyboardInterrupt:
                 query.stop()
+            status.close()
             return 0
-        result = run_job(spark, args.paths, fmt, mapping, routing, settings, report=_err)
+        try:
+            result = run_job(spark, args.paths, fmt, mapping, routing, settings,
+                             report=status.show, every=1.0 if status.in_place else 2.0)
+        except BaseException:
+            status.close()
+            if log:
+                _err(f"[ingest] the job failed; Spark's log: {log}")
+            raise
     finally:
         stop_spark(spark, args.spark_master)
+    wall = time.monotonic() - t0
     result["spark_startup_seconds"] = round(startup, 3)
+    result["wall_seconds"] = round(wall, 3)
+    status.show(f"[ingest] done: {result['rows']:,} rows, {result['events_sent']:,} events "
+                f"sent in {result['seconds']:.1f} s after Spark start-up "
+                f"({result['events_per_s']:,} events/s), {result['dead_letters']:,} dead "
+                f"letters; {wall:.1f} s in all with Spark start-up {startup:.1f} s", keep=True)
+    status.close()
     if result["dead_letters"]:
         _err(f"[ingest] {result['dead_letters']} rows could not become events; reasons in "
              f"{result['dead_letter_dir']} (first: {result['dead_letter_sample'][0]})")
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
     return 0
+
+
+def _quiet_libraries():
+    """Ray's and py4j's Python loggers and library warnings off; Ray's C++ core logs only
+    errors (its processes read RAY_BACKEND_LOG_LEVEL when they start)."""
+    import logging
+    import warnings
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    for name in ("ray", "py4j", "pyspark", "raydp"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+
+
+class StatusLine:
+    """One progress line on stderr. On a terminal (``in_place``) each ``show`` rewrites it
+    (``keep=True`` leaves the current text as a line of its own first); elsewhere each
+    ``show`` is a line. Writes to a duplicate of stderr's file descriptor, so it stays
+    visible while Spark's JVM starts with fd 2 pointing at its log file."""
+
+    def __init__(self, in_place: bool = True):
+        try:
+            self.stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+        except (AttributeError, OSError, ValueError):       # no real file (captured)
+            self.stream = sys.stderr
+        self.in_place = in_place and self.stream.isatty()
+        self._shown = False
+        self._lock = threading.Lock()
+        self._ticker = None
+
+    def show(self, text: str, keep: bool = False):
+        self._stop_ticker()
+        with self._lock:
+            if self.in_place:
+                self.stream.write("\r\x1b[K" + text + ("\n" if keep else ""))
+                self._shown = not keep
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def tick(self, text, every: float = 1.0):
+        """Show ``text()`` now and every ``every`` seconds (terminal) until the next show;
+        elsewhere once."""
+        self.show(text())
+        if not self.in_place:
+            return
+        stop = threading.Event()
+
+        def run():
+            while not stop.wait(every):
+                with self._lock:
+                    self.stream.write("\r\x1b[K" + text())
+                    self.stream.flush()
+        self._ticker = (stop, threading.Thread(target=run, daemon=True))
+        self._ticker[1].start()
+
+    def _stop_ticker(self):
+        if self._ticker:
+            stop, thread = self._ticker
+            stop.set()
+            thread.join(2)
+            self._ticker = None
+
+    def close(self):
+        self._stop_ticker()
+        with self._lock:
+            if self._shown:
+                self.stream.write("\n")
+                self._shown = False
+            self.stream.flush()
 
 
 def _format_of(path: str) -> str:

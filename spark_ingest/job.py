@@ -1,23 +1,26 @@
 """The Spark ingestion job: files -> events -> partition actors (DESIGN.md "Data flow").
 
-``ingest_dataframe`` maps each row to an event with an EventMapping (rows that cannot become
-events go to the dead-letter output with their reason), routes every event with the cluster's
-RoutingTable (the same hash the gateway and the actors use; events a global query needs are
-also sent to the global actor), repartitions so that Spark partition ``i`` holds exactly the
-events of actor ``i``, sorts each partition by ``(ts, id)``, and pushes msgpack batches from
-``foreachPartition`` straight to the named actors, with at most ``max_in_flight`` batches
-unacknowledged per partition.
+No Python work per row on the Spark side. ``ingest_dataframe`` runs one Spark job:
+``mapInArrow`` maps Arrow batches of rows to typed event columns (spark_ingest.columnar, the
+columnar twin of EventMapping; rows that cannot become events go to the dead letters with
+their reason, file and line), routes them with the cluster's RoutingTable (the hash the
+gateway and the actors use, computed once per distinct key; events a global query needs are
+also sent to the global actor), arranges each actor's events in one Spark partition sorted by
+event time (DataFrame operations in the JVM), and a second ``mapInArrow`` pushes them: per
+actor, batches of ``batch_size`` events in ``(ts, id)`` order, columnar (codec schema version
+2) where the codec has it, every actor of the partition fed at once.
 
 Backpressure: an actor whose match outbox is over its limit refuses batches (nothing
-processed). Each Spark task pushes through an ``actors.producer.Lane``: every batch names its
-predecessor, so the batches in flight behind a refused one are refused too, and the lane sends
-them again in their order (growing pauses) for up to ``retry_for`` seconds; events are never
-reordered. After that the task fails and the job raises OverloadedError (``refused_batches``
-in the summary counts the batches sent again).
+processed). Each Spark task pushes to each actor through an ``actors.producer.Lane``: every
+batch names its predecessor, so the batches in flight behind a refused one are refused too,
+and the lane sends them again in their order (growing pauses) for up to ``retry_for``
+seconds; events are never reordered. After that the task fails and the job raises
+OverloadedError (``refused_batches`` in the summary counts the batches sent again).
 
-Batch ids are ``<job id>:<target>:<n>``: deterministic, so a Spark task that is retried
-resends the same ids and the actor acknowledges them without processing them again (and
-events are de-duplicated by id in any case).
+Batch ids are ``<job id>:<target>:<n>``: deterministic (the batches of an actor are the same
+whatever Spark's Arrow batch boundaries), so a Spark task that is retried resends the same
+ids and the actor acknowledges them without processing them again (and events are
+de-duplicated by id in any case).
 """
 from __future__ import annotations
 
@@ -29,10 +32,13 @@ import uuid
 from dataclasses import dataclass, replace
 
 from actors.producer import NAMESPACE, Lane, named_handles
-from actors.routing import GLOBAL, RoutingTable, actor_name, event_key, partition_of
-from cep.codec import encode_rows
+from actors.routing import GLOBAL, RoutingTable, actor_name
 from cep.errors import CepError, IngestError, OverloadedError
+from spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
+                                   category_of, encode_chunk)
+from spark_ingest.dead_letters import Locator
 from spark_ingest.mapping import EventMapping
+
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
 #: (a row with more or fewer cells than the header, a line that is not JSON); without it,
@@ -48,6 +54,7 @@ class IngestSettings:
     source: str = "spark"
     ray_address: str = "auto"              # how Spark's Python workers join Ray
     retry_for: float = 60.0                # seconds a task resends batches an actor refuses
+    push_tasks: int | None = None          # Spark tasks that push (None: Spark's task slots)
 
 
 def read_table(spark, paths, fmt: str, stream: bool = False, schema=None):
@@ -73,6 +80,8 @@ def read_table(spark, paths, fmt: str, stream: bool = False, schema=None):
         return reader
 
     if fmt in ("csv", "json"):
+        if schema is None and not stream and fmt == "csv" and len(paths) == 1:
+            schema = csv_header_schema(paths[0])
         if schema is None and not stream:
             schema = options(spark.read).format(fmt).load(paths).schema
         if schema is not None and MALFORMED not in schema.fieldNames():
@@ -85,142 +94,246 @@ def read_table(spark, paths, fmt: str, stream: bool = False, schema=None):
     return reader.format(fmt).load(paths[0] if stream else paths)
 
 
-def _convert(mapping: EventMapping, routing: RoutingTable, file_col: str | None):
-    """Spark-side: rows -> ("ok", (target, ts, id), wire row) | ("dead", reason, row)."""
+def csv_header_schema(path: str):
+    """The schema Spark infers for one local CSV file (every column text, named by the
+    header), read here instead of in a Spark job; None when Spark has to decide (not a plain
+    local file, a byte-order mark, a header with a blank or repeated name)."""
+    import csv
+
+    from pyspark.sql.types import StringType, StructField, StructType
+    if "://" in path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            if handle.read(1) == "\ufeff":
+                return None
+            handle.seek(0)
+            header = next((row for row in csv.reader(handle) if row), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if not header or any(not name.strip() for name in header) or \
+            len(set(header)) != len(header) or \
+            len({name.lower() for name in header}) != len(header):
+        return None
+    return StructType([StructField(name, StringType(), True) for name in header])
+
+
+def push_slots(spark) -> int:
+    """How many Spark tasks can run at once: executors x cores (RayDP sets both), else
+    Spark's default parallelism."""
+    conf = spark.sparkContext.getConf()
+    try:
+        executors = int(conf.get("spark.executor.instances", "0"))
+        cores = int(conf.get("spark.executor.cores", "1"))
+    except ValueError:
+        executors = cores = 0
+    return executors * cores if executors > 0 and cores > 0 \
+        else spark.sparkContext.defaultParallelism
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3_x86_32.hashInt, seed 42), which its hash
+    partitioning takes modulo the number of partitions."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x, r):
+        return ((x << r) | (x >> (32 - r))) & mask
+    k1 = rotl((value & mask) * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def partition_values(slots: int) -> list:
+    """For each Spark partition ``p < slots``, an int whose hash puts a row into partition
+    ``p`` when ``repartition(slots, column)`` hashes that column."""
+    found: dict = {}
+    value = 0
+    while len(found) < slots:
+        found.setdefault(spark_hash_int(value) % slots, value)
+        value += 1
+    return [found[p] for p in range(slots)]
+
+
+def arrange(spark, df, mapping: EventMapping, routing: RoutingTable, fmt: str | None = None,
+            tasks: int | None = None):
+    """``(plan, DataFrame)``: the rows of ``df`` prepared (typed event columns, routing
+    target, dead letters; ``spark_ingest.columnar.Plan.prepare`` in ``mapInArrow``) and
+    arranged for the push: each actor's rows in one Spark partition, sorted by event time.
+    The partitions are as many as ``tasks`` (default: Spark's task slots), at most one per
+    actor; actor ``t`` is in partition ``t % partitions``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    columns = [c for c in df.columns if c != MALFORMED]
+    mapping.check_columns(columns)
+    arrow = to_arrow_schema(df.select(columns).schema)
+    categories = {name: category_of(arrow.field(name).type) for name in columns}
+    df = df.withColumn(FILE_COLUMN, F.input_file_name())
+    try:
+        df = df.withColumn(BLOCK_COLUMN, F.col("_metadata.file_block_start"))
+        block = True
+    except Exception:                         # no file metadata (a streaming micro-batch)
+        block = False
     n = routing.partitions
-    wanted = routing.global_types
-
-    def run(index, rows):
-        for row in rows:
-            data = row.asDict()
-            origin = data.pop(file_col, None) if file_col else None
-            raw = data.pop(MALFORMED, None)
-            if raw is not None:
-                yield ("dead", "malformed record: Spark could not parse it (a CSV row with "
-                               "more or fewer cells than the header, or a line that is not "
-                               "a JSON object)", raw, origin)
-                continue
-            try:
-                ev = mapping.to_event(data)
-                target = partition_of(event_key(ev), n)
-            except CepError as exc:
-                yield ("dead", str(exc), _jsonable(data), origin)
-                continue
-            wire = [ev.type, ev.ts, ev.attrs, ev.key, ev.id]
-            yield ("ok", (target, ev.ts, ev.id), wire, None)
-            if wanted is None or ev.type in wanted:
-                yield ("ok", (n, ev.ts, ev.id), wire, None)          # the global actor
-    return run
-
-
-def _pusher(job_id: str, routing: RoutingTable, settings: IngestSettings, counters):
-    """Spark-side: push one partition (all of one actor's events, sorted) in batches."""
-    n = routing.partitions
-
-    def run(records):
-        import ray
-        first = next(records, None)
-        if first is None:
-            return
-        target = first[0][0]
-        if not ray.is_initialized():
-            ray.init(address=settings.ray_address, namespace=NAMESPACE, log_to_driver=False,
-                     configure_logging=False)
-        name = actor_name(GLOBAL if target == n else target)
-        try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the raycep "
-                           f"cluster running (raycep serve) on this Ray?") from None
-
-        def count(ack):
-            counters["events"].add(ack["events"])
-            counters["duplicates"].add(ack["duplicates"])
-            counters["late"].add(ack.get("late", 0))
-            counters["redelivered"].add(int(ack["redelivered"]))
-            counters["bad"].add(len(ack["bad_rows"]))
-            counters["truncated"].add(ack.get("truncated", 0))
-
-        lane = Lane(handle, settings.max_in_flight, count, settings.retry_for)
-        seq, rows = 0, []
-
-        def push():
-            nonlocal seq
-            seq += 1
-            batch_id = f"{job_id}:{target}:{seq}"
-            lane.push(encode_rows(rows, settings.source, batch_id), batch_id)
-
-        for _key, wire in _chain(first, records):
-            rows.append(wire)
-            if len(rows) >= settings.batch_size:
-                push()
-                rows = []
-        if rows:
-            push()
-        lane.flush()
-        counters["refused"].add(lane.refusals)
-    return run
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
+    targets = n + (0 if routing.global_types is not None and not routing.global_types else 1)
+    slots = max(1, min(targets, tasks or push_slots(spark)))
+    values = partition_values(slots)
+    plan = Plan(mapping, categories, n, routing.global_types,
+                parts=tuple(values[t % slots] for t in range(n + 1)), dead_part=values[0],
+                malformed=MALFORMED if MALFORMED in df.columns else None)
+    prepared = df.mapInArrow(_preparer(plan, fmt, block), from_arrow_schema(plan.schema()))
+    if slots == 1:
+        arranged = prepared.coalesce(1)       # no shuffle: the read feeds the one push task
+    else:
+        arranged = prepared.repartition(slots, PART)
+    return plan, arranged.sortWithinPartitions(TS)
 
 
 def ingest_dataframe(spark, df, mapping: EventMapping, routing: RoutingTable,
                      settings: IngestSettings = IngestSettings(), job_id: str | None = None,
-                     progress=None) -> dict:
+                     progress=None, fmt: str | None = None, phase=None) -> dict:
     """Ingest one (batch) DataFrame; returns the job's counts and the dead-letter location.
-    ``progress(dict)`` is called with the counts when the job is done (``run_job`` also
-    reports while it runs)."""
+
+    One Spark job: ``mapInArrow`` maps each Arrow batch of rows to typed event columns with
+    their routing target (spark_ingest.columnar; rows that cannot become events become dead
+    letters naming their file and line), the rows are arranged so that each actor's events
+    are in one Spark partition sorted by event time (``sortWithinPartitions``; one partition
+    for all actors when Spark runs one task at a time, else ``repartition`` over as many
+    partitions as Spark has task slots, the actors spread over them), and a second
+    ``mapInArrow`` pushes them: per actor, chunks of ``batch_size`` in ``(ts, id)`` order,
+    pipelined through one ``Lane`` per actor, every actor of the partition fed at once.
+    ``progress(dict)`` is called with the counts when the job is done, ``phase(name)`` with
+    ``"draining"`` when every batch is pushed (the dead letters are written then). ``fmt``
+    (csv, json, parquet) tells how to find a dead row's line (default: from the file
+    extension)."""
+    from pyspark import StorageLevel
+
     job_id = job_id or uuid.uuid4().hex[:12]
     settings = _joinable(settings)
-    file_col = "_raycep_file"
-    columns = [c for c in df.columns if c != MALFORMED]
-    mapping.check_columns(columns)
-    from pyspark.sql.functions import input_file_name
-    df = df.withColumn(file_col, input_file_name())
-    sc = spark.sparkContext
-    counters = {k: sc.accumulator(0) for k in ("events", "duplicates", "late", "redelivered",
-                                               "bad", "truncated", "refused")}
-    converted = df.rdd.mapPartitionsWithIndex(_convert(mapping, routing, file_col)).cache()
+    plan, arranged = arrange(spark, df, mapping, routing, fmt, settings.push_tasks)
+    pushed = arranged.mapInArrow(_pusher(job_id, plan, settings), "kind string, text string") \
+        .persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        dead = converted.filter(lambda r: r[0] == "dead")
-        events = converted.filter(lambda r: r[0] == "ok").map(lambda r: (r[1], r[2]))
-        n_targets = routing.partitions + 1
         try:
-            events.repartitionAndSortWithinPartitions(
-                n_targets, partitionFunc=lambda key: key[0]) \
-                .foreachPartition(_pusher(job_id, routing, settings, counters))
+            reports = [json.loads(r.text) for r in pushed.filter("kind = 'count'").collect()]
         except Exception as exc:
             failure = _task_failure(exc)
             if failure is None:
                 raise
             raise failure from None
-        n_dead = dead.count()
-        n_part = routing.partitions
-        rows = converted.filter(lambda r: r[0] == "dead" or r[1][0] < n_part).count()
-        dead_dir = None
-        if n_dead:
+        counts = {k: sum(r[k] for r in reports) for k in COUNTS}
+        if phase:
+            phase("draining")
+        dead_dir, sample = None, []
+        if counts["dead"]:
+            dead = pushed.filter("kind = 'dead'").select("text")
             dead_dir = _fresh_dir(settings.dead_letters, job_id)
-            dead.map(lambda r: json.dumps({"reason": r[1], "row": r[2], "file": r[3]},
-                                          sort_keys=True, default=str)) \
-                .coalesce(1).saveAsTextFile(dead_dir)
-        sample = [r[1] for r in dead.take(5)] if n_dead else []
+            dead.coalesce(1).write.text(dead_dir)
+            sample = [reason for r in reports for reason in r["sample"]][:5]
     finally:
-        converted.unpersist()
-    out = {"job": job_id, "rows": rows,
-           "events_sent": counters["events"].value,
-           "duplicates": counters["duplicates"].value,
-           "late_events": counters["late"].value,
-           "redelivered_batches": counters["redelivered"].value,
-           "rejected_by_actors": counters["bad"].value,
-           "truncated_triggers": counters["truncated"].value,
-           "refused_batches": counters["refused"].value,
-           "dead_letters": n_dead, "dead_letter_dir": dead_dir, "dead_letter_sample": sample}
+        pushed.unpersist()
+    out = {"job": job_id, "rows": counts["rows"],
+           "events_sent": counts["events"],
+           "duplicates": counts["duplicates"],
+           "late_events": counts["late"],
+           "redelivered_batches": counts["redelivered"],
+           "rejected_by_actors": counts["bad"],
+           "truncated_triggers": counts["truncated"],
+           "refused_batches": counts["refused"],
+           "dead_letters": counts["dead"], "dead_letter_dir": dead_dir,
+           "dead_letter_sample": sample}
     if progress:
         progress(out)
     return out
+
+
+#: the counts each push task reports
+COUNTS = ("rows", "dead", "events", "duplicates", "late", "redelivered", "bad", "truncated",
+          "refused")
+FILE_COLUMN, BLOCK_COLUMN = "_raycep_file", "_raycep_block"
+
+
+def _preparer(plan: Plan, fmt: str | None, block: bool):
+    """Spark-side (mapInArrow): input batches -> prepared batches (spark_ingest.columnar)."""
+    def run(batches):
+        locator = Locator(fmt)
+        for batch in batches:
+            locator.start(batch.column(FILE_COLUMN),
+                          batch.column(BLOCK_COLUMN) if block else None)
+            yield plan.prepare(batch, locator)
+    return run
+
+
+def _pusher(job_id: str, plan: Plan, settings: IngestSettings):
+    """Spark-side (mapInArrow): one partition's prepared rows, sorted by ts -> wire batches
+    pushed to their actors, each through its own Lane (in order, pipelined, backpressure
+    with retries), all actors of the partition at once. Yields the dead letters
+    (``kind="dead"``) and one row of counts (``kind="count"``)."""
+    n = plan.partitions
+
+    def run(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import ray
+        counts = dict.fromkeys(COUNTS, 0)
+        sample: list = []                      # the first dead letters' reasons
+        lanes: dict = {}
+        seq: dict = {}
+
+        def count(ack):
+            counts["events"] += ack["events"]
+            counts["duplicates"] += ack["duplicates"]
+            counts["late"] += ack.get("late", 0)
+            counts["redelivered"] += int(ack["redelivered"])
+            counts["bad"] += len(ack["bad_rows"])
+            counts["truncated"] += ack.get("truncated", 0)
+
+        def lane(target):
+            if target not in lanes:
+                if not ray.is_initialized():
+                    ray.init(address=settings.ray_address, namespace=NAMESPACE,
+                             log_to_driver=False, configure_logging=False)
+                name = actor_name(GLOBAL if target == n else target)
+                try:
+                    handle = ray.get_actor(name, namespace=NAMESPACE)
+                except ValueError:
+                    raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the "
+                                   f"raycep cluster running (raycep serve) on this "
+                                   f"Ray?") from None
+                lanes[target] = Lane(handle, settings.max_in_flight, count, settings.retry_for)
+            return lanes[target]
+
+        def push(chunks):
+            for target, chunk in chunks:
+                seq[target] = seq.get(target, 0) + 1
+                batch_id = f"{job_id}:{target}:{seq[target]}"
+                lane(target).push(encode_chunk(plan, chunk, settings.source, batch_id),
+                                  batch_id)
+
+        chunker = Chunker(plan, settings.batch_size)
+        for batch in batches:
+            t = batch.column(TARGET)
+            counts["rows"] += pc.sum(pc.and_(pc.greater_equal(t, DEAD_TARGET),
+                                             pc.less(t, n))).as_py() or 0
+            dead, chunks = chunker.add(batch)
+            push(chunks)
+            if dead:
+                counts["dead"] += len(dead)
+                sample.extend(json.loads(d)["reason"] for d in dead[:5 - len(sample)])
+                yield pa.RecordBatch.from_pydict({"kind": ["dead"] * len(dead), "text": dead})
+        push(chunker.flush())
+        for each in lanes.values():
+            each.flush()
+            counts["refused"] += each.refusals
+        yield pa.RecordBatch.from_pydict({"kind": ["count"],
+                                          "text": [json.dumps({**counts, "sample": sample})]})
+    return run
 
 
 def _task_failure(exc: Exception) -> CepError | None:
@@ -261,58 +374,83 @@ def _fresh_dir(root: str, job_id: str) -> str:
     return path
 
 
-def _jsonable(data: dict) -> dict:
-    return {k: (v if isinstance(v, (str, int, float, bool, type(None))) else str(v))
-            for k, v in data.items()}
-
-
 def run_job(spark, paths, fmt: str, mapping: EventMapping, routing: RoutingTable,
             settings: IngestSettings = IngestSettings(), report=None,
             every: float = 2.0) -> dict:
     """Batch ingestion of files. ``report(line)`` gets a progress line every ``every`` seconds
-    (events the actors have received so far and the rate) while the job runs."""
+    while the job runs (``[ingest] PHASE: ...``: reading until the first event reaches an
+    actor, then pushing, then draining: writing the dead letters).
+
+    The summary's ``seconds`` is the wall time of this call (Spark already running): reading,
+    mapping, sorting, pushing until every batch is acknowledged, writing the dead letters;
+    ``events_per_s`` is ``events_sent / seconds``."""
     t0 = time.monotonic()
-    df = read_table(spark, paths, fmt)
-    watcher = ActorProgress(routing, report, every) if report else None
+    watcher = JobProgress(spark, routing, report, every) if report else None
     try:
-        result = ingest_dataframe(spark, df, mapping, routing, settings)
+        df = read_table(spark, paths, fmt)
+        result = ingest_dataframe(spark, df, mapping, routing, settings, fmt=fmt,
+                                  phase=watcher.phase if watcher else None)
     finally:
         if watcher:
             watcher.stop()
     wall = time.monotonic() - t0
     result["seconds"] = round(wall, 3)
-    result["events_per_s"] = round(result["events_sent"] / wall) if wall > 0 else None
+    result["events_per_s"] = rate(result["events_sent"], wall)
     return result
 
 
-class ActorProgress:
-    """A driver thread that reports the events the actors received since it started."""
+def rate(events: int, seconds: float) -> float | None:
+    """Events per second, to 0.1 (a small file's rate is not 0)."""
+    return round(events / seconds, 1) if seconds > 0 else None
 
-    def __init__(self, routing: RoutingTable, report, every: float = 2.0):
+
+class JobProgress:
+    """A driver thread that reports, every ``every`` seconds, the job's phase, the events
+    the actors received since it started and their rate, and Spark's task counts."""
+
+    def __init__(self, spark, routing: RoutingTable, report, every: float = 2.0):
         import threading
+        self.spark, self.report, self.every = spark, report, every
         self.handles = list(named_handles(routing).values())
-        self.report, self.every = report, every
         self.base = self._events()
         self.t0 = time.monotonic()
+        self._phase = "reading"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="raycep-progress")
         self._thread.start()
+
+    def phase(self, name: str):
+        self._phase = name
 
     def _events(self) -> int:
         import ray
         return sum(s["events"] + s["duplicates"] for s in
                    ray.get([h.stats.remote() for h in self.handles]))
 
+    def _tasks(self) -> str:
+        tracker = self.spark.sparkContext.statusTracker()
+        done = total = 0
+        for stage in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage)
+            if info is not None:
+                done += info.numCompletedTasks
+                total += info.numTasks
+        return f", Spark tasks {done}/{total}" if total else ""
+
+    def line(self) -> str:
+        wall = time.monotonic() - self.t0
+        got = self._events() - self.base
+        if got and self._phase == "reading":
+            self._phase = "pushing"
+        return (f"[ingest] {self._phase}: {wall:.0f} s, {got:,} events at the actors, "
+                f"{got / wall if wall > 0 else 0:,.0f} events/s{self._tasks()}")
+
     def _run(self):
         while not self._stop.wait(self.every):
             try:
-                got = self._events() - self.base
+                self.report(self.line())
             except Exception as exc:            # progress must never break the job
                 self.report(f"[ingest] progress unavailable: {exc}")
-                continue
-            wall = time.monotonic() - self.t0
-            self.report(f"[ingest] {got:,} events received by the actors, "
-                        f"{got / wall:,.0f} events/s")
 
     def stop(self):
         self._stop.set()
@@ -344,7 +482,7 @@ def run_stream(spark, directory: str, fmt: str, mapping: EventMapping, routing,
 
     def batch(df, epoch: int):
         result = ingest_dataframe(spark, df, mapping, current(), settings,
-                                  job_id=f"{stream_id}:{epoch}")
+                                  job_id=f"{stream_id}:{epoch}", fmt=fmt)
         if report and result["rows"]:
             report(f"[stream] micro-batch {epoch}: {result['rows']} rows, "
                    f"{result['events_sent']} events sent, {result['dead_letters']} dead "

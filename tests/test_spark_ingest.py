@@ -35,7 +35,8 @@ from gateway import cli
 from gateway.client import connect
 from gateway.runtime import RayCluster
 from gateway.service import GatewaySettings
-from spark_ingest.job import IngestSettings, ingest_dataframe, read_table, run_job, run_stream
+from spark_ingest.job import (IngestSettings, arrange, ingest_dataframe, read_table,
+                               run_job, run_stream)
 from spark_ingest.mapping import EventMapping
 from spark_ingest.session import start_spark, stop_spark
 
@@ -259,6 +260,10 @@ def test_bad_rows_go_to_the_dead_letters_and_good_rows_arrive(spark, cluster, se
     records = dead_letters(result["dead_letter_dir"])
     assert len(records) == 5
     assert all(r["file"].endswith("/in/bad.csv") for r in records)
+    # the line of each, as raycep local numbers it (the header is line 1)
+    assert sorted(r["line"] for r in records) == sorted(err.row for err in local_bad) == \
+        [102, 103, 104, 205, 206]
+    assert sorted(r["record"] for r in records) == [101, 102, 103, 204, 205]
     by_ts = {(r["row"].get("ts") if isinstance(r["row"], dict) else r["row"]): r
              for r in records}
     assert "event time 'abc' is not valid" in by_ts["abc"]["reason"]
@@ -277,6 +282,7 @@ def test_bad_rows_go_to_the_dead_letters_and_good_rows_arrive(spark, cluster, se
     records = dead_letters(result["dead_letter_dir"])
     assert sorted("malformed record" in r["reason"] for r in records) == [False, True, True]
     assert all(r["file"].endswith("/in/bad.jsonl") for r in records)
+    assert sorted(r["line"] for r in records) == [11, 12, 13]
     no_ts = [r for r in records if "malformed" not in r["reason"]][0]
     assert "missing event time" in no_ts["reason"] and no_ts["row"]["symbol"] == "AAPL"
     assert sorted(r["row"] for r in records if isinstance(r["row"], str)) == \
@@ -497,11 +503,22 @@ def test_ingest_command(spark, cluster, tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    # stdout: the summary only; stderr: raycep's own lines only (no Log4j, Spark, Hadoop or
+    # Ray logs, no Spark progress bars)
+    assert len(proc.stdout.splitlines()) == 1, proc.stdout[:3000]
+    summary = json.loads(proc.stdout)
+    assert all(line.startswith("[ingest] ") for line in proc.stderr.splitlines()), \
+        proc.stderr[-3000:]
+    phases = [line.split(":")[0] for line in proc.stderr.splitlines()]
+    assert phases[0] == "[ingest] starting Spark" and "[ingest] done" in phases
     assert summary["rows"] == 505 and summary["events_sent"] == 500
+    assert summary["events_per_s"] == round(500 / summary["seconds"], 1) > 0
+    assert summary["wall_seconds"] > summary["spark_startup_seconds"] > 0
     assert summary["dead_letters"] == 5 and summary["duplicates"] == 0
     assert summary["dead_letter_dir"].startswith(str(dead))
-    assert len(dead_letters(summary["dead_letter_dir"])) == 5
+    records = dead_letters(summary["dead_letter_dir"])
+    assert sorted(r["line"] for r in records) == [252, 253, 254, 255, 256]
+    assert all(r["file"] == path for r in records)
     assert "[ingest] Spark ready" in proc.stderr
     assert "5 rows could not become events" in proc.stderr
     settle(client, {"all": range(500)})
@@ -540,6 +557,84 @@ def test_parquet_and_json_lines_give_the_events_of_the_csv(spark, cluster, sampl
     settle(client, expected)
     for name, ids in expected.items():
         assert set(ids_of(read_all(client, name))) == ids, name
+
+
+TRICKY_CSV = [
+    'Stock,1.0,AAPL,190.5,100,plain',
+    'Stock,1.0,AAPL,191,100,x',                   # the same ts as the row before, one actor
+    'Stock,1,MSFT,3,200,  padded  ',
+    'Stock, 2 ,AAPL,1e3,TRUE,"quoted, comma"',
+    'Stock,2,3,7,false,\u00e9',                    # an integer key
+    'Stock,2.5,3.0,x,0,\u0663',                    # a float key; an Arabic-Indic digit 3
+    'Stock,3,MSFT,,5,',                            # empty cells: absent attributes
+    'Stock,3,MSFT,-0.0,+5,"two\nlines"',
+    'Stock,3,AAPL,12345678901234567890,1,TRUE',   # an integer beyond int64 (uint64 range)
+]
+
+
+def test_same_file_same_event_and_match_ids_as_raycep_local(spark, cluster, settings,
+                                                           tmp_path):
+    """The same CSV through ``raycep local`` and through Spark: identical event ids (the
+    events the actors received) and match ids; cells of mixed kinds in one column, blanks,
+    equal event times, integer and float keys, quoted cells."""
+    lines = TRICKY_CSV + [line + "," for line in tick_lines()[:300]]
+    path = write_csv(tmp_path / "tricky.csv", lines, "type,ts,symbol,price,volume,note")
+    pair = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] WITHIN 2 seconds"
+    out = tmp_path / "local.jsonl"
+    assert cli.main(["local", "--query", f"NAME all {ALL}", "--query", f"NAME pair {pair}",
+                     "--events", path, "--key", "symbol", "--out", str(out)]) == 0
+    local = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    local_ids = {m["events"]["a"]["id"] for m in local if m["query"] == "all"}
+    events = list(iter_events(path, key_attr="symbol"))
+    assert local_ids == {e.id for e in events} and len(events) == len(lines)
+    expected = engine_ids(events, [("pair", pair)])
+
+    client = connect(cluster.url)
+    routing = register(client, [("all", ALL), ("pair", pair)])
+    result = run_job(spark, path, "csv", MAPPING, routing, settings)
+    assert result["rows"] == result["events_sent"] == len(lines)
+    assert result["dead_letters"] == 0
+    client.advance(END)
+    settle(client, {"all": local_ids, **expected})
+    got = arrived(client)
+    assert set(got) == local_ids
+    by_id = {e.id: e for e in events}
+    for eid, ev in got.items():
+        assert {k: v for k, v in ev.items() if k not in ("id", "type", "ts", "key")} == \
+            by_id[eid].attrs
+    assert set(ids_of(read_all(client, "pair"))) == expected["pair"]
+    assert all(a["out_of_order"] == a["late_events"] == 0
+               for a in client.stats()["actors"].values())
+
+
+def test_several_push_tasks_feed_each_actor_from_one_task_in_order(spark, cluster, sample,
+                                                                    settings):
+    """Spread over push tasks (``push_tasks``; here more tasks than Spark runs at once):
+    actor ``t`` is in Spark partition ``t % tasks``, sorted by event time, and every actor
+    gets all its events in order."""
+    events, expected = sample
+    unkeyed = engine_ids(events, [("spikes", SPIKES)], key_attr=None)
+    client = connect(cluster.url)
+    routing = register(client, [("spikes", SPIKES), ("dip_recovery", sample_queries()[0][1])])
+    from pyspark.sql.functions import spark_partition_id
+    _, arranged = arrange(spark, read_table(spark, str(TICKS), "csv"), MAPPING, routing,
+                          tasks=2)
+    rows = arranged.select(spark_partition_id().alias("p"), "_t", "_ts").collect()
+    assert {(r.p, r._t) for r in rows} == {(0, 0), (1, 1), (0, 2)}
+    for p in (0, 1):
+        ts = [r._ts for r in rows if r.p == p]
+        assert ts == sorted(ts)
+    result = run_job(spark, str(TICKS), "csv", MAPPING, routing,
+                     replace(settings, push_tasks=3))
+    assert result["rows"] == 20_000 and result["events_sent"] == 40_000
+    client.advance(END)
+    want = {"spikes": unkeyed["spikes"], "dip_recovery": expected["dip_recovery"]}
+    settle(client, want)
+    for name, ids in want.items():
+        assert set(ids_of(read_all(client, name))) == ids, name
+    actors = client.stats()["actors"]
+    assert actors["global"]["events"] == 20_000
+    assert all(a["out_of_order"] == a["late_events"] == 0 for a in actors.values())
 
 
 def test_quoting_as_raycep_local_reads_it(spark, tmp_path):
