@@ -89,20 +89,15 @@ class MatchLines:
             self._base, self._name = base, name
         return head + self._pre + _value(event) + self._post + b"}" + tail + b"}\n"
 
-    def lines(self, matches, extra=None) -> bytes:
-        """All ``matches`` as JSON lines, concatenated; ``extra(match) -> bytes`` per match.
-        Counts them per query in ``counts`` and ``retractions``.
+    def lines(self, matches) -> bytes:
+        """All ``matches`` as JSON lines, concatenated; counts them per query in ``counts``
+        and ``retractions``.
 
         A run of consecutive matches of one ``Match.batch`` (the same shared bindings object)
         becomes ``pre + (post + pre).join(event fragments) + post``: the per-match work is
         fetching the event's cached JSON (run boundaries are found with C-level maps)."""
         if not isinstance(matches, list):
             matches = list(matches)
-        if extra is not None:
-            out = [self.line(m, extra(m)) for m in matches]
-            for m in matches:
-                self._count(m, 1)
-            return b"".join(out)
         n = len(matches)
         if n < 2:
             if n:

@@ -76,7 +76,8 @@ def test_lines_parse_to_the_match_records(found):
 @settings(max_examples=100, deadline=None)
 @given(matches())
 def test_extra_fields_go_before_the_closing_brace(found):
-    data = MatchLines().lines(found, extra=lambda m: b',"id":' + json.dumps(m.query).encode())
+    writer = MatchLines()
+    data = b"".join(writer.line(m, b',"id":' + json.dumps(m.query).encode()) for m in found)
     got = [json.loads(line) for line in data.decode().split("\n")[:-1]]
     want = []
     for m in found:
