@@ -166,10 +166,8 @@ class PartitionWorker:
         dup0 = engine.duplicates
         capped0 = self._truncated()
         source = decoded.source
-        matches: list = []
-        for ev in decoded.events:
-            self.rates.observe(ev.type, ev.ts)
-            matches.extend(engine.process(ev, source))
+        self.rates.observe_many(decoded.events)
+        matches = engine.process_many(decoded.events, source)
         self._recent[ident] = None
         if len(self._recent) > self.remember_batches:
             self._recent.popitem(last=False)

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
 from cep.errors import IngestError
 from cep.event import Event, make_event
 
@@ -78,15 +79,16 @@ def _array(column) -> pa.Array:
     return column
 
 
-def _mask(arr) -> np.ndarray:
-    """A boolean Arrow array as a numpy bool array, null -> False."""
-    if arr.null_count:
-        arr = arr.fill_null(False)
-    return arr.to_numpy(zero_copy_only=False)
+#: scalars for pyarrow.compute, made without pa.scalar (see cep.arrow)
+_EMPTY_TEXT = arrow_array([""], pa.string())[0]
+
+
+def _null_scalar(arrow_type):
+    return pa.nulls(1, arrow_type)[0]
 
 
 def _match(arr, pattern: str) -> np.ndarray:
-    return _mask(pc.match_substring_regex(arr, pattern))
+    return true_mask(pc.match_substring_regex(arr, pattern))
 
 
 def _is_text(t) -> bool:
@@ -143,7 +145,7 @@ def strip_text(arr) -> pa.Array:
         if value is not None and value != (value := value.strip()):
             values[i] = value
             changed = True
-    return pa.array(values, pa.string()) if changed else arr
+    return arrow_array(values, pa.string()) if changed else arr
 
 
 # --------------------------------------------------------------------------- typing text
@@ -155,9 +157,9 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
     union (see the module docstring)."""
     arr = _strings(arr)
     n = len(arr)
-    present = _mask(pc.is_valid(arr)) if arr.null_count else np.ones(n, dtype=bool)
+    present = true_mask(pc.is_valid(arr)) if arr.null_count else np.ones(n, dtype=bool)
     if empty_absent and n:
-        present &= _mask(pc.not_equal(arr, ""))
+        present &= true_mask(pc.not_equal(arr, _EMPTY_TEXT))
     first, _ = _edge_bytes(arr)
     parts = []
     rest = present
@@ -168,7 +170,7 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
             continue
         hit = rest & _match(arr, pattern)
         if hit.any():
-            cells = arr.filter(pa.array(hit))
+            cells = arr.filter(arrow_array(hit))
             if kind == "bool":
                 child = pc.match_substring_regex(cells, "^[Tt]")
             else:
@@ -176,7 +178,7 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
             parts.append((kind, np.flatnonzero(hit), child))
             rest = rest & ~hit
     if rest.any():
-        parts.extend(_parsed_cells(arr.filter(pa.array(rest)), np.flatnonzero(rest)))
+        parts.extend(_parsed_cells(arr.filter(arrow_array(rest)), np.flatnonzero(rest)))
     return _assemble(n, parts)
 
 
@@ -187,13 +189,13 @@ def _parsed_cells(cells, positions) -> list:
     parsed = [parse_cell(text) for text in encoded.dictionary.to_pylist()]
     if all(value.__class__ is str for value in parsed):
         return [("str", positions, cells)]               # parse_cell keeps text as given
-    index = encoded.indices.to_numpy()
+    index = to_numpy(encoded.indices)
     kinds = np.array([_kind(value) for value in parsed])
     parts = []
     for kind in np.unique(kinds).tolist():
         mask = kinds[index] == kind
         if kind == "str":
-            parts.append((kind, positions[mask], cells.filter(pa.array(mask))))
+            parts.append((kind, positions[mask], cells.filter(arrow_array(mask))))
             continue
         values = [parsed[i] for i in index[mask].tolist()]
         parts.extend(_parts_from_values(positions[mask], values, None))
@@ -221,7 +223,7 @@ def _kind(value) -> str:
 
 def _child(kind: str, values: list, positions, field) -> pa.Array:
     if kind == "bigint":
-        return pa.array([str(v) for v in values], pa.string())
+        return arrow_array([str(v) for v in values], pa.string())
     if kind == "msgpack":
         packed = []
         for pos, value in zip(positions, values):
@@ -230,13 +232,13 @@ def _child(kind: str, values: list, positions, field) -> pa.Array:
                                             use_bin_type=True))
             except (TypeError, ValueError, OverflowError):
                 raise _unencodable(value, int(pos), field) from None
-        return pa.array(packed, pa.binary())
+        return arrow_array(packed, pa.binary())
     try:
-        return pa.array(values, _KIND_TYPES[kind])
+        return arrow_array(values, _KIND_TYPES[kind])
     except (ValueError, TypeError, OverflowError, pa.ArrowException):
         for pos, value in zip(positions, values):       # a str that is not UTF-8 (surrogates)
             try:
-                pa.array([value], _KIND_TYPES[kind])
+                arrow_array([value], _KIND_TYPES[kind])
             except (ValueError, TypeError, OverflowError, pa.ArrowException):
                 raise _unencodable(value, int(pos), field) from None
         raise
@@ -289,7 +291,7 @@ def _assemble(n: int, parts: list) -> pa.Array:
             return child
         index = np.full(n, -1, dtype=np.int64)
         index[positions] = np.arange(len(positions))
-        return child.take(pa.array(index, mask=index < 0))
+        return child.take(arrow_array(index, mask=index < 0))
     codes = np.full(n, len(merged), dtype=np.int8)
     offsets = np.zeros(n, dtype=np.int32)
     children, names = [], []
@@ -309,8 +311,8 @@ def dense_union(codes, offsets, children: list, names: list, absent_code: int) -
         offsets[absent] = np.arange(absent.size, dtype=np.int32)
         children.append(pa.nulls(absent.size))
         names.append("absent")
-    return pa.UnionArray.from_dense(pa.array(codes, pa.int8()), pa.array(offsets, pa.int32()),
-                                    children, names)
+    return pa.UnionArray.from_dense(arrow_array(codes, pa.int8()),
+                                    arrow_array(offsets, pa.int32()), children, names)
 
 
 def column_from_values(values: list, field=None, none_is_absent: bool = True,
@@ -326,7 +328,7 @@ def column_from_values(values: list, field=None, none_is_absent: bool = True,
                       bytes: pa.binary(), int: pa.int64()}.get(cls)
         if arrow_type is not None:
             try:
-                return pa.array(values, arrow_type)
+                return arrow_array(values, arrow_type)
             except (ValueError, TypeError, OverflowError, pa.ArrowException):
                 pass                                     # out of int64, bad UTF-8: below
     positions, present = [], []
@@ -370,7 +372,7 @@ def table_from_events(events) -> pa.Table:
     ts = [ev.ts for ev in events]
     if set(map(type, ts)) <= {float, int}:
         try:
-            ts = pa.array([float(t) for t in ts], pa.float64())
+            ts = arrow_array([float(t) for t in ts], pa.float64())
         except OverflowError:
             ts = column_from_values(ts, "ts")
     else:
@@ -411,20 +413,37 @@ def column_values(arr, key: bool = False) -> _Column:
     t = arr.type
     if pa.types.is_union(t):
         return _union_values(arr, key)
-    values = arr.to_pylist()
-    nulls = np.flatnonzero(_mask(pc.is_null(arr))) if arr.null_count else None
+    values = _text_values(arr) if _is_text(t) else arr.to_pylist()
+    nulls = np.flatnonzero(~valid_mask(arr)) if arr.null_count else None
     if (_is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
             or pa.types.is_null(t)):
         return _Column(values, None, nulls)
     if pa.types.is_floating(t):
-        bad = _mask(pc.invert(pc.is_finite(arr)))
+        bad = true_mask(pc.invert(pc.is_finite(arr)))
         return _Column(values, bad if bad.any() else None, nulls)
     if (pa.types.is_binary(t) or pa.types.is_large_binary(t)
             or pa.types.is_fixed_size_binary(t)) and not key:
         return _Column(values, None, nulls)
     if pa.types.is_map(t):
         values = [dict(v) if v is not None else None for v in values]
-    return _Column(values, _mask(pc.is_valid(arr)), nulls)
+    return _Column(values, true_mask(pc.is_valid(arr)), nulls)
+
+
+def _text_values(arr) -> list:
+    """The str values of a text column (None = null), one str object per distinct text when
+    texts repeat (event types, keys, symbols): ~50 bytes less per repeated cell to keep."""
+    n = len(arr)
+    if n < 64:
+        return arr.to_pylist()
+    encoded = pc.dictionary_encode(arr)
+    texts = encoded.dictionary.to_pylist()
+    if len(texts) > n // 4:
+        return arr.to_pylist()
+    index = to_numpy(encoded.indices)
+    if arr.null_count:
+        texts.append(None)
+        index = np.where(valid_mask(encoded.indices), index, len(texts) - 1)
+    return list(map(texts.__getitem__, index.tolist()))
 
 
 def _union_values(arr, key: bool) -> _Column:
@@ -521,8 +540,8 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
         type_values = raw["type"] = column_values(arr).values
         if _is_text(arr.type):
             if arr.null_count:
-                bad |= _mask(pc.is_null(arr))
-            bad |= _mask(pc.equal(arr, ""))
+                bad |= true_mask(pc.is_null(arr))
+            bad |= true_mask(pc.equal(arr, _EMPTY_TEXT))
         else:
             bad[:] = True
     else:
@@ -551,7 +570,7 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
         if col.flags is not None:
             bad |= col.flags
         if name == "attrs":
-            bad |= _mask(pc.is_valid(arr)) if not pa.types.is_union(arr.type) else \
+            bad |= true_mask(pc.is_valid(arr)) if not pa.types.is_union(arr.type) else \
                 np.array([v is not None for v in col.values], dtype=bool)
             continue
         if is_key:
@@ -623,18 +642,19 @@ def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
     t = arr.type
     if pa.types.is_floating(t):
         values = raw["ts"] = arr.to_pylist()
-        bad |= ~_mask(pc.is_finite(arr))
+        bad |= ~true_mask(pc.is_finite(arr))
         if not pa.types.is_float64(t):
             values = [None if v is None else float(v) for v in values]
         return values
     if pa.types.is_integer(t):
         raw["ts"] = arr.to_pylist()
+        ints = to_numpy(arr)
         if arr.null_count:
-            bad |= _mask(pc.is_null(arr))
-            arr = arr.fill_null(0)
-        ints = arr.to_numpy()
+            present = valid_mask(arr)
+            bad |= ~present
+            ints = np.where(present, ints, 0)
         if ints.size and (ints.max() > 2 ** 53 or ints.min() < -2 ** 53):
-            return [float(v) for v in arr.to_pylist()]
+            return [float(v) for v in ints.tolist()]
         return ints.astype(np.float64).tolist()
     if _is_text(t) and not strict:
         raw["ts"] = arr.to_pylist()
@@ -642,9 +662,9 @@ def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
         if not fast.any():
             bad[:] = True
             return [None] * len(arr)
-        floats = pc.cast(pc.if_else(pa.array(fast), arr, pa.scalar(None, arr.type)),
+        floats = pc.cast(pc.if_else(arrow_array(fast), arr, _null_scalar(arr.type)),
                          pa.float64())
-        bad |= ~(fast & _mask(pc.is_finite(floats)))
+        bad |= ~(fast & true_mask(pc.is_finite(floats)))
         return floats.to_pylist()
     raw["ts"] = column_values(arr).values
     bad[:] = True
@@ -667,7 +687,7 @@ def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) ->
         if _is_text(t):
             if name in _ROLES:
                 if empty_absent:                        # an empty cell is absent; a blank
-                    arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+                    arr = pc.if_else(pc.equal(arr, _EMPTY_TEXT), _null_scalar(pa.string()), arr)
                 arr = strip_text(arr)                   # one is present (an id of "")
             elif typed_strings:
                 arr = typed_column(arr, empty_absent)
@@ -675,17 +695,17 @@ def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) ->
             arr = _epoch_seconds(arr)
         elif pa.types.is_date(t):
             if name == "ts":
-                arr = pa.array([None if d is None else
+                arr = arrow_array([None if d is None else
                                 (d - dt.date(1970, 1, 1)).days * 86400.0
                                 for d in arr.to_pylist()], pa.float64())
             else:
-                arr = pa.array([None if d is None else d.isoformat() for d in arr.to_pylist()],
+                arr = arrow_array([None if d is None else d.isoformat() for d in arr.to_pylist()],
                                pa.string())
         elif pa.types.is_time(t):
-            arr = pa.array([None if d is None else d.isoformat() for d in arr.to_pylist()],
+            arr = arrow_array([None if d is None else d.isoformat() for d in arr.to_pylist()],
                            pa.string())
         elif pa.types.is_decimal(t):
-            arr = pa.array([None if d is None else float(d) for d in arr.to_pylist()],
+            arr = arrow_array([None if d is None else float(d) for d in arr.to_pylist()],
                            pa.float64())
         names.append(name)
         arrays.append(arr)
@@ -697,8 +717,8 @@ def _epoch_seconds(arr) -> pa.Array:
     per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[arr.type.unit]
     ints = arr.cast(pa.int64())
     values = ints.to_pylist()
-    return pa.array([None if v is None else v / per_second for v in values], pa.float64())
+    return arrow_array([None if v is None else v / per_second for v in values], pa.float64())
 
 
 __all__ = ["events_from_table", "build_events", "table_from_events", "typed_column",
-           "typed_table", "column_values", "column_from_values", "strip_text"]
+           "typed_table", "column_values", "column_from_values", "strip_text", "arrow_array"]

@@ -26,6 +26,7 @@ at the trigger and correct (retract / add) when such an event changes a result.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from cep.errors import CepError, IngestError, QueryValidationError
@@ -154,6 +155,20 @@ class DisorderTracker:
         if ts > s.max_ts:
             s.max_ts = ts
         wm = ts - self.slack
+        if wm > self.watermark:
+            self.watermark = wm
+
+    def on_time_run(self, source: str, types: list, times: list):
+        """``on_time`` for a run of in-order events (``times`` increasing)."""
+        streams = self.streams
+        for etype, n in Counter(types).items():
+            s = streams.get((source, etype)) or self._stream(source, etype)
+            s.events += n
+        for etype, ts in dict(zip(types, times)).items():      # the last ts of each type
+            s = streams[(source, etype)]
+            if ts > s.max_ts:
+                s.max_ts = ts
+        wm = times[-1] - self.slack
         if wm > self.watermark:
             self.watermark = wm
 

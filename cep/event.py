@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import numbers
+import threading
 
 import msgpack
 import orjson
@@ -97,10 +98,16 @@ class Event:
         return out
 
 
+_PACKERS = threading.local()            # one msgpack Packer per thread (a Packer is not
+                                        # thread-safe; building one per call costs ~1.3 us)
+
+
 def derive_id(type: str, ts: float, key, attrs: dict) -> str:
     """A stable content hash (hex) of an event; identical content gives the identical id."""
-    body = msgpack.packb([type, ts, key, sorted(attrs.items())], use_bin_type=True,
-                         default=str)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True, default=str)
+    body = packer.pack([type, ts, key, sorted(attrs.items())])
     return hashlib.blake2b(body, digest_size=10).hexdigest()
 
 

@@ -71,26 +71,20 @@ def kinds_clash(x, y, ordering: bool) -> bool:
     return (ordering and cx is bool) or cx not in COMPARABLE
 
 
-def _checked_compare(op, ordering):
-    def compare(a, b):
-        if kinds_clash(a, b, ordering):
-            raise EvalFailure(f"cannot compare {a!r} with {b!r}")
-        try:
-            return op(a, b)
-        except TypeError as exc:
-            raise EvalFailure(str(exc)) from None
-    return compare
+def compare_values(op, x, y, ordering: bool):
+    """``op(x, y)``, or EvalFailure when the values cannot be compared (kinds_clash)."""
+    if (x.__class__ is not y.__class__ or x.__class__ not in PLAIN) and kinds_clash(
+            x, y, ordering):
+        raise EvalFailure(f"cannot compare {x!r} with {y!r}")
+    try:
+        return op(x, y)
+    except TypeError as exc:
+        raise EvalFailure(str(exc)) from None
 
 
 RAW_OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
            ">": operator.gt, ">=": operator.ge}
 FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-COMPARATORS = {
-    "=": _checked_compare(operator.eq, False), "!=": _checked_compare(operator.ne, False),
-    "<": _checked_compare(operator.lt, True), "<=": _checked_compare(operator.le, True),
-    ">": _checked_compare(operator.gt, True), ">=": _checked_compare(operator.ge, True),
-}
 
 
 def _arith(op):
@@ -143,20 +137,35 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
     """Closure for ``expr``. ``kleene`` names the Kleene variables; ``shift`` is subtracted from
     every ``i`` offset (see kleene_offset_shift)."""
 
-    def position(var, index, env, p):
-        seq = env[var]
-        if index is None or index.base == "i":
-            off = (index.offset if index is not None else 0) - shift
+    def element_attr(var, name, off):
+        """``var[i+off].name``: the element ``off`` after the current one."""
+        plain = name != "ts"                # the event time is a field, never an attribute
+
+        def attr(env, p):
+            seq = env[var]
             if p is None:
                 raise EvalFailure("index i used outside an element-wise conjunct")
             k = p + off
-        elif index.base == "first":
-            k = index.offset
-        else:
-            k = len(seq) - 1 + index.offset
-        if k < 0 or k >= len(seq):
-            raise EvalFailure(f"{var}[{k + 1}] is out of range")
-        return seq[k]
+            if k < 0 or k >= len(seq):
+                raise EvalFailure(f"{var}[{k + 1}] is out of range")
+            ev = seq[k]
+            if plain:
+                try:
+                    return ev.attrs[name]
+                except KeyError:
+                    pass
+            return event_attr(ev, name)
+        return attr
+
+    def fixed_attr(var, name, index):
+        """``var[FIRST+off].name`` / ``var[LAST+off].name``."""
+        def attr(env, p):
+            seq = env[var]
+            k = index.offset if index.base == "first" else len(seq) - 1 + index.offset
+            if k < 0 or k >= len(seq):
+                raise EvalFailure(f"{var}[{k + 1}] is out of range")
+            return event_attr(seq[k], name)
+        return attr
 
     def build(node):
         if isinstance(node, ast.Literal):
@@ -180,7 +189,9 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
             var, name = node.var, node.attr
             if var in kleene:
                 index = node.index
-                return lambda env, p: event_attr(position(var, index, env, p), name)
+                if index is None or index.base == "i":
+                    return element_attr(var, name, (index.offset if index else 0) - shift)
+                return fixed_attr(var, name, index)
 
             def simple_attr(env, p):
                 ev = env[var]
@@ -239,13 +250,7 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                         x = ev.attrs[lname]
                     except KeyError:
                         x = event_attr(ev, lname)
-                    if (x.__class__ is not value.__class__ or x.__class__ is bool) and kinds_clash(
-                            x, value, ordering):
-                        raise EvalFailure(f"cannot compare {x!r} with {value!r}")
-                    try:
-                        return op(x, value)
-                    except TypeError as exc:
-                        raise EvalFailure(str(exc)) from None
+                    return compare_values(op, x, value, ordering)
                 return compare_literal
             rvar, rname = right.var, right.attr
 
@@ -259,16 +264,10 @@ def compile_expr(expr, kleene: frozenset, params: dict, shift: int = 0, text: st
                     y = b.attrs[rname]
                 except KeyError:
                     y = event_attr(b, rname)
-                if (x.__class__ is not y.__class__ or x.__class__ not in PLAIN) and kinds_clash(
-                        x, y, ordering):
-                    raise EvalFailure(f"cannot compare {x!r} with {y!r}")
-                try:
-                    return op(x, y)
-                except TypeError as exc:
-                    raise EvalFailure(str(exc)) from None
+                return compare_values(op, x, y, ordering)
             return compare_attrs
-        f, lf, rf = COMPARATORS[node.op], build(node.left), build(node.right)
-        return lambda env, p: f(lf(env, p), rf(env, p))
+        lf, rf, raw = build(node.left), build(node.right), RAW_OPS[node.op]
+        return lambda env, p: compare_values(raw, lf(env, p), rf(env, p), ordering)
 
     def build_aggregate(node):
         func, var, name, upto = node.func, node.var, node.attr, node.upto

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, repeat
+from operator import eq
 
 from cep.event import Event
 
@@ -65,6 +66,24 @@ class TimeBuffer:
             self._len += 1
             return True
         return self._insert_slow(ev)
+
+    def extend(self, events: list, times: list):
+        """Append ``events`` (with their ``times``): in (ts, id) order, each after every
+        buffered event."""
+        chunks = self._chunks
+        if chunks and len(chunks[-1]) < CHUNK:
+            room = CHUNK - len(chunks[-1])
+            chunks[-1].extend(events[:room])
+            self._times[-1].extend(times[:room])
+            self._last[-1] = self._times[-1][-1]
+        else:
+            room = 0
+        for k in range(room, len(events), CHUNK):
+            piece = times[k:k + CHUNK]
+            chunks.append(events[k:k + CHUNK])
+            self._times.append(piece)
+            self._last.append(piece[-1])
+        self._len += len(events)
 
     def _insert_slow(self, ev: Event) -> bool:
         ts, eid = ev.ts, ev.id
@@ -274,15 +293,51 @@ class SharedEventIndex:
         self.inserted += 1
         return True
 
+    def extend(self, events: list, types: list, times: list):
+        """``insert`` each of ``events`` (with their ``types`` and ``times``): in (ts, id)
+        order, each after every buffered event (so none is a duplicate); appended per type in
+        bulk."""
+        if self.keep_any or not self.keep_all:
+            for ev in events:
+                self.insert(ev)
+            return
+        if self.keep_keys:
+            for ev in events:
+                if ev.key is not None:
+                    self._buffer(ev.key, ev.type).insert(ev)
+        kinds = set(types)
+        if len(kinds) == 1:
+            groups = {types[0]: (list(events), times)}
+        elif len(kinds) <= 8:                      # C-level masks, one per type
+            groups = {}
+            for etype in kinds:
+                mask = list(map(eq, types, repeat(etype)))
+                groups[etype] = (list(compress(events, mask)), list(compress(times, mask)))
+        else:
+            groups = {}
+            for ev, etype, ts in zip(events, types, times):
+                group = groups.get(etype)
+                if group is None:
+                    group = groups[etype] = ([], [])
+                group[0].append(ev)
+                group[1].append(ts)
+        for etype, (run, run_times) in groups.items():
+            self._buffer(ALL, etype).extend(run, run_times)
+        self.inserted += len(events)
+
+    def _buffer(self, part, etype) -> TimeBuffer:
+        """The buffer of ``etype`` in ``part``, created when missing."""
+        buf = self._buffers.get((part, etype))
+        if buf is None:
+            buf = self._buffers[(part, etype)] = TimeBuffer()
+        return buf
+
     def _add_any(self, ev: Event):
         key = ev.key
         parts = (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
             if self.keep_all else (key,)
         for part in parts:
-            buf = self._buffers.get((part, ANY_TYPE))
-            if buf is None:
-                buf = self._buffers[(part, ANY_TYPE)] = TimeBuffer()
-            buf.insert(ev)
+            self._buffer(part, ANY_TYPE).insert(ev)
 
     def enable_any(self):
         """Start keeping the every-type buffers (needed by queries with untyped variables)."""
@@ -305,10 +360,7 @@ class SharedEventIndex:
         for ev in list(self.events()):
             if ev.key is not None:
                 for t in (ev.type, ANY_TYPE) if self.keep_any else (ev.type,):
-                    buf = self._buffers.get((ev.key, t))
-                    if buf is None:
-                        buf = self._buffers[(ev.key, t)] = TimeBuffer()
-                    buf.insert(ev)
+                    self._buffer(ev.key, t).insert(ev)
 
     def set_keep_all(self, keep: bool):
         """Keep (or stop keeping) the all-partitions buffers of keyed events; rebuilds them."""
@@ -322,10 +374,7 @@ class SharedEventIndex:
         for ev in events:
             if ev.key is None or keep:
                 for t in (ev.type, ANY_TYPE) if self.keep_any else (ev.type,):
-                    buf = self._buffers.get((ALL, t))
-                    if buf is None:
-                        buf = self._buffers[(ALL, t)] = TimeBuffer()
-                    buf.insert(ev)
+                    self._buffer(ALL, t).insert(ev)
 
     def _primary(self, part, etype) -> bool:
         """Whether this buffer counts its events (each event is counted in one buffer)."""

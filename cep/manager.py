@@ -358,8 +358,9 @@ class PatternManager:
         """Pending work and counters; events are referenced by object (the engine saves them)."""
         return {
             "clock": self.clock, "order": self.order, "version": self.version,
-            "deferred": [(d, b, env, trig) for d, _, b, env, trig in self._deferred],
-            "slide": list(self._slide), "held": [t for _, _, t in self._held],
+            # the heaps with their sequence numbers: equal deadlines keep their order
+            "deferred": list(self._deferred), "held": list(self._held),
+            "seq": next(self._seq), "slide": list(self._slide),
             "counters": (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
                          self.retractions, self.revisions),
         }
@@ -367,12 +368,10 @@ class PatternManager:
     def restore(self, state: dict):
         self.clock = state["clock"]
         self.set_order(state["order"], state["version"])
-        self._deferred = [(d, next(self._seq), b, env, trig)
-                          for d, b, env, trig in state["deferred"]]
-        heapq.heapify(self._deferred)
+        self._deferred = list(state["deferred"])
+        self._held = list(state["held"])
+        self._seq = itertools.count(state["seq"])
         self._slide = list(state["slide"])
-        self._held = [(t.ts, next(self._seq), t) for t in state.get("held", [])]
-        heapq.heapify(self._held)
         (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
          self.retractions, self.revisions) = state["counters"]
 

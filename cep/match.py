@@ -1,6 +1,7 @@
 """A match: the events bound to each variable of a query."""
 from __future__ import annotations
 
+from itertools import repeat
 from operator import itemgetter
 
 from cep.event import Event
@@ -27,7 +28,8 @@ class Match(tuple):
     def batch(query: str, base: dict, name: str, events, order: tuple | None) -> list:
         """One match per event of ``events``: ``base`` (which must not change afterwards)
         plus ``name = event``, built without a Python call per match."""
-        return [_new(Match, (query, base, name, e, order)) for e in events]
+        return list(map(_new, repeat(Match), zip(repeat(query), repeat(base), repeat(name),
+                                                  events, repeat(order))))
 
     query = property(itemgetter(0))
     order = property(itemgetter(4))

@@ -28,17 +28,22 @@ whose lines hold no quote character is split with numpy and typed per column
 span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
 orjson refuses or might read differently (NaN, integers beyond 64 bits, deep nesting) is
 parsed by the standard json module, so every line reads as it always did.
+
+A CSV or JSON Lines file of at most ``ROW_READ_BYTES`` is read row by row instead (csv module
+or orjson, then ``parse_cell`` and ``make_event`` per row, the rules the columns follow): for
+a small file, importing numpy and pyarrow would cost more time and memory (~0.2 s, ~50 MB)
+than reading in bulk saves. Both ways give the same events, ids and errors.
 """
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import json
 import os
 import re
+from itertools import chain
 from operator import itemgetter
-
-import numpy as np
 
 from cep.errors import IngestError
 from cep.event import make_event
@@ -54,6 +59,8 @@ BLOCK_SIZE = 1 << 20
 JSON_RUN = 32
 #: Parquet rows per record batch
 PARQUET_BATCH_ROWS = 65_536
+#: CSV and JSON Lines files up to this size are read row by row (no numpy, no pyarrow)
+ROW_READ_BYTES = 512 * 1024
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -65,11 +72,10 @@ _LONG_RUN = b"0" * 20
 _DEEP = 200
 _BLANK = object()
 _BOM = b"\xef\xbb\xbf"
-#: bytes that are never part of a blank CSV line (ASCII, not whitespace, not a comma)
-_SOLID = np.zeros(256, dtype=bool)
-_SOLID[33:128] = True
-_SOLID[[1, 2, 3, 4, 5, 6, 7, 8, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]] = True
-_SOLID[ord(",")] = False
+#: bytes that are never part of a blank CSV line (ASCII, not whitespace, not a comma): a
+#: table of 256 booleans, read with numpy.frombuffer
+_SOLID = bytes(1 if (33 <= b < 128 and b != ord(",")) or 1 <= b <= 8 or 14 <= b <= 27 else 0
+               for b in range(256))
 
 
 def read_events(path, key_attr: str | None = None, errors: str = "raise"):
@@ -89,12 +95,20 @@ def read_events(path, key_attr: str | None = None, errors: str = "raise"):
 
 
 def iter_events(path, key_attr: str | None = None, on_error=None):
-    """Iterator over the events of ``path`` (the file is checked now, read lazily).
+    """Iterator over the events of ``path`` (the file is checked and the libraries its reader
+    needs are loaded now; it is read lazily).
 
     A bad row is passed to ``on_error(IngestError)`` and skipped, or raised when ``on_error``
     is None. Errors that concern the whole file (unreadable, unsupported extension, missing
     CSV column, not Parquet) always raise.
     """
+    return chain.from_iterable(iter_event_runs(path, key_attr, on_error))
+
+
+def iter_event_runs(path, key_attr: str | None = None, on_error=None):
+    """``iter_events`` as lists of consecutive events (the events of a block of the file
+    between two bad rows): the same events, checks and errors, without a Python step per
+    event (``raycep local`` hands the engine such lists)."""
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
     if ext == ".csv":
@@ -110,11 +124,13 @@ def iter_events(path, key_attr: str | None = None, on_error=None):
         raise _file_error(path, "events file not found")
     if os.path.isdir(path):
         raise _file_error(path, "events path is a directory, not a file")
-    return _generate(path, reader, key_attr, on_error)
+    if reader is _parquet_chunks or os.path.getsize(path) > ROW_READ_BYTES:
+        import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
+    return _event_runs(path, reader, key_attr, on_error)
 
 
-def _generate(path: str, reader, key_attr, on_error):
-    """Events of each chunk, with the chunk's bad rows reported in line order."""
+def _event_runs(path: str, reader, key_attr, on_error):
+    """Lists of the events of each chunk, with the chunk's bad rows reported in line order."""
     unit = "row" if reader is _parquet_chunks else "line"
     try:
         handle = open(path, "rb")
@@ -131,18 +147,21 @@ def _generate(path: str, reader, key_attr, on_error):
                 raise _file_error(path, f"read failed: {exc}") from None
             events, lines, problems = chunk
             if not problems:
-                yield from events
+                if events:
+                    yield events
                 continue
             start = 0
             for line, err in problems:
-                stop = int(np.searchsorted(lines, line)) if lines is not None else start
-                yield from events[start:stop]
+                stop = bisect.bisect_left(lines, line) if lines is not None else start
+                if stop > start:
+                    yield events[start:stop]
                 start = stop
                 located = _located(path, line, err, unit)
                 if on_error is None:
                     raise located
                 on_error(located)
-            yield from events[start:]
+            if start < len(events):
+                yield events[start:]
 
 
 # --------------------------------------------------------------------------- blocks of lines
@@ -196,8 +215,7 @@ def _count_lines(data: bytes) -> int:
 
 def _csv_chunks(path: str, handle, key_attr):
     """``(events, their line numbers, [(line, IngestError)])`` per block of a CSV file."""
-    import pyarrow as pa
-    from cep.columns import build_events, typed_table
+    by_rows = _small(handle)
     blocks = _blocks(path, handle)
     header = None
     pending = None                       # (bytes, first line) not yet split into records
@@ -223,6 +241,12 @@ def _csv_chunks(path: str, handle, key_attr):
                     continue
         else:
             records = None
+        if by_rows:
+            if records is None:
+                records = _QuotedRecords(data, first, blocks)
+            yield _row_events(header, *records.records(len(header)), key_attr)
+            pending = records.rest
+            continue
         if records is None and _simple(data):
             cells, lines, problems = _split_simple(data, len(header), first)
         else:
@@ -230,16 +254,58 @@ def _csv_chunks(path: str, handle, key_attr):
                 records = _QuotedRecords(data, first, blocks)
             cells, lines, problems = records.split(len(header))
             pending = records.rest
-        table = typed_table(pa.Table.from_arrays(cells, names=header), empty_absent=True)
-        events, bad = build_events(table, key_attr, rows=lines)
-        if bad:
-            problems = sorted(problems + [(int(lines[p]), err) for p, err in bad],
-                              key=lambda item: item[0])
-            lines = np.delete(lines, [p for p, _ in bad])
-        yield events, lines, problems
+        yield _column_events(header, cells, lines, problems, key_attr)
     if header is None:
         raise _file_error(path, "empty CSV file: expected a header row with columns "
                                 "'type' and 'ts'", row=1)
+
+
+def _small(handle) -> bool:
+    """Whether the file is small enough to be read row by row (see ROW_READ_BYTES)."""
+    try:
+        return os.fstat(handle.fileno()).st_size <= ROW_READ_BYTES
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
+def _column_events(header: list, cells: list, lines, problems: list, key_attr) -> tuple:
+    """``(events, line numbers, problems)`` of CSV records given as columns of text."""
+    import numpy as np
+    import pyarrow as pa
+    from cep.columns import build_events, typed_table
+    table = typed_table(pa.Table.from_arrays(cells, names=header), empty_absent=True)
+    events, bad = build_events(table, key_attr, rows=lines)
+    if bad:
+        problems = sorted(problems + [(int(lines[p]), err) for p, err in bad],
+                          key=lambda item: item[0])
+        lines = np.delete(lines, [p for p, _ in bad])
+    return events, lines, problems
+
+
+def _row_events(header: list, records: list, lines: list, problems: list, key_attr) -> tuple:
+    """``(events, line numbers, problems)`` of CSV records typed cell by cell: an empty cell
+    is absent, ``type``/``ts``/``id`` are stripped text, other cells go through parse_cell."""
+    roles = [name in ("type", "ts", "id") for name in header]
+    events, numbers = [], []
+    typed: dict = {}                     # cell text -> parse_cell(text): repeated cells (keys,
+    for cells, line in zip(records, lines):          # small numbers) are typed once
+        row = {}
+        for name, role, cell in zip(header, roles, cells):
+            if cell != "":
+                if role:
+                    row[name] = cell.strip()
+                else:
+                    value = typed.get(cell, _BLANK)
+                    if value is _BLANK:
+                        value = typed[cell] = parse_cell(cell)
+                    row[name] = value
+        try:
+            events.append(make_event(row, line, key_attr))
+            numbers.append(line)
+        except IngestError as err:
+            problems.append((line, err))
+    problems.sort(key=lambda item: item[0])
+    return events, numbers, problems
 
 
 def _check_header(path: str, header: list) -> list:
@@ -268,6 +334,7 @@ def _simple(data: bytes) -> bool:
     limit = csv.field_size_limit()
     if len(data) <= limit:
         return True
+    import numpy as np
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
     return bool(np.diff(ends, prepend=-1).max(initial=0) <= limit) and \
         len(data) - (ends[-1] + 1 if ends.size else 0) <= limit
@@ -276,7 +343,9 @@ def _simple(data: bytes) -> bool:
 def _split_simple(data: bytes, width: int, first: int) -> tuple:
     """Cells (one pyarrow string array per column), line numbers and errors of the records
     of ``data`` (whole lines, see _simple): each line is one record, split at its commas."""
+    import numpy as np
     import pyarrow as pa
+    from cep.arrow import arrow_array
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
     if not data.endswith(b"\n"):
@@ -289,7 +358,7 @@ def _split_simple(data: bytes, width: int, first: int) -> tuple:
     starts = np.concatenate(([0], ends[:-1] + 1))
     commas = np.searchsorted(np.flatnonzero(comma), ends)   # commas before each line end
     per_line = np.diff(commas, prepend=0)            # commas in each line
-    maybe_blank = ~_SOLID[buf[starts]]               # a line that starts with a space, comma..
+    maybe_blank = ~np.frombuffer(_SOLID, dtype=bool)[buf[starts]]   # starts with a space, comma..
     good = per_line == width - 1
     problems = []
     if maybe_blank.any() or not good.all():
@@ -310,7 +379,7 @@ def _split_simple(data: bytes, width: int, first: int) -> tuple:
                                   [None, pa.py_buffer(offsets), pa.py_buffer(buf[~separator])])
     first_cell = np.arange(count, dtype=np.int64) + commas - per_line
     rows = np.flatnonzero(good)
-    columns = [cells.take(pa.array(first_cell[rows] + j)) for j in range(width)]
+    columns = [cells.take(arrow_array(first_cell[rows] + j)) for j in range(width)]
     return columns, rows + first, problems
 
 
@@ -362,7 +431,17 @@ class _QuotedRecords:
     def split(self, width: int) -> tuple:
         """Cells (one pyarrow string array per column), line numbers and errors of the
         records up to the next block boundary that ends a record."""
+        import numpy as np
         import pyarrow as pa
+        from cep.arrow import arrow_array
+        records, lines, problems = self.records(width)
+        columns = [arrow_array(list(column), pa.string()) for column in zip(*records)] \
+            if records else [arrow_array([], pa.string()) for _ in range(width)]
+        return columns, np.asarray(lines, dtype=np.int64), problems
+
+    def records(self, width: int) -> tuple:
+        """Records (lists of cells), their line numbers and the errors of the lines up to
+        the next block boundary that ends a record (blank lines skipped)."""
         records, lines, problems = [], [], []
         while not self._at_block_end():
             try:
@@ -383,9 +462,7 @@ class _QuotedRecords:
             records.append(cells)
             lines.append(line)
         self.rest = next(self.blocks, None)
-        columns = [pa.array(list(column), pa.string()) for column in zip(*records)] \
-            if records else [pa.array([], pa.string()) for _ in range(width)]
-        return columns, np.asarray(lines, dtype=np.int64), problems
+        return records, lines, problems
 
 
 # --------------------------------------------------------------------------- JSON Lines
@@ -394,6 +471,7 @@ def _jsonl_chunks(path: str, handle, key_attr):
     """``(events, their line numbers, [(line, IngestError)])`` per block of a JSONL file."""
     import orjson
     loads = orjson.loads
+    run = None if _small(handle) else JSON_RUN          # rows of a small file: no columns
     for data, first in _blocks(path, handle):
         # lines end at LF, CRLF and a lone CR, as in text mode; each keeps its end (json's
         # error messages count it in their column numbers)
@@ -422,9 +500,9 @@ def _jsonl_chunks(path: str, handle, key_attr):
         events, lines_of_events = [], []
         for start, stop in _runs(rows):
             _json_events(rows[start:stop], numbers[start:stop], key_attr, events,
-                         lines_of_events, problems)
+                         lines_of_events, problems, run)
         problems.sort(key=lambda item: item[0])
-        yield events, np.asarray(lines_of_events, dtype=np.int64), problems
+        yield events, lines_of_events, problems
 
 
 def _runs(rows: list):
@@ -441,10 +519,11 @@ def _runs(rows: list):
         yield start, len(rows)
 
 
-def _json_events(rows, numbers, key_attr, events, lines, problems) -> None:
+def _json_events(rows, numbers, key_attr, events, lines, problems, run) -> None:
     """The events of a run of JSON objects with the same fields: built from columns when the
-    run is long enough (cep.columns), else row by row with make_event."""
-    if len(rows) >= JSON_RUN:
+    run is ``run`` rows or longer (cep.columns), else (or if ``run`` is None) row by row with
+    make_event."""
+    if run is not None and len(rows) >= run:
         table = _json_table(rows)
         if table is not None:
             from cep.columns import build_events
@@ -506,6 +585,7 @@ def _json_row(line: bytes, number: int):
 def _parquet_chunks(path: str, handle, key_attr):
     """``(events, their row numbers, [(row, IngestError)])`` per record batch of a Parquet
     file."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
     from cep.columns import build_events, typed_table

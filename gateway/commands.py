@@ -139,7 +139,7 @@ def add_cluster_commands(commands, usage_error):
     ingest.add_argument("--id-column", default=None, metavar="COL")
     ingest.add_argument("--attributes", default=None, metavar="COL,COL",
                         help="attribute columns (default: every other column)")
-    ingest.add_argument("--batch-size", type=int, default=2000, metavar="N")
+    ingest.add_argument("--batch-size", type=int, default=10_000, metavar="N")  # IngestSettings
     ingest.add_argument("--max-in-flight", type=int, default=4, metavar="N",
                         help="unacknowledged batches per Spark partition (default 4)")
     ingest.add_argument("--dead-letters", default="raycep-dead-letters", metavar="DIR")
@@ -671,9 +671,8 @@ def _verify(client, queries, removed, events, key) -> bool:
     for q in kept:
         engine.add_query(q, name=q.name)
     expected = {q.name: set() for q in kept}
-    for ev in events:
-        for m in engine.process(ev):
-            expected[m.query].add(match_id(m))
+    for m in engine.process_many(list(events)):
+        expected[m.query].add(match_id(m))
     for m in engine.advance(math.inf):
         expected[m.query].add(match_id(m))
     ok = True

@@ -83,6 +83,24 @@ class PlannedEngine:
             self.replan()
         return out
 
+    def process_many(self, events: list) -> list:
+        """``process`` of each event in turn (the same outputs and plans), in runs
+        (``Engine.process_many``) cut where the planner looks at the statistics."""
+        out: list = []
+        i, n = 0, len(events)
+        while i < n:
+            take = n - i
+            if self.policies:
+                take = min(take, self.check_every - self._seen % self.check_every)
+            part = events[i:i + take] if take < n else events
+            self.rates.observe_many(part)
+            out.extend(self.engine.process_many(part))
+            self._seen += take
+            i += take
+            if self.policies and not self._seen % self.check_every:
+                self.replan()
+        return out
+
     def advance(self, watermark: float) -> list:
         return self.engine.advance(watermark)
 

@@ -25,18 +25,42 @@ class RateTracker:
         self.buckets = buckets
         self._current: dict = {}
         self._start: float | None = None
-        self._closed: deque = deque()      # (start, counts) of finished buckets
+        self._closed: deque = deque(maxlen=buckets)   # (start, counts) of finished buckets
 
     def observe(self, etype: str, ts: float):
         if self._start is None:
             self._start = math.floor(ts / self.width) * self.width
-        while ts >= self._start + self.width:
+        if ts >= self._start + self.width:
+            self._roll(ts)
+        self._current[etype] = self._current.get(etype, 0) + 1
+
+    def observe_many(self, events):
+        """``observe`` each event in turn."""
+        if not events:
+            return
+        if self._start is None:
+            self._start = math.floor(events[0].ts / self.width) * self.width
+        end = self._start + self.width
+        current = self._current
+        for ev in events:
+            if ev.ts >= end:
+                self._roll(ev.ts)
+                end, current = self._start + self.width, self._current
+            current[ev.type] = current.get(ev.type, 0) + 1
+
+    def _roll(self, ts: float):
+        """Close buckets until ``ts`` falls into the current one (a gap longer than the
+        horizon leaves only empty buckets: skipped in one step)."""
+        width = self.width
+        skip = math.floor((ts - self._start) / width) - self.buckets - 1
+        if skip > 0:
+            self._closed.clear()
+            self._current = {}
+            self._start += skip * width
+        while ts >= self._start + width:
             self._closed.append((self._start, self._current))
             self._current = {}
-            self._start += self.width
-            if len(self._closed) > self.buckets:
-                self._closed.popleft()
-        self._current[etype] = self._current.get(etype, 0) + 1
+            self._start += width
 
     def rates(self) -> dict:
         """type -> events/s over the closed buckets (the current one too if none closed yet)."""

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from actors.routing import partition_of
 from cep.codec import encode_columns, encode_rows
+from cep.arrow import true_mask
 from cep.columns import dense_union, strip_text, typed_column
 from cep.errors import CepError, IngestError
 from cep.event import derive_id
@@ -184,7 +185,7 @@ class Plan:
         slow = np.full(n, self.all_slow, dtype=bool)
         malformed = np.zeros(n, dtype=bool)
         if self.malformed is not None and self.malformed in cols:
-            malformed = _mask(pc.is_valid(cols[self.malformed]))
+            malformed = true_mask(pc.is_valid(cols[self.malformed]))
         typed = self.mapping.typed_strings
         out = {TYPE: self._types(cols, n, slow), TS: self._times(cols, n, slow)}
         if self.id_source is not None:
@@ -253,7 +254,7 @@ class Plan:
             return pa.nulls(n, pa.string())
         types = strip_text(col)
         types = pc.if_else(pc.equal(types, ""), pa.scalar(None, pa.string()), types)
-        slow |= _mask(pc.is_null(types))
+        slow |= true_mask(pc.is_null(types))
         return types
 
     def _times(self, cols, n, slow):
@@ -294,7 +295,7 @@ class Plan:
             return pa.nulls(n, pa.float64())
         ts = pc.if_else(pc.fill_null(pc.is_finite(ts), False), ts,
                         pa.scalar(None, pa.float64()))
-        slow |= _mask(pc.is_null(ts))
+        slow |= true_mask(pc.is_null(ts))
         return ts
 
     def _targets(self, key, n, slow) -> np.ndarray:
@@ -307,7 +308,7 @@ class Plan:
             return target
         present = np.zeros(n, dtype=bool)
         for col in key.values():
-            valid = _mask(pc.is_valid(col))
+            valid = true_mask(pc.is_valid(col))
             if not valid.any():
                 continue
             present |= valid
@@ -516,7 +517,7 @@ def _typed(col, category: str, typed: bool, slow) -> dict:
         col = pc.cast(col, pa.string())
         if not typed:
             return {"s": col}
-        return _kinds(typed_column(col, empty_absent=False), slow)
+        return _typed_text(col, slow)
     if category == "int":
         return {"i": pc.cast(col, pa.int64())}
     if category == "float":
@@ -525,13 +526,30 @@ def _typed(col, category: str, typed: bool, slow) -> dict:
         return {"b": col}
     if category == "timestamp":
         seconds = _epoch_seconds(col)
-        slow |= _mask(pc.and_(pc.is_valid(col), pc.is_null(seconds)))    # beyond 2**53 us
+        slow |= true_mask(pc.and_(pc.is_valid(col), pc.is_null(seconds)))    # beyond 2**53 us
         return {"f": seconds}
     if category == "date":
         return {"s": pa.array([None if d is None else d.isoformat() for d in col.to_pylist()],
                               pa.string())}
-    slow |= _mask(pc.is_valid(col))               # nested, decimal, ...: the reference
+    slow |= true_mask(pc.is_valid(col))               # nested, decimal, ...: the reference
     return {}
+
+
+def _typed_text(col, slow) -> dict:
+    """``_kinds(typed_column(col))``; a column of few distinct values (a type, a symbol) is
+    typed once per distinct value (``typed_column`` types each cell on its own)."""
+    n = len(col)
+    if n >= 64:
+        enc = pc.dictionary_encode(col)
+        values = enc.dictionary
+        if len(values) * 4 <= n:
+            once = np.zeros(len(values), dtype=bool)
+            kinds = _kinds(typed_column(values, empty_absent=False), once)
+            if once.any():
+                codes = enc.indices.fill_null(0).to_numpy()
+                slow |= once[codes] & true_mask(pc.is_valid(enc.indices))
+            return {k: v.take(enc.indices) for k, v in kinds.items()}
+    return _kinds(typed_column(col, empty_absent=False), slow)
 
 
 def _kinds(arr, slow) -> dict:
@@ -544,10 +562,10 @@ def _kinds(arr, slow) -> dict:
                 pa.string(): "s"}.get(arr.type)
         if kind is None:
             if not pa.types.is_null(arr.type):
-                slow |= _mask(pc.is_valid(arr))
+                slow |= true_mask(pc.is_valid(arr))
             return {}
         if kind == "f":
-            slow |= _mask(pc.invert(pc.fill_null(pc.is_finite(arr), True)))
+            slow |= true_mask(pc.invert(pc.fill_null(pc.is_finite(arr), True)))
         return {kind: arr}
     codes = np.frombuffer(arr.buffers()[1], dtype=np.int8)[arr.offset:arr.offset + n]
     offsets = np.frombuffer(arr.buffers()[2], dtype=np.int32)[arr.offset:arr.offset + n]
@@ -581,7 +599,7 @@ def _merged(columns: list, n: int):
     offsets = np.zeros(n, dtype=np.int32)
     children, names = [], []
     for code, (k, col) in enumerate(present):
-        rows = np.flatnonzero(_mask(pc.is_valid(col)))
+        rows = np.flatnonzero(true_mask(pc.is_valid(col)))
         codes[rows] = code
         offsets[rows] = np.arange(len(rows), dtype=np.int32)
         children.append(col.take(pa.array(rows)))
@@ -646,11 +664,6 @@ def _partition(key, n: int) -> int:
         found = -1
     _HASHES[memo] = found
     return found
-
-
-def _mask(array) -> np.ndarray:
-    """A boolean Arrow array as a numpy mask (null -> False)."""
-    return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _jsonable(data: dict) -> dict:

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cep.sources as sources
-from cep.columns import column_values, strip_text, typed_column
+from cep.arrow import arrow_array
+from cep.columns import build_events, column_values, strip_text, typed_column
 from cep.errors import IngestError
 from cep.event import make_event
 from cep.sources import parse_cell, read_events
@@ -196,9 +197,19 @@ def csv_files(draw):
     return text
 
 
-@pytest.fixture(params=[None, 64], ids=["big-blocks", "64-byte-blocks"])
+@pytest.fixture(autouse=True)
+def in_bulk(monkeypatch):
+    """The files of these tests are small: read them in bulk, as a large file is read (the
+    ``by-rows`` reader parameter below reads them as a small file is read)."""
+    monkeypatch.setattr(sources, "ROW_READ_BYTES", -1)
+
+
+@pytest.fixture(params=[None, 64, "by-rows"], ids=["big-blocks", "64-byte-blocks", "by-rows"])
 def block_size(request, monkeypatch):
-    if request.param:
+    if request.param == "by-rows":                  # a small file: row by row, no columns
+        monkeypatch.setattr(sources, "ROW_READ_BYTES", 1 << 30)
+        monkeypatch.setattr(sources, "BLOCK_SIZE", 64)
+    elif request.param:
         monkeypatch.setattr(sources, "BLOCK_SIZE", request.param)
     return request.param
 
@@ -356,6 +367,62 @@ def test_typed_column_is_parse_cell_per_cell(texts):
 def test_strip_text_is_str_strip(texts):
     got = strip_text(pa.array(texts, pa.string())).to_pylist()
     assert got == [None if t is None else t.strip() for t in texts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.integers(0, 5))
+def test_typed_column_of_a_slice_is_parse_cell_per_cell(data, start):
+    """Columns that begin inside their buffers (bit and value offsets) read as unsliced."""
+    texts = data.draw(st.lists(st.one_of(cells, st.none()), max_size=20))
+    sliced = pa.array(["x"] * start + texts, pa.string()).slice(start)
+    got = column_values(typed_column(sliced)).values
+    want = [None if t is None or t == "" else parse_cell(t) for t in texts]
+    assert [_typed(v) for v in got] == [_typed(v) for v in want]
+    ts = pa.array([0] * start + [None if t is None else len(t) for t in texts],
+                  pa.int64()).slice(start)
+    table = pa.table({"type": pa.array(["A"] * len(texts)), "ts": ts})
+    events, bad = build_events(table)
+    assert [e.ts for e in events] == [float(len(t)) for t in texts if t is not None]
+    assert [p for p, _ in bad] == [i for i, t in enumerate(texts) if t is None]
+
+
+_ARROW_LISTS = [
+    (pa.string(), st.text(max_size=4)), (pa.binary(), st.binary(max_size=4)),
+    (pa.int64(), st.integers(-2 ** 63, 2 ** 63 - 1)), (pa.uint64(), st.integers(0, 2 ** 64 - 1)),
+    (pa.float64(), st.floats(allow_nan=False)), (pa.bool_(), st.booleans())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from(range(len(_ARROW_LISTS))))
+def test_arrow_array_of_a_list_is_pa_array(data, which):
+    arrow_type, values = _ARROW_LISTS[which]
+    items = data.draw(st.lists(st.one_of(st.none(), values), max_size=40))
+    got = arrow_array(items, arrow_type)
+    assert got.type == arrow_type and got.null_count == items.count(None)
+    assert got.equals(pa.array(items, arrow_type))
+    assert got.to_pylist() == items
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.sampled_from(["int8", "int32", "int64", "float64", "bool"]))
+def test_arrow_array_of_numpy_is_pa_array(data, dtype):
+    import numpy as np
+    n = data.draw(st.integers(0, 40))
+    values = np.array(data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n)),
+                      dtype=dtype)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    assert arrow_array(values).equals(pa.array(values))
+    assert arrow_array(values, mask=mask).equals(pa.array(values, mask=mask))
+    assert arrow_array(values[::2]).equals(pa.array(values[::2]))        # not contiguous
+
+
+def test_arrow_array_refuses_what_pa_array_refuses():
+    with pytest.raises(OverflowError):
+        arrow_array([2 ** 63], pa.int64())
+    with pytest.raises(OverflowError):
+        arrow_array([-1], pa.uint64())
+    with pytest.raises(UnicodeEncodeError):
+        arrow_array(["\ud800"], pa.string())
 
 
 def test_python_whitespace_is_below_u3001():

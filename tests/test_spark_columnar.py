@@ -12,6 +12,7 @@ import math
 import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,8 @@ from cep.errors import CepError
 from spark_ingest.columnar import (TS, Chunker, Plan, category_of,
                                    encode_chunk)
 from spark_ingest.dead_letters import Locator
-from spark_ingest.job import MALFORMED, partition_values, spark_hash_int
+from spark_ingest.job import MALFORMED, in_time_order, partition_values, spark_hash_int
+from spark_ingest.job import _check_order as check_order
 from spark_ingest.mapping import EventMapping
 
 # --------------------------------------------------------------------------- the two paths
@@ -338,3 +340,59 @@ def test_spark_hash_of_an_int_column():
     for slots in (1, 2, 3, 8):
         assert [spark_hash_int(v) % slots for v in partition_values(slots)] == \
             list(range(slots))
+
+
+# --------------------------------------------------------------------------- input already in order
+
+def write_text(path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_input_in_time_order_is_recognised_only_when_certain(tmp_path):
+    """``in_time_order`` (the job then skips its sort): one local CSV / Parquet file whose
+    event times never decrease; anything it cannot be sure of is False."""
+    import pyarrow.parquet as pq
+    m = EventMapping(key_column="symbol")
+    head = "type,ts,symbol\n"
+    ordered = write_text(tmp_path / "a.csv", head + 'A,1,s\nA,1.5,"x\ny"\nA,1.5,t\nB,2e1,s\n')
+    assert in_time_order(ordered, "csv", m) and in_time_order([f"file:{ordered}"], "csv", m)
+    assert not in_time_order(write_text(tmp_path / "b.csv", head + "A,2,s\nA,1,s\n"), "csv", m)
+    assert not in_time_order(write_text(tmp_path / "c.csv", head + "A,1,s\nA,,s\n"), "csv", m)
+    assert not in_time_order(write_text(tmp_path / "d.csv", head + "A,1,s\nA,two,s\n"), "csv", m)
+    assert not in_time_order(write_text(tmp_path / "e.csv", head + "A,1,s\nA,2,s,x\n"), "csv",
+                             m)                                    # a malformed row
+    assert not in_time_order(write_text(tmp_path / "f.csv", head + "A,1,s\nA,inf,s\n"), "csv",
+                             m)
+    assert not in_time_order(write_text(tmp_path / "g.csv", "type,time\nA,1\n"), "csv", m)
+    assert not in_time_order([ordered, ordered], "csv", m)        # several files
+    assert not in_time_order(ordered, "json", m)
+    assert not in_time_order(ordered, "csv", EventMapping(key_column="symbol", ts_unit="iso"))
+    assert not in_time_order("hdfs://nn/a.csv", "csv", m)
+    assert in_time_order(ordered, "csv", EventMapping(key_column="symbol", ts_unit="ms"))
+    table = pa.table({"type": ["A"] * 3, "ts": [1, 2, 2], "symbol": ["s"] * 3})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert in_time_order(str(tmp_path / "a.parquet"), "parquet", m)
+    pq.write_table(table.set_column(1, "ts", pa.array([1, 3, 2])), tmp_path / "b.parquet")
+    assert not in_time_order(str(tmp_path / "b.parquet"), "parquet", m)
+    pq.write_table(table.set_column(1, "ts", pa.array([1.0, None, 2.0])),
+                   tmp_path / "c.parquet")
+    assert not in_time_order(str(tmp_path / "c.parquet"), "parquet", m)
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=1)   # several splits
+    assert not in_time_order(str(tmp_path / "d.parquet"), "parquet", m)
+
+
+def test_rows_said_to_be_in_order_are_checked_per_actor():
+    """The push of an unsorted job checks the order per target: a row older than one sent
+    before it to the same actor fails the task; other actors and dead rows do not count."""
+    def batch(targets, ts):
+        return pa.RecordBatch.from_pydict({"_t": pa.array(targets, pa.int32()),
+                                           "_ts": pa.array(ts, pa.float64())})
+    latest: dict = {}
+    check_order(batch([0, 1, 0, -1, 1], [1.0, 0.5, 2.0, None, 0.5]), latest)
+    assert latest == {0: 2.0, 1: 0.5}
+    check_order(batch([1, 0], [0.7, 2.0]), latest)
+    with pytest.raises(CepError, match="at ts 1.5"):
+        check_order(batch([1, 0], [0.8, 1.5]), latest)
+    with pytest.raises(CepError, match="event-time order"):
+        check_order(batch([1, 1], [3.0, 2.0]), {})

@@ -698,3 +698,47 @@ def test_json_values_keep_their_own_types(spark, tmp_path):
     got = [MAPPING.to_event(r.asDict()) for r in
            read_table(spark, str(path), "json").drop("_raycep_malformed").collect()]
     assert [(e.id, e.attrs) for e in got] == [(e.id, e.attrs) for e in local]
+
+
+def test_a_file_in_time_order_is_pushed_as_it_is_read(spark, cluster, settings, tmp_path):
+    """A file already in event-time order is mapped and pushed by the task that reads it (no
+    sort): same events, dead letters with their lines; a file out of order is sorted first;
+    rows said to be in order that are not fail the job before anything is sent."""
+    from cep.errors import CepError
+    from spark_ingest.job import in_time_order
+    lines = tick_lines()
+    first = lines[:300]
+    first[100:100] = [f",{first[99].split(',')[1]},AAPL,190.5,100"]         # no type
+    first[201:201] = [f"Stock,{first[200].split(',')[1]},,190.5,100"]       # no key
+    path = write_csv(tmp_path / "ordered.csv", first)
+    assert in_time_order(path, "csv", MAPPING)
+    local_good, local_bad = read_events(path, key_attr="symbol", errors="collect")
+    assert len(local_good) == 300 and [e.row for e in local_bad] == [102, 203]
+
+    client = connect(cluster.url)
+    routing = register(client, [("all", ALL)])
+    result = run_job(spark, path, "csv", MAPPING, routing, settings)
+    assert result["rows"] == 302 and result["events_sent"] == 300
+    records = dead_letters(result["dead_letter_dir"])
+    assert sorted((r["line"], r["record"]) for r in records) == [(102, 101), (203, 202)]
+    assert all(r["file"] == path for r in records)
+
+    backwards = write_csv(tmp_path / "backwards.csv", lines[300:600][::-1])
+    assert not in_time_order(backwards, "csv", MAPPING)
+    result = run_job(spark, backwards, "csv", MAPPING, routing, settings)
+    assert result["rows"] == result["events_sent"] == 300 and result["dead_letters"] == 0
+    expected = {e.id: e for e in local_good + list(iter_events(backwards,
+                                                               key_attr="symbol"))}
+    settle(client, {"all": expected})
+    got = arrived(client)
+    assert set(got) == set(expected)
+    for eid, ev in got.items():
+        assert ev["ts"] == expected[eid].ts and ev["price"] == expected[eid].attrs["price"]
+    assert all(a["out_of_order"] == a["late_events"] == 0
+               for a in client.stats()["actors"].values())
+
+    wrong = write_csv(tmp_path / "wrong.csv", lines[600:700][::-1])
+    with pytest.raises(CepError, match="event-time order"):
+        ingest_dataframe(spark, read_table(spark, wrong, "csv"), MAPPING, routing, settings,
+                         fmt="csv", in_order=True)
+    assert partition_events(client) == 600
