@@ -111,6 +111,7 @@ class Engine:
                 self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
         self._pessimistic = [m for m in self.managers.values() if m.pessimistic]
         self._optimistic = [m for m in self.managers.values() if not m.pessimistic]
+        self._rank = {m: k for k, m in enumerate(self._optimistic)}
         for m in self.managers.values():
             if None in m.trigger_types:
                 self._any.append(m)
@@ -144,7 +145,7 @@ class Engine:
             if ts > self.clock:
                 self.clock = ts
                 if self._busy:
-                    for m in list(self._busy):
+                    for m in self._in_order(self._busy):
                         out.extend(m.tick(ts))
                         if not m.busy:
                             self._busy.discard(m)
@@ -191,6 +192,11 @@ class Engine:
                 out.extend(self.process(events[stop], source))
                 i = stop + 1
         return out
+
+    def _in_order(self, busy: set) -> list:
+        """The waiting managers in registration order (a set's order follows memory
+        addresses: the outputs of one clock step would come in a different order each run)."""
+        return sorted(busy, key=self._rank.__getitem__) if len(busy) > 1 else list(busy)
 
     def _indexed_run(self, run: list, types: list, times: list, source: str):
         """Index ``run`` (in-order events after the clock, none of them a trigger: no
