@@ -13,9 +13,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, repeat
-from operator import eq
+from operator import attrgetter, eq
 
 from cep.event import Event
+
+_TS = attrgetter("ts")
 
 CHUNK = 128
 
@@ -254,7 +256,7 @@ class SharedEventIndex:
         self.key_attr = key_attr
         self._buffers: dict = {}          # (partition, type) -> TimeBuffer
         self.remember_ids = remember_ids
-        self._gone: deque = deque()       # hashes of evicted ids, oldest first
+        self._gone: deque = deque()       # lists of evicted events, oldest first
         self._gone_n = 0
         self.keep_all = True              # also index keyed events under ALL
         self.keep_keys = True             # index keyed events under their key (while some
@@ -402,7 +404,7 @@ class SharedEventIndex:
         self.evicted += dropped
         sink.sort(key=lambda events: events[-1].ts)      # forget the oldest first
         for events in sink:
-            self._gone.append(set(map(_fingerprint, events)))
+            self._gone.append(events)
             self._gone_n += len(events)
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
             self._gone_n -= len(self._gone.popleft())
@@ -419,11 +421,22 @@ class SharedEventIndex:
 
     def seen_before(self, ev: Event) -> bool:
         """Whether ``ev`` is buffered or among the remembered evicted events (see
-        ``_fingerprint``: by id, or by content for an evicted event whose id was derived)."""
+        ``_fingerprint``: by id, or by content for an evicted event whose id was derived).
+        The evicted events are kept as the time-ordered lists their buffers dropped and
+        fingerprinted here, only those at ``ev``'s time: a late copy is rare, eviction is
+        not."""
         if self.contains(ev):
             return True
         keys = {hash(ev.id), _content(ev)}
-        return any(not keys.isdisjoint(ids) for ids in self._gone)
+        ts = ev.ts
+        for events in self._gone:
+            if events[0].ts <= ts <= events[-1].ts:
+                k = bisect_left(events, ts, key=_TS)
+                while k < len(events) and events[k].ts == ts:
+                    if _fingerprint(events[k]) in keys:
+                        return True
+                    k += 1
+        return False
 
     def __len__(self) -> int:
         return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))

@@ -154,18 +154,29 @@ class _NaiveRates:
 @given(steps=st.lists(st.tuples(st.sampled_from("ABC"),
                                 st.sampled_from([0, 0.5, 1, 4.9, 5, 7, 60, 65, 1000, -3])),
                       max_size=60),
-       cut=st.integers(0, 60))
-def test_rates_in_bulk_and_across_long_gaps_equal_bucket_by_bucket(steps, cut):
+       cut=st.integers(0, 60), fold_every=st.integers(1, 70))
+def test_rates_in_bulk_and_across_long_gaps_equal_bucket_by_bucket(steps, cut, fold_every):
     from planner.stats import RateTracker
     events, ts = [], 100.0
     for etype, step in steps:
         ts += step
         events.append(cep.engine.Event(etype, ts, {}))
-    naive, one, bulk = _NaiveRates(), RateTracker(60.0), RateTracker(60.0)
-    for ev in events:
+    naive, one = _NaiveRates(), RateTracker(60.0, fold_every=fold_every)
+    bulk = RateTracker(60.0, fold_every=fold_every)
+    for k, ev in enumerate(events):
         naive.observe(ev.type, ev.ts)
         one.observe(ev.type, ev.ts)
+        if k == cut:                     # asking in between changes nothing
+            assert one.rates() == naive.rates()
     bulk.observe_many(events[:cut])
     bulk.observe_many(events[cut:])
     assert one.rates() == naive.rates()
     assert bulk.rates() == naive.rates()
+
+
+def test_the_rate_log_is_folded_into_bucket_counts():
+    from planner.stats import RateTracker
+    rates = RateTracker(60.0, fold_every=100)
+    rates.observe_many([cep.engine.Event("AB"[i % 2], i * 0.5, {}) for i in range(100_000)])
+    assert rates.rates() == {"A": 1.0, "B": 1.0}
+    assert len(rates._types) < 100 and len(rates._closed) == 12
