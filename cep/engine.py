@@ -11,6 +11,9 @@ for ``take_late()`` and used by no query; a copy of a buffered or recently evict
 duplicate and dropped; any other is indexed and the optimistic queries correct their results
 (``Retraction`` records, then new matches).
 Pessimistic queries are released as the watermark moves.
+
+With ``sharing`` (the default) queries that differ only in constants are evaluated as one
+group (cep.groups): ``managers[name]`` is then the group's manager, shared by its members.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from cep.compiler import compile_query
 from cep.disorder import DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent, check_mode
 from cep.errors import CepError, QueryValidationError
 from cep.event import Event
+from cep.groups import GroupManager, signature
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
 from cep.unseen import Seen, reads
@@ -38,13 +42,19 @@ _TYPE, _TS = attrgetter("type"), attrgetter("ts")
 class Engine:
     def __init__(self, key_attr: str | None = None, settings: ManagerSettings | None = None,
                  retention_slack: float = 0.0, disorder: DisorderSettings | None = None,
-                 mode: str | None = None):
+                 mode: str | None = None, sharing: bool = True):
+        self.sharing = sharing
         self.disorder = DisorderTracker(disorder)
         self.index = SharedEventIndex(key_attr, self.disorder.settings.remember_ids)
         self.settings = settings or ManagerSettings()
         self.retention_slack = retention_slack
         self.mode = check_mode(mode)      # the default disorder mode of new queries
-        self.managers: dict = {}          # name -> PatternManager
+        self.managers: dict = {}          # query name -> the PatternManager evaluating it
+        self._evaluators: dict = {}       # manager name -> manager (each once)
+        self._groups: dict = {}           # group signature -> GroupManager
+        self._keys: dict = {}             # query name -> its group signature
+        self._orders: dict = {}           # query name -> forced plan order
+        self._stale: list = []            # groups whose members changed (GroupManager.refresh)
         self._sources: dict = {}          # name -> (Query, params)
         self._by_type: dict = {}          # event type -> [PatternManager]
         self._any: list = []              # managers triggered by every type
@@ -80,60 +90,97 @@ class Engine:
         name = name or query.name or f"q{len(self.managers) + 1}"
         if name in self.managers:
             raise QueryValidationError(f"a query named {name!r} is already registered")
+        self._add(query, name, params, order, mode)
+        return name
+
+    def _add(self, query, name: str, params, order, mode, group: str | None = None):
         cq = compile_query(query, params)
-        manager = PatternManager(name, cq, self.index, order, self.settings,
-                                 check_mode(mode) if mode is not None else self.mode)
-        manager.clock = self.clock
+        mode = check_mode(mode) if mode is not None else self.mode
+        if self.sharing:
+            key, member = signature(query, params or {}, cq, mode, order, name)
+            manager = self._groups.get(key)
+            if manager is None:
+                group = group or name
+                while group in self._evaluators:
+                    group += "'"
+                manager = self._groups[key] = GroupManager(group, self.index, self.settings,
+                                                           mode, order, member)
+            else:
+                manager.join(member)
+            self._keys[name] = key
+            self._stale.append(manager)
+        else:
+            manager = PatternManager(name, cq, self.index, order, self.settings, mode)
+        if manager.name not in self._evaluators:
+            manager.clock = self.clock
+            self._evaluators[manager.name] = manager
         self.managers[name] = manager
+        self._orders[name] = order
         self._sources[name] = (query, dict(params or {}))
-        self._reads[name] = reads(query)
+        self._reads[name] = wanted = reads(query)
+        for t, attrs in wanted.items():
+            self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
         if None in cq.types:
             self.index.enable_any()
         self._reindex()
-        return name
 
     def remove_query(self, name: str):
         """Unregister a query; its pending matches are dropped with it."""
         if name not in self.managers:
             raise CepError(f"no query named {name!r} is registered")
-        self._busy.discard(self.managers.pop(name))
+        manager = self.managers.pop(name)
+        key = self._keys.pop(name, None)
+        if key is None or manager.leave(name):
+            del self._evaluators[manager.name]
+            self._groups.pop(key, None)
+            self._busy.discard(manager)
+        else:
+            self._stale.append(manager)
+        del self._orders[name]
         del self._sources[name]
         del self._reads[name]
+        self._wanted = {}
+        for wanted in self._reads.values():
+            for t, attrs in wanted.items():
+                self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
         self._reindex()
 
     def _reindex(self):
         """Dispatch each event type to the queries it can trigger; keep the all-partitions
         buffers only while some query reads across partitions."""
         self._by_type, self._any = {}, []
-        self._wanted = {}
-        for wanted in self._reads.values():
-            for t, attrs in wanted.items():
-                self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
-        self._pessimistic = [m for m in self.managers.values() if m.pessimistic]
-        self._optimistic = [m for m in self.managers.values() if not m.pessimistic]
+        managers = self._evaluators.values()
+        self._pessimistic = [m for m in managers if m.pessimistic]
+        self._optimistic = [m for m in managers if not m.pessimistic]
         self._rank = {m: k for k, m in enumerate(self._optimistic)}
-        for m in self.managers.values():
+        for m in managers:
             if None in m.trigger_types:
                 self._any.append(m)
             for t in m.trigger_types - {None}:
                 self._by_type.setdefault(t, []).append(m)
         for t, ms in self._by_type.items():
             ms.extend(m for m in self._any if m not in ms)
-        self.index.set_keep_all(not self.managers or any(
-            not m.partitioned or m.cq.strategy != "skip_till_any_match"
-            for m in self.managers.values()))
-        self.index.set_keep_keys(any(m.partitioned for m in self.managers.values()))
+        self.index.set_keep_all(not managers or any(
+            not m.partitioned or m.cq.strategy != "skip_till_any_match" for m in managers))
+        self.index.set_keep_keys(any(m.partitioned for m in managers))
+
+    @property
+    def evaluators(self) -> dict:
+        """Manager name -> manager, each once (a group's manager evaluates all its members)."""
+        return self._evaluators
 
     @property
     def horizon(self) -> float:
         """How far behind the clock events are kept: the largest window (+ slide, + slack)."""
-        return max((m.cq.window + (m.cq.slide or 0.0) for m in self.managers.values()),
+        return max((m.cq.window + (m.cq.slide or 0.0) for m in self._evaluators.values()),
                    default=0.0) + self.retention_slack
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event, source: str = DEFAULT_SOURCE) -> list:
         """Index ``event`` and return the matches it completes or releases, and the
         Retractions and new matches of the corrections it causes (optimistic queries)."""
+        if self._stale:
+            self._refresh()
         ts = event.ts
         if ts > self.clock or (ts == self.clock and self._front is not None
                                and event.id > self._front.id):
@@ -165,6 +212,8 @@ class Engine:
         disorder bookkeeping done once per run (lazy evaluation: only a trigger event starts
         work; RCEP, seed 000 section 2, steps 1-2). Where runs end is found with C-level
         maps over the events' types and times."""
+        if self._stale:
+            self._refresh()
         if self._pessimistic or self._any:
             out: list = []
             for ev in events:
@@ -276,6 +325,8 @@ class Engine:
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (a later one is late).
         ``inf`` ends the stream; NaN or a non-number raises IngestError."""
+        if self._stale:
+            self._refresh()
         self.disorder.advance(watermark)
         promised = math.nextafter(watermark, math.inf) if math.isfinite(watermark) \
             else watermark
@@ -314,7 +365,7 @@ class Engine:
         cutoff = kept - self.horizon - reach
         if kept > self._kept_from:
             self._kept_from = kept
-        for m in self.managers.values():
+        for m in self._evaluators.values():
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
                 cutoff = floor
@@ -337,9 +388,21 @@ class Engine:
         return out
 
     # ---------------------------------------------------------------- state
+    def _refresh(self):
+        """Rebuild the constant indexes of the groups whose members changed."""
+        for m in self._stale:
+            m.refresh()
+        self._stale.clear()
+
     def stats(self) -> dict:
         warnings = self.warnings()
-        queries = {name: m.stats() for name, m in self.managers.items()}
+        by_manager = {name: m.stats() for name, m in self._evaluators.items()}
+        queries = {}
+        for name, m in self.managers.items():
+            queries[name] = qstats = dict(by_manager[m.name])
+            if name in self._keys:
+                qstats["matches"] = m.member_matches.get(name, 0)
+                qstats["group"] = m.name
         for name, found in warnings.items():
             queries[name]["warnings"] = found
         return {
@@ -348,11 +411,20 @@ class Engine:
             "duplicates": self.duplicates,
             "evicted": self.index.evicted, "late_dropped": self.late_dropped,
             "disorder": self.disorder.stats(),
-            "clock": self.clock, "queries": queries,
+            "clock": self.clock, "queries": queries, "groups": self.groups(),
         }
+
+    def groups(self) -> list:
+        """One entry per evaluator: ``{"name", "queries": [members in join order], "varying":
+        [conjuncts whose constants differ, "WITHIN" if windows do]}``."""
+        self._refresh()
+        return [m.group_info() if isinstance(m, GroupManager) else
+                {"name": m.name, "queries": [m.name], "varying": []}
+                for m in self._evaluators.values()]
 
     def snapshot(self) -> dict:
         """Everything needed to continue elsewhere: events, queries, plans, pending matches."""
+        self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
             "events": list(self.index.events()), "front": self._front,
@@ -362,18 +434,29 @@ class Engine:
             "counters": (self.late_events, self.out_of_order, self._copies,
                          self.late_dropped),
             "late": list(self.late),
+            "sharing": self.sharing,
             "queries": {name: {"query": q, "params": p, "mode": self.managers[name].mode,
-                               "state": self.managers[name].snapshot()}
+                               "order": self._orders[name]}
                         for name, (q, p) in self._sources.items()},
+            "evaluators": [{"name": g["name"], "queries": g["queries"],
+                            "state": self._evaluators[g["name"]].snapshot()}
+                           for g in self.groups()],
         }
 
     @classmethod
     def restore(cls, snap: dict, settings: ManagerSettings | None = None) -> "Engine":
-        engine = cls(snap["key_attr"], settings, disorder=snap["settings"], mode=snap["mode"])
-        for name, entry in snap["queries"].items():
-            engine.add_query(entry["query"], name=name, params=entry["params"],
-                             mode=entry["mode"])
-            engine.managers[name].restore(entry["state"])
+        engine = cls(snap["key_attr"], settings, disorder=snap["settings"], mode=snap["mode"],
+                     sharing=snap["sharing"])
+        queries = snap["queries"]
+        for group in snap["evaluators"]:         # each group rebuilt in its join order
+            for name in group["queries"]:
+                entry = queries[name]
+                engine._add(entry["query"], name, entry["params"], entry["order"],
+                            entry["mode"], group["name"])
+            engine.managers[group["queries"][0]].restore(group["state"])
+        engine.managers = {name: engine.managers[name] for name in queries}
+        engine._sources = {name: engine._sources[name] for name in queries}
+        engine._reindex()
         for ev in snap["events"]:
             engine.index.insert(ev)
         engine.clock = snap["clock"]

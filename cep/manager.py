@@ -48,6 +48,7 @@ class PatternManager:
                  order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
                  mode: str | None = None):
         self.name = name
+        self._label = name               # the query name its Match objects carry
         self.cq = cq
         self.mode = check_mode(mode)
         self.pessimistic = self.mode == "pessimistic"
@@ -153,12 +154,14 @@ class PatternManager:
         if held and held[0][0] < watermark:
             due = []
             while held and held[0][0] < watermark:
-                due.append(heapq.heappop(held)[2])
-            due.sort(key=lambda e: e.order)
-            for t in due:
+                _, seq, t = heapq.heappop(held)
+                due.append((t, seq))
+            due.sort(key=lambda item: item[0].order)
+            for t, seq in due:
                 if t.ts > self.clock:
                     self.clock = t.ts
-                out.extend(self._evaluate(t, self._targets(t)))
+                out.extend(self._evaluate(t, self._targets(t), seq))
+                self._done(seq)
         if self._deferred and self._deferred[0][0] < watermark:
             out.extend(self._release(watermark, inclusive=False))
         return out
@@ -229,17 +232,18 @@ class PatternManager:
             for b, name in self._targets(t):
                 ev = self._run(b, name, t, count=update)
                 if not ev.deferred:
-                    out.update(ev.results)
+                    out.update(self._fan(ev.results, count=False))
                     continue
                 for env in ev.results:
                     deadline = _first_ts(env) + self.cq.window
                     if self._due(deadline):
                         if _confirmed(ev, env):
-                            out.add(Match(self.name, env, self._var_order))
+                            out.update(self._matches(env, count=False))
                     else:
                         waiting.append((deadline, next(self._seq), b, env, t))
         if update:
             ids = {id(t) for t in triggers}
+            self._dropped([item[1] for item in self._deferred if id(item[4]) in ids])
             self._deferred = [item for item in self._deferred if id(item[4]) not in ids]
             self._deferred.extend(waiting)
             heapq.heapify(self._deferred)
@@ -269,15 +273,17 @@ class PatternManager:
                     out.extend(self._evaluate(t, self._targets(t)))
         heap = self._deferred
         while heap and (heap[0][0] < now or (inclusive and heap[0][0] <= now)):
-            _, _, b, env, trigger = heapq.heappop(heap)
+            _, seq, b, env, trigger = heapq.heappop(heap)
             if _confirmed(self._evaluation(b, trigger), env):
-                out.append(self._match(env))
+                out.extend(self._matches(env, seq))
+            else:
+                self._dropped((seq,))
         return out
 
     def _evaluation(self, b: int, trigger: Event) -> Evaluation:
         part = trigger.key if self.partitioned and trigger.key is not None else ALL
         return Evaluation(self.cq, self.cq.branches[b], self.index, trigger, part,
-                          self.settings.max_matches_per_trigger, self.name, self._var_order)
+                          self.settings.max_matches_per_trigger, self._label, self._var_order)
 
     def _run(self, b: int, name: str, trigger: Event, count: bool = True) -> Evaluation:
         """Evaluate branch ``b`` with ``trigger`` bound to ``name``; a trigger that hits the
@@ -294,7 +300,8 @@ class PatternManager:
                             self.truncated)
         return ev
 
-    def _evaluate(self, trigger: Event, targets) -> list:
+    def _evaluate(self, trigger: Event, targets, origin: int | None = None) -> list:
+        """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
         for b, name in targets:
@@ -304,13 +311,13 @@ class PatternManager:
                     deadline = _first_ts(env) + self.cq.window
                     if self._due(deadline):    # an out-of-order trigger whose window closed
                         if _confirmed(ev, env):
-                            out.append(self._match(env))
+                            out.extend(self._matches(env, origin, keep=True))
                     else:
-                        heapq.heappush(self._deferred, (deadline, next(self._seq), b, env,
-                                                        trigger))
+                        seq = next(self._seq)
+                        heapq.heappush(self._deferred, (deadline, seq, b, env, trigger))
+                        self._inherit(seq, origin)
             elif ev.results:
-                out.extend(ev.results)
-                self.matches += len(ev.results)
+                out.extend(self._fan(ev.results, origin))
         return out
 
     def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:
@@ -337,9 +344,30 @@ class PatternManager:
         counts.sort()
         return tuple(name for _, _, name in counts)
 
-    def _match(self, env: dict) -> Match:
-        self.matches += 1
-        return Match(self.name, env, self._var_order)
+    # ---------------------------------------------------------------- output (GroupManager
+    # fans a binding out to the members of a group; ``origin``/``seq``: the pending item it
+    # came from, whose members it is for)
+    def _fan(self, results: list, origin: int | None = None, count: bool = True) -> list:
+        """The matches of a trigger's evaluation (Match objects made by Evaluation)."""
+        if count:
+            self.matches += len(results)
+        return results
+
+    def _matches(self, env: dict, seq: int | None = None, count: bool = True,
+                 keep: bool = False) -> list:
+        """The matches of one confirmed binding (deferred negation)."""
+        if count:
+            self.matches += 1
+        return [Match(self._label, env, self._var_order)]
+
+    def _inherit(self, seq: int, origin: int | None):
+        """A deferred binding ``seq`` came from the held trigger ``origin``."""
+
+    def _done(self, origin: int | None):
+        """The held trigger ``origin`` has been evaluated."""
+
+    def _dropped(self, seqs):
+        """These deferred bindings are gone without a match."""
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:

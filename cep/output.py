@@ -19,7 +19,7 @@ import orjson
 
 from cep.event import Event
 
-_BASE, _NAME, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
+_QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 
 _RETRACTED = b',"retracted":true'
 
@@ -116,7 +116,8 @@ class MatchLines:
                     self._count(matches[k], 1)
                 continue
             run = matches[a:b]
-            if len(set(map(type, run))) > 1 or len(set(map(_NAME, run))) > 1:
+            if len(set(map(type, run))) > 1 or len(set(map(_NAME, run))) > 1 or \
+                    len(set(map(_QUERY, run))) > 1:
                 for k in run:                           # not one batch after all
                     append(self.line(k))
                     self._count(k, 1)

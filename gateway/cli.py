@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "needed when several queries are given); overrides --planner")
     local.add_argument("--check-every", type=int, default=2000, metavar="N",
                        help="events between two looks at the statistics (default 2000)")
+    local.add_argument("--no-sharing", action="store_true",
+                       help="evaluate every query on its own (default: queries that differ "
+                            "only in constants are evaluated as one group)")
     add_disorder_arguments(local)
     local.add_argument("--late-out", metavar="FILE", default=None,
                        help="write late events (later than the threshold, not used) to this "
@@ -166,7 +169,8 @@ def run_local(args) -> int:
     except CepError as exc:
         raise UsageError(f"error: --planner: {exc}") from None
     engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder_settings(args),
-                                  mode=args.disorder_mode), check_every=args.check_every)
+                                  mode=args.disorder_mode, sharing=not args.no_sharing),
+                           check_every=args.check_every)
     for label, query in queries:
         try:
             engine.add_query(query, name=query.name, params=params or None,
@@ -250,6 +254,8 @@ def run_local(args) -> int:
         "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
         "peak_rss_mb": peak_rss_mb(),
         "startup_seconds": round(started - entered, 3),
+        "queries": len(core.managers),
+        "groups": len(core.evaluators),
     }
     if warnings:
         summary["warnings"] = warnings

@@ -3,7 +3,8 @@ the same for a cluster).
 
 Every ``check_every`` events it samples the statistics (arrival rates over a sliding horizon of
 event time, selectivities from the evaluator's counters), asks each query's AdaptivePolicy
-whether to re-plan, and installs a new plan between two events.
+whether to re-plan, and installs a new plan between two events. Queries evaluated as one group
+(cep.groups) have one plan, from the group's statistics.
 """
 from __future__ import annotations
 
@@ -64,16 +65,18 @@ class PlannedEngine:
         """Register a query; ``order`` forces a static order, else ``planner`` decides."""
         settings = settings_for(planner) if order is None else None
         name = self.engine.add_query(query, name=name, params=params, order=order)
-        if settings is not None:
-            cq = self.engine.managers[name].cq
-            self.policies[name] = AdaptivePolicy(cq, name, settings)
-            self._selectivity[name] = SelectivityTracker(cq)
+        manager = self.engine.managers[name]
+        if settings is not None and manager.name not in self.policies:
+            self.policies[manager.name] = AdaptivePolicy(manager.cq, manager.name, settings)
+            self._selectivity[manager.name] = SelectivityTracker(manager.cq)
         return name
 
     def remove_query(self, name: str):
+        group = self.engine.managers[name].name if name in self.engine.managers else None
         self.engine.remove_query(name)
-        self.policies.pop(name, None)
-        self._selectivity.pop(name, None)
+        if group not in self.engine.evaluators:
+            self.policies.pop(group, None)
+            self._selectivity.pop(group, None)
 
     def process(self, event) -> list:
         self.rates.observe(event.type, event.ts)
@@ -105,10 +108,11 @@ class PlannedEngine:
         return self.engine.advance(watermark)
 
     def statistics(self, name: str) -> Statistics:
-        """Current statistics for query ``name``; rates are per partition for a query that the
-        engine evaluates partition by partition (the cost model counts events per window)."""
+        """Current statistics for the evaluator ``name`` (a query or group); rates are per
+        partition for one that the engine evaluates partition by partition (the cost model
+        counts events per window)."""
         rates = self.rates.rates()
-        manager = self.engine.managers[name]
+        manager = self.engine.evaluators[name]
         if manager.partitioned:
             parts = max(1, self.engine.index.partitions())
             rates = {t: r / parts for t, r in rates.items()}
@@ -117,9 +121,13 @@ class PlannedEngine:
     def replan(self):
         """Ask every policy; install the plans that changed (between two events)."""
         for name, policy in self.policies.items():
+            manager = self.engine.evaluators[name]
+            if policy.cq is not manager.cq:     # the group's members changed
+                policy.cq = manager.cq
+                self._selectivity[name] = SelectivityTracker(manager.cq)
             plan = policy.consider(self.statistics(name))
             if plan is None:
                 continue
-            self.engine.managers[name].set_order(plan.order, plan.version)
+            manager.set_order(plan.order, plan.version)
             self.history.append(PlanChange(self._seen, self.engine.clock, name, plan.order,
                                            plan.version, plan.algorithm, plan.cost))

@@ -11,7 +11,7 @@ from gateway import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"events", "matches", "retractions", "late_events", "duplicates", "seconds",
-                "events_per_s", "peak_rss_mb", "startup_seconds"}
+                "events_per_s", "peak_rss_mb", "startup_seconds", "queries", "groups"}
 
 # a.x < b.x holds for (A@1 x=1, B@4 x=10) and (A@3 x=5, B@4 x=10), not for (A@1, B@2 x=0)
 EVENTS_CSV = "type,ts,x,sym\nA,1,1,s\nB,2,0,s\nA,3,5,s\nB,4,10,s\n"
@@ -59,6 +59,31 @@ def test_local_writes_matches_and_summary(capsys, tmp_path, events_csv):
     assert isinstance(wall, float) and rss > 1
     assert len(lines) == 1                          # matches went to the file
     assert "Traceback" not in err
+
+
+def test_local_shares_variants_and_no_sharing_evaluates_each_alone(capsys, tmp_path,
+                                                                  events_csv):
+    """Queries that differ only in a constant form one group; --no-sharing evaluates each on
+    its own; every query gets the same matches either way (a.x < b.x * C: C = 0.2 keeps
+    (1, 10), C = 1 keeps (1, 10) and (5, 10), C = 0.01 none)."""
+    qfile = tmp_path / "variants.cep"
+    qfile.write_text(";\n".join(
+        f"NAME v{k}\nPATTERN SEQ(A a, B b) WHERE a.x < b.x * {c} WITHIN 10 seconds"
+        for k, c in enumerate((0.2, 1, 0.01))), encoding="utf-8")
+    got = {}
+    for flags in ((), ("--no-sharing",)):
+        out = tmp_path / f"m{len(flags)}.jsonl"
+        status, lines, err = run(capsys, "local", "--query", qfile, "--events", events_csv,
+                                 "--out", out, *flags)
+        assert status == 0, err
+        summary = json.loads(lines[-1])
+        assert summary["queries"] == 3
+        assert summary["groups"] == (3 if flags else 1)
+        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        got[flags] = {q: sorted(pairs([r for r in records if r["query"] == q]))
+                      for q in ("v0", "v1", "v2")}
+    assert got[()] == got[("--no-sharing",)] == {"v0": [(1, 10)], "v1": [(1, 10), (5, 10)],
+                                                 "v2": []}
 
 
 def test_local_matches_on_stdout_summary_last(capsys, events_csv):

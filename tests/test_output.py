@@ -100,3 +100,15 @@ def test_values_json_cannot_carry_are_written_as_text():
     e = Event("A", 1.0, {"raw": b"\x00x", "m": {1: "int key"}})
     assert json.loads(e.json()) == {"id": e.id, "type": "A", "ts": 1.0, "raw": "b'\\x00x'",
                                     "m": {"1": "int key"}}
+
+
+def test_matches_of_several_queries_sharing_one_binding_keep_their_query():
+    """A group's fan-out: the same bindings object and variable, other query names."""
+    a, b1, b2 = Event("A", 1.0, {"x": 1}), Event("B", 2.0, {"x": 2}), Event("B", 3.0, {"x": 3})
+    batch = Match.batch("g", {"a": a}, "b", [b1, b2], ("a", "b"))
+    fanned = [tuple.__new__(Match, (q, *m[1:])) for q in ("q1", "q2") for m in batch]
+    fanned.insert(1, fanned.pop(2))                 # q1, q2, q1, q2: runs that mix queries
+    lines = MatchLines()
+    got = [json.loads(line) for line in lines.lines(fanned).splitlines()]
+    assert got == [m.to_dict() for m in fanned]
+    assert lines.counts == {"q1": 2, "q2": 2}
