@@ -82,9 +82,10 @@ class PartitionWorker:
     def __init__(self, partition: str = "p0", key_attr: str | None = None, settings=None,
                  rate_horizon: float = 60.0, remember_batches: int = 10_000,
                  outbox: bool = False, outbox_capacity: int = 100_000,
-                 disorder: DisorderSettings | None = None, mode: str | None = None):
+                 disorder: DisorderSettings | None = None, mode: str | None = None,
+                 sharing: bool = True):
         self.partition = partition
-        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode)
+        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing)
         self._lines = MatchLines()
         self.rates = RateTracker(rate_horizon)
         self.remember_batches = remember_batches

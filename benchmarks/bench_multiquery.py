@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import json
 import math
 import os
@@ -271,31 +270,9 @@ def read_ticks(path: str) -> list:
                 for i, row in enumerate(csv.DictReader(handle))]
 
 
-def worker_sharing_switch() -> str | None:
-    """How a PartitionWorker's sharing is turned off: ``"worker"`` (it takes ``sharing=``),
-    ``"engine"`` (it does not, but Engine does: the worker's engine is replaced by an equal
-    ``Engine(KEY, sharing=False)`` before any query is registered), or None (no switch)."""
-    from actors.partition import PartitionWorker
-    from cep.engine import Engine
-    if "sharing" in inspect.signature(PartitionWorker.__init__).parameters:
-        return "worker"
-    if "sharing" in inspect.signature(Engine.__init__).parameters:
-        return "engine"
-    return None
-
-
 def make_worker(queries: list, sharing: bool = True):
     from actors.partition import PartitionWorker
-    from cep.engine import Engine
-    switch = worker_sharing_switch()
-    if switch == "worker":
-        worker = PartitionWorker("p0", KEY, sharing=sharing)
-    else:
-        worker = PartitionWorker("p0", KEY)
-        if not sharing:
-            if switch is None:
-                raise RuntimeError("PartitionWorker and Engine take no sharing setting")
-            worker.engine = Engine(KEY, sharing=False)
+    worker = PartitionWorker("p0", KEY, sharing=sharing)
     for name, text in queries:
         worker.add_query(name, text)
     return worker
@@ -310,16 +287,13 @@ def run_worker(batches: list, queries: list, sharing: bool = True) -> dict:
         matches += len(worker.ingest(b)["matches"])
     matches += len(worker.advance(math.inf))
     seconds = time.perf_counter() - t0
-    groups = worker.engine.groups() if hasattr(worker.engine, "groups") else None
-    return {"seconds": seconds, "matches": matches,
-            "groups": len(groups) if groups is not None else None}
+    return {"seconds": seconds, "matches": matches, "groups": len(worker.engine.groups())}
 
 
 def bench_worker(events: list, counts: tuple, repeat: int) -> dict:
     from benchmarks.bench_cluster import encode_partitions
     batches = encode_partitions(events, 1, BATCH)[0]
-    switch = worker_sharing_switch()
-    modes = MODES if switch else ("on",)
+    modes = MODES
     run_worker(batches[:1], query_variants(1))      # warm-up (imports, first calls): untimed
     best: dict = {}
     cells = [(n, mode) for n in counts for mode in modes]
@@ -345,7 +319,7 @@ def bench_worker(events: list, counts: tuple, repeat: int) -> dict:
                      "ratio": base["seconds"] / r["seconds"] if base else None})
     same = {n: best[(n, "on")]["matches"] == best[(n, "off")]["matches"]
             for n in counts if (n, "off") in best}
-    return {"rows": rows, "switch": switch, "same_counts": same, "batches": len(batches)}
+    return {"rows": rows, "same_counts": same, "batches": len(batches)}
 
 
 def worker_table(result: dict) -> list:
@@ -355,14 +329,6 @@ def worker_table(result: dict) -> list:
         lines.append(f"{r['queries']:>5} {r['mode']:>4} {_cell(r['groups'], 'd'):>6} "
                      f"{r['rate']:>10,.0f} {_cell(r['ratio'], '.3f'):>7} {r['matches']:>10,} "
                      f"{r['seconds']:>8.3f}")
-    switch = result["switch"]
-    if switch is None:
-        lines.append("sharing on only: neither PartitionWorker nor Engine takes a sharing "
-                     "setting")
-    elif switch == "engine":
-        lines.append("sharing off: PartitionWorker takes no sharing setting; its engine was "
-                     f"replaced by Engine({KEY!r}, sharing=False) before the queries were "
-                     "registered")
     for n, same in sorted(result["same_counts"].items()):
         lines.append(f"N={n}: match counts of sharing on and off equal: "
                      f"{'yes' if same else 'no'}")

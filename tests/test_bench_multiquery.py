@@ -98,7 +98,6 @@ def test_one_shape_is_one_group_with_sharing_and_n_without(shape, ticks, tmp_pat
 
 def test_worker_groups_and_matches_with_sharing_on_and_off(ticks):
     from benchmarks.bench_cluster import encode_partitions
-    assert bm.worker_sharing_switch() is not None
     batches = encode_partitions(bm.read_ticks(ticks), 1, 500)[0]
     queries = bm.query_variants(10)
     on = bm.run_worker(batches, queries, sharing=True)
