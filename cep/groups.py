@@ -413,8 +413,9 @@ class GroupManager(PatternManager):
         self._windows = Windows(members) if len(windows) > 1 else None
         self._all = (1 << len(members)) - 1
         self._names_of = {}
-        self.varying_texts = [first.cq.conjuncts[k].text for k in varying] + \
-            (["WITHIN"] if self._windows is not None else [])
+        self.varying_texts = [f"{first.cq.conjuncts[k].text} ({len(t.entries)} constants, "
+                              f"{t.kind})" for k, t in zip(varying, tables)] + \
+            ([f"WITHIN ({len(windows)} windows)"] if self._windows is not None else [])
         shape = (varying, max(windows), tuple(tuple(t.separable) for t in tables),
                  first.name if self.single else None)
         self._tables[:] = tables

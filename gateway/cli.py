@@ -225,6 +225,13 @@ def run_local(args) -> int:
         _err(f"plan: query {change.query} v{change.version} after {change.events} events: "
              f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
     n_matches = sum(counts.values())
+    shared = [g for g in core.groups() if len(g["queries"]) > 1]
+    if shared:
+        _err(f"sharing: {len(core.managers)} queries evaluated by {len(core.evaluators)} "
+             f"evaluators; groups: " + "; ".join(
+                 f"{g['name']} ({len(g['queries'])} queries, constants differ in "
+                 f"{', '.join(g['varying']) or 'nothing'})" for g in shared[:5])
+             + (f"; ... {len(shared) - 5} more" if len(shared) > 5 else ""))
     for name, count in counts.items():
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
         _err(f"query {name}: {count} matches{extra}")

@@ -58,4 +58,4 @@ def test_variants_share_an_evaluator_and_each_gets_its_own_matches(client):
     assert any(shared)                           # the partition actors run the group
     for groups in filter(None, shared):
         assert len(groups) == 1 and groups[0]["queries"] == ["v0", "v1", "late"]
-        assert "WITHIN" in groups[0]["varying"]
+        assert any(v.startswith("WITHIN") for v in groups[0]["varying"])
