@@ -180,8 +180,11 @@ class Variants:
     """The distinct constants of one conjunct among a group's members: which members accept a
     binding (``mask``, bit k = member k) and whether any does (``any``)."""
 
-    def __init__(self, expr, entries: list, kind: str, other=None, separable=None):
+    def __init__(self, expr, entries: list, kind: str, other=None, separable=None,
+                 variables=frozenset()):
         self.expr = expr
+        self.vars = variables               # a binding without them: the conjunct's DNF
+                                            # branch is another one (it does not apply)
         self.kind = kind                    # "ordered", "equal" or "scan"
         #: ordered: {var: (attr, getter, op, ordering, loosest value)} for the variables whose
         #: candidates can be filtered against the loosest of the members' values at once
@@ -263,6 +266,12 @@ def _loosest_getter(op, low, high):
 
 def variants(k: int, members: list) -> Variants:
     """The Variants of conjunct ``k`` over ``members`` (their values differ)."""
+    table = _variants(k, members)
+    table.vars = members[0].cq.conjuncts[k].vars
+    return table
+
+
+def _variants(k: int, members: list) -> Variants:
     expr = split_conjuncts(members[0].cq.query.where)[k]
     groups: dict = {}
     for bit, m in enumerate(members):
@@ -357,6 +366,7 @@ class GroupManager(PatternManager):
     def __init__(self, name: str, index, settings, mode, order, member: Member):
         self.members: list = [member]
         self._restricted: dict = {}         # seq -> names of the members a pending item is for
+        self._recheck: set = set()          # deferred bindings found with an older compiled query
         self._mask_counts: dict = {}        # member mask -> matches (folded into member_matches)
         self.member_matches: dict = {member.name: 0}
         self._tables: list = []             # Variants of the conjuncts whose constants differ
@@ -448,6 +458,9 @@ class GroupManager(PatternManager):
         if cq is not self.cq:
             self.cq = cq
             self._steps.clear()
+            # a binding waiting for its window was found with the conditions of then: those
+            # that no longer vary are checked again when it is released
+            self._recheck.update(item[1] for item in self._deferred)
 
     def _any_of(self, j: int):
         tables = self._tables
@@ -485,9 +498,10 @@ class GroupManager(PatternManager):
     def _mask(self, env) -> int:
         mask = self._all
         for v in self._tables:
-            mask &= v.mask(env)
-            if not mask:
-                return 0
+            if v.vars <= env.keys():
+                mask &= v.mask(env)
+                if not mask:
+                    return 0
         if self._windows is not None:
             mask &= self._windows.mask(env)
         return mask
@@ -534,6 +548,10 @@ class GroupManager(PatternManager):
         allowed = None
         if seq is not None:
             allowed = self._restricted.get(seq) if keep else self._restricted.pop(seq, None)
+            if seq in self._recheck and not keep:
+                self._recheck.discard(seq)
+                if not self._holds(env):
+                    return []
         if self.single and allowed is None:
             names = (self._label,)
         else:
@@ -554,6 +572,13 @@ class GroupManager(PatternManager):
                 self.member_matches[m.query] = self.member_matches.get(m.query, 0) + 1
         return out
 
+    def _holds(self, env: dict) -> bool:
+        """Whether ``env`` satisfies the group's shared positive conjuncts that apply to it
+        (those whose constants differ are the members' masks)."""
+        varying = {id(c) for k, c in enumerate(self.cq.conjuncts) if k in self._shape[0]}
+        return all(c.check(env) for c in self.cq.conjuncts
+                   if c.negated is None and id(c) not in varying and c.vars <= env.keys())
+
     def _inherit(self, seq: int, origin):
         if origin is not None and origin in self._restricted:
             self._restricted[seq] = self._restricted[origin]
@@ -565,6 +590,7 @@ class GroupManager(PatternManager):
     def _dropped(self, seqs):
         for seq in seqs:
             self._restricted.pop(seq, None)
+            self._recheck.discard(seq)
 
     # ------------------------------------------------------------ state
     def stats(self) -> dict:
@@ -579,10 +605,12 @@ class GroupManager(PatternManager):
         self._fold_counts()
         state = super().snapshot()
         state["restricted"] = dict(self._restricted)
+        state["recheck"] = set(self._recheck)
         state["member_matches"] = dict(self.member_matches)
         return state
 
     def restore(self, state: dict):
         super().restore(state)
         self._restricted = dict(state.get("restricted", {}))
+        self._recheck = set(state.get("recheck", ()))
         self.member_matches.update(state.get("member_matches", {}))
