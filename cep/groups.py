@@ -534,6 +534,8 @@ class GroupManager(PatternManager):
                         self.member_matches[n] += len(found)
             elif count:
                 self._mask_counts[mask] = self._mask_counts.get(mask, 0) + len(found)
+                if len(self._mask_counts) > 4096:
+                    self._fold_counts()
             bases, variables, events = (list(map(_BASE, found)), list(map(_VAR, found)),
                                         list(map(_EVENT, found)))
             order = found[0][4]
