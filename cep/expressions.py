@@ -100,8 +100,9 @@ def _arith(op):
     return apply
 
 
-ARITHMETIC = {"+": _arith(operator.add), "-": _arith(operator.sub),
-              "*": _arith(operator.mul), "/": _arith(operator.truediv)}
+RAW_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+                  "/": operator.truediv}
+ARITHMETIC = {op: _arith(f) for op, f in RAW_ARITHMETIC.items()}
 
 
 def _aggregate(func: str, values: list):
@@ -325,10 +326,67 @@ def separable(expr, kleene: frozenset, variables: dict, params: dict, text=None)
         if isinstance(side, ast.Attr) and side.attr != "ts":
             attr, getter = side.attr, None
         else:
-            fn = compile_expr(side, kleene, params, 0, text)
-            attr, getter = None, (lambda ev, fn=fn, x=x: fn({x: ev}, None))
+            attr, getter = None, attr_arith(side, params)
+            if getter is None:
+                fn = compile_expr(side, kleene, params, 0, text)
+                getter = (lambda ev, fn=fn, x=x: fn({x: ev}, None))
         out[x] = (attr, getter, RAW_OPS[op], op in ORDERING, other_fn)
     return out
+
+
+def attr_arith(side, params: dict):
+    """``getter(event)`` for ``x.attr OP number`` or ``number OP x.attr`` (the usual
+    threshold: ``a.price * 1.02``) computed straight from the event, with the semantics of
+    ``compile_expr`` (a missing attribute or a non-number fails); None for other forms. The
+    getter carries ``(attr, op, number, number_on_the_left)`` as ``attr_arith``."""
+    if not isinstance(side, ast.BinOp):
+        return None
+    for var_side, const_side, left in ((side.left, side.right, False),
+                                       (side.right, side.left, True)):
+        if isinstance(var_side, ast.Attr) and var_side.index is None and \
+                var_side.attr != "ts":
+            const = const_side
+            if isinstance(const, ast.Param):
+                if const.name not in params:
+                    return None
+                c = params[const.name]
+            elif isinstance(const, ast.Literal):
+                c = const.value
+            else:
+                return None
+            if not _is_number(c):
+                return None
+            getter = arith_getter(var_side.attr, side.op, (c,), left)
+            getter.attr_arith = (var_side.attr, side.op, c, left)
+            return getter
+    return None
+
+
+def arith_getter(name: str, op: str, consts: tuple, left: bool, pick=None):
+    """``getter(event)``: ``event.name OP c`` (``c OP event.name`` when ``left``) for the one
+    constant in ``consts``, or ``pick`` (min or max) of it over two constants, with the
+    semantics of ``compile_expr``: a missing attribute or a non-number fails."""
+    f = RAW_ARITHMETIC[op]
+    if pick is None:
+        (c,) = consts
+        compute = (lambda v: f(c, v)) if left else (lambda v: f(v, c))
+    else:
+        lo, hi = consts
+        compute = (lambda v: pick(f(lo, v), f(hi, v))) if left else \
+            (lambda v: pick(f(v, lo), f(v, hi)))
+
+    def getter(ev):
+        attrs = ev.attrs
+        v = attrs[name] if name in attrs else event_attr(ev, name)
+        if v.__class__ not in NUMERIC:
+            raise EvalFailure("arithmetic on a non-number")
+        try:
+            return compute(v)
+        except ZeroDivisionError:
+            raise EvalFailure("division by zero") from None
+        except OverflowError:
+            raise EvalFailure("number out of range") from None
+    return getter
 
 
 def _comparable(fn):

@@ -30,7 +30,7 @@ from operator import itemgetter
 from cep import ast
 from cep.compiler import CompiledQuery, compile_query
 from cep.event import Event
-from cep.expressions import ORDERING, EvalFailure, compile_expr
+from cep.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
 from cep.manager import PatternManager
 from cep.match import Match
 from cep.validate import conjuncts as split_conjuncts
@@ -258,6 +258,9 @@ def _loosest_getter(op, low, high):
     """The candidate's side of ``candidate OP value`` that passes most often, when the
     constant is in it (the value of one of the extreme constants)."""
     pick = min if op in (operator.lt, operator.le) else max
+    a, b = getattr(low, "attr_arith", None), getattr(high, "attr_arith", None)
+    if a is not None and b is not None and (a[0], a[1], a[3]) == (b[0], b[1], b[3]):
+        return arith_getter(a[0], a[1], (a[2], b[2]), a[3], pick)   # the attribute read once
 
     def value(ev):
         return pick(low(ev), high(ev))
