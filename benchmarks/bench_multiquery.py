@@ -33,12 +33,11 @@ of sharing on and off must hold the same lines (compared sorted).
 Part ``worker``: one ``actors.partition.PartitionWorker`` in-process (no Ray), as
 bench_cluster's part 2: the same ticks as msgpack batches, ``ingest`` of every batch plus
 ``advance(inf)``, N = 1, 10, 100, sharing on and off (after an untimed warm-up on one batch).
-If ``PartitionWorker`` takes no ``sharing=`` argument, for sharing off its engine is replaced
-by ``Engine(KEY, sharing=False)`` before any query is registered (said in the output).
 
-``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors with
-bench_cluster's ``run_actors`` (sharing on, the actors' default). NOT the ``raycep serve``
-gateway path (HTTP, match store): bench_cluster has no machinery for it; a TODO is printed.
+``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors (sharing
+on, the actors' default), twice: fed msgpack batches directly (bench_cluster's
+``run_actors``), and through what ``raycep serve`` runs (gateway + actors: queries registered
+and events sent with the Client over HTTP, timed until every match is stored).
 
 Figures go to stdout, progress to stderr.
 """
@@ -369,10 +368,64 @@ def bench_cluster_actors(events: list, counts: tuple) -> list:
     return lines
 
 
-CLUSTER_TODO = ("TODO: the `raycep serve` path (gateway, HTTP ingest, match store) with 2 "
-                "actors is not measured: bench_cluster has no machinery for it. The figures "
-                "above are bench_cluster's part-1 path (Ray partition actors fed msgpack "
-                "batches directly), sharing on (the actors' default).")
+def expected_matches(events: list, n: int) -> int:
+    """The matches of the n-query set over ``events`` (an in-process engine)."""
+    from cep.engine import Engine
+    eng = Engine(KEY)
+    for name, text in query_variants(n):
+        eng.add_query(text, name=name)
+    return len(eng.process_many(events)) + len(eng.advance(math.inf))
+
+
+def bench_serve(events: list, counts: tuple, timeout: float = 600.0) -> list:
+    """The sets of ``counts`` through what ``raycep serve`` runs (gateway + 2 Ray partition
+    actors, sharing on): queries registered with the Client, events sent with
+    ``Client.send`` (HTTP, msgpack batches of BATCH), then ``advance``; timed from the first
+    send until every match is stored in the gateway (readable by clients); lines."""
+    from gateway.client import connect
+    from gateway.runtime import RayCluster
+    from gateway.service import GatewaySettings
+    end = max(e.ts for e in events) + 3600.0
+    rows = []
+    for n in counts:
+        want = expected_matches(events, n)
+        log(f"[serve] {n} queries: starting the cluster ...")
+        cluster = RayCluster(2, KEY, GatewaySettings(port=0, registry_path=None), num_cpus=2)
+        url = cluster.start()
+        try:
+            client = connect(url)
+            t = time.perf_counter()
+            for name, text in query_variants(n):
+                client.register(text, name=name)
+            registered = time.perf_counter() - t
+            log(f"[serve]   registered in {registered:.2f} s; sending {len(events):,} events "
+                f"...")
+            t0 = time.perf_counter()
+            for i in range(0, len(events), BATCH):
+                client.send(events[i:i + BATCH])
+            client.advance(end)
+            stored = 0
+            while time.perf_counter() - t0 < timeout:
+                stored = sum(q["matches"].get("total", 0) for q in client.queries())
+                if stored >= want:
+                    break
+                time.sleep(0.05)
+            seconds = time.perf_counter() - t0
+        finally:
+            cluster.stop()
+        if stored != want:
+            raise AssertionError(f"serve {n} queries: {stored} matches stored, the engine "
+                                 f"finds {want}")
+        log(f"[serve]   {len(events) / seconds:,.0f} events/s, {stored:,} matches")
+        rows.append((n, len(events) / seconds, seconds, stored, registered))
+    lines = [f"{'N':>5} {'events/s':>10} {'ratio':>7} {'matches':>10} {'seconds':>8} "
+             f"{'register s':>10}"]
+    base = rows[0][1] if rows and rows[0][0] == 1 else None
+    for n, rate, secs, found, registered in rows:
+        lines.append(f"{n:>5} {rate:>10,.0f} {_cell(rate / base if base else None, '.3f'):>7}"
+                     f" {found:>10,} {secs:>8.3f} {registered:>10.2f}")
+    lines.append("matches: equal to an in-process engine's count for every N (checked)")
+    return lines
 
 
 # --------------------------------------------------------------------------- main
@@ -440,9 +493,14 @@ def run(args) -> dict:
             result["worker"] = worker
         if args.cluster:
             cluster_counts = (1, 10) if args.quick else (1, 100)
-            print(f"\n=== 2 Ray partition actors: N = {', '.join(map(str, cluster_counts))}")
+            print(f"\n=== 2 Ray partition actors fed msgpack batches directly "
+                  f"(bench_cluster.run_actors), sharing on: N = "
+                  f"{', '.join(map(str, cluster_counts))}")
             print("\n".join(bench_cluster_actors(events, cluster_counts)))
-            print(CLUSTER_TODO)
+            print(f"\n=== raycep serve's runtime (gateway + 2 Ray partition actors), Client "
+                  f"register/send/advance, until every match is stored: N = "
+                  f"{', '.join(map(str, cluster_counts))}")
+            print("\n".join(bench_serve(events, cluster_counts)))
             result["cluster"] = True
     return result
 

@@ -132,3 +132,16 @@ def test_quick_run_prints_every_cell(capsys):
     for n in bm.QUICK["worker_counts"]:
         assert f"N={n}: match counts of sharing on and off equal: yes" in worker
     assert "target: 100 variants" in e2e and "not run" in e2e
+
+
+def test_serve_path_stores_every_match(ticks):
+    """--cluster's raycep serve part: gateway + 2 Ray actors, Client register/send/advance;
+    it raises unless the gateway stores exactly the in-process engine's matches."""
+    events = bm.read_ticks(ticks)
+    want = bm.expected_matches(events, 10)
+    assert want > bm.expected_matches(events, 1) > 0
+    lines = bm.bench_serve(events, (1, 10), timeout=120.0)
+    rows = [line.split() for line in lines[1:-1]]
+    assert [int(r[0]) for r in rows] == [1, 10]
+    assert int(rows[1][3].replace(",", "")) == want
+    assert lines[-1].startswith("matches: equal")
