@@ -1,7 +1,8 @@
 """Many variants of a few query shapes (issue 15: shared multi-query evaluation).
 
     python3 -m benchmarks.bench_multiquery [--rows 20000] [--counts 1,10,100,1000] [--repeat 3]
-                                           [--full] [--part e2e|worker|both] [--cluster] [--quick]
+                                           [--full] [--part e2e|worker|prefix|both] [--cluster]
+                                           [--quick]
 
 Query sets: N variants (N in --counts) over type Stock, all ``[symbol]``, mixing four shapes
 that differ only in constants (deterministic; ``query_variants``):
@@ -33,6 +34,12 @@ of sharing on and off must hold the same lines (compared sorted).
 Part ``worker``: one ``actors.partition.PartitionWorker`` in-process (no Ray), as
 bench_cluster's part 2: the same ticks as msgpack batches, ``ingest`` of every batch plus
 ``advance(inf)``, N = 1, 10, 100, sharing on and off (after an untimed warm-up on one batch).
+
+Part ``prefix``: shared sub-patterns (``cep/prefixes.py``) end to end: 8 queries of 4
+structures that share no group but begin (in plan order, trigger first) with the same core
+``SEQ(B b, C c, D d)`` and its conditions (``prefix_queries``), over 20,000 events of types A-G
+with D rare (``make_prefix_events``), ``raycep local`` with sharing on and ``--no-sharing``;
+the match files must hold the same lines.
 
 ``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors (sharing
 on, the actors' default), twice: fed msgpack batches directly (bench_cluster's
@@ -146,10 +153,12 @@ def local_supports_no_sharing() -> bool:
     return "--no-sharing" in done.stdout
 
 
-def run_local(query_file: str, ticks: str, out: str, sharing: bool = True) -> dict:
+def run_local(query_file: str, ticks: str, out: str, sharing: bool = True,
+              key: str | None = KEY) -> dict:
     """One ``raycep local`` run; its JSON summary (the last stdout line)."""
     cmd = [sys.executable, "-m", "gateway.cli", "local", "--query", query_file,
-           "--events", ticks, "--key", KEY, "--out", out] + ([] if sharing else ["--no-sharing"])
+           "--events", ticks, "--out", out] + (["--key", key] if key else []) \
+        + ([] if sharing else ["--no-sharing"])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -428,6 +437,69 @@ def bench_serve(events: list, counts: tuple, timeout: float = 600.0) -> list:
     return lines
 
 
+# --------------------------------------------------------------------------- prefixes
+
+PREFIX_TYPES = "AAAABBBBCCCCEEEEFFFFGGGGD"      # D rare: the trigger of every query
+PREFIX_CORE = "b.p < c.p AND c.p < d.p AND b.v + c.v > 9"
+
+
+def prefix_queries() -> list:
+    """8 queries of 4 structures ``SEQ(X x, B b, C c, D d)`` (X in A, E, F, G), each with
+    one of two conditions on x: no two in one group (their conditions differ in shape, not
+    constants), all beginning with the core ``SEQ(B b, C c, D d)`` and its conditions."""
+    out = []
+    for x in "AEFG":
+        out.append((f"{x.lower()}_eq", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
+                    f"AND x.v = b.v AND x.p > 97 WITHIN 20 seconds"))
+        out.append((f"{x.lower()}_gt", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
+                    f"AND x.p > c.p AND x.v = 0 AND x.p > 90 WITHIN 20 seconds"))
+    return out
+
+
+def make_prefix_events(path: str, rows: int, seed: int) -> str:
+    """``rows`` events one each 0.1 s, types from PREFIX_TYPES, p uniform in [0, 100), v an
+    integer 0-9 (random.Random(seed)); CSV ``type,ts,p,v``."""
+    import random
+    rnd = random.Random(seed)
+    with open(path, "w", newline="") as handle:
+        w = csv.writer(handle)
+        w.writerow(["type", "ts", "p", "v"])
+        for i in range(rows):
+            w.writerow([rnd.choice(PREFIX_TYPES), f"{i * 0.1:.1f}",
+                        f"{rnd.random() * 100:.4f}", rnd.randint(0, 9)])
+    return path
+
+
+def bench_prefix(tmp: str, rows: int, seed: int, repeat: int) -> list:
+    """``raycep local`` on prefix_queries() over make_prefix_events, sharing on and
+    --no-sharing (no groups form here, so the difference is the shared plan prefixes),
+    interleaved, best of ``repeat``; lines."""
+    events = make_prefix_events(os.path.join(tmp, "prefix.csv"), rows, seed)
+    qfile = write_queries(os.path.join(tmp, "prefix.cep"), prefix_queries())
+    best: dict = {}
+    for rep in range(repeat):
+        for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
+            log(f"[prefix] run {rep + 1}/{repeat}: sharing {mode} ...")
+            s = run_local(qfile, events, os.path.join(tmp, f"prefix_{mode}.jsonl"),
+                          sharing=mode == "on", key=None)
+            log(f"[prefix]   {s['events_per_s']:,.0f} events/s, {s['matches']:,} matches, "
+                f"prefixes reused {s.get('prefixes_reused')}")
+            if mode not in best or s["seconds"] < best[mode]["seconds"]:
+                best[mode] = s
+    same = same_lines(os.path.join(tmp, "prefix_on.jsonl"), os.path.join(tmp, "prefix_off.jsonl"))
+    lines = [f"{'mode':>4} {'groups':>6} {'events/s':>10} {'matches':>8} {'seconds':>8} "
+             f"{'prefixes reused':>15}"]
+    for mode in MODES:
+        s = best[mode]
+        lines.append(f"{mode:>4} {s['groups']:>6} {s['events_per_s']:>10,.0f} "
+                     f"{s['matches']:>8,} {s['seconds']:>8.3f} {s.get('prefixes_reused', 0):>15,}")
+    lines.append(f"on / off: {best['on']['events_per_s'] / best['off']['events_per_s']:.2f}x; "
+                 f"matches of sharing on and off identical: {'yes' if same else 'NO'}")
+    if not same:
+        raise AssertionError("shared prefixes changed the matches")
+    return lines
+
+
 # --------------------------------------------------------------------------- main
 
 def parse_counts(text: str) -> tuple:
@@ -449,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(default 3)")
     ap.add_argument("--full", action="store_true",
                     help=f"also sharing off for N >= {SLOW_OFF} end to end (slow)")
-    ap.add_argument("--part", choices=("e2e", "worker", "both"), default="both")
+    ap.add_argument("--part", choices=("e2e", "worker", "prefix", "both"), default="both",
+                    help="both: e2e, worker and prefix")
     ap.add_argument("--cluster", action="store_true",
                     help="also 1 and 100 queries on 2 Ray partition actors")
     ap.add_argument("--quick", action="store_true",
@@ -491,6 +564,14 @@ def run(args) -> dict:
             worker = bench_worker(events, worker_counts, repeat)
             print("\n".join(worker_table(worker)))
             result["worker"] = worker
+        if args.part in ("prefix", "both"):
+            prefix_rows = rows if args.rows or args.quick else 20_000
+            print(f"\n=== shared plan prefixes end to end: raycep local, "
+                  f"{len(prefix_queries())} queries SEQ(X x, B b, C c, D d) (X in A, E, F, G; "
+                  f"two conditions on x each) sharing SEQ(B b, C c, D d) WHERE {PREFIX_CORE}, "
+                  f"WITHIN 20 s; {prefix_rows:,} events of types A-G (D rare), seed "
+                  f"{args.seed}; sharing on / --no-sharing, best of {repeat}")
+            print("\n".join(bench_prefix(tmp, prefix_rows, args.seed, repeat)))
         if args.cluster:
             cluster_counts = (1, 10) if args.quick else (1, 100)
             print(f"\n=== 2 Ray partition actors fed msgpack batches directly "

@@ -31,6 +31,7 @@ from cep.event import Event
 from cep.groups import GroupManager, signature
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
+from cep.prefixes import SharedPrefixes
 from cep.unseen import Seen, reads
 
 log = logging.getLogger("raycep")
@@ -46,6 +47,7 @@ class Engine:
         self.sharing = sharing
         self.disorder = DisorderTracker(disorder)
         self.index = SharedEventIndex(key_attr, self.disorder.settings.remember_ids)
+        self._prefixes = SharedPrefixes(self.index)   # shared sub-patterns (cep.prefixes)
         self.settings = settings or ManagerSettings()
         self.retention_slack = retention_slack
         self.mode = check_mode(mode)      # the default disorder mode of new queries
@@ -160,6 +162,11 @@ class Engine:
                 self._by_type.setdefault(t, []).append(m)
         for t, ms in self._by_type.items():
             ms.extend(m for m in self._any if m not in ms)
+        prefixes = self._prefixes if self.sharing and len(self._evaluators) > 1 else None
+        if prefixes is not None:
+            prefixes.reset()
+        for m in managers:
+            m.prefixes = prefixes
         self.index.set_keep_all(not managers or any(
             not m.partitioned or m.cq.strategy != "skip_till_any_match" for m in managers))
         self.index.set_keep_keys(any(m.partitioned for m in managers))
@@ -412,6 +419,7 @@ class Engine:
             "evicted": self.index.evicted, "late_dropped": self.late_dropped,
             "disorder": self.disorder.stats(),
             "clock": self.clock, "queries": queries, "groups": self.groups(),
+            "prefixes": self._prefixes.stats(),
         }
 
     def groups(self) -> list:

@@ -25,6 +25,7 @@ from cep.event import Event, before
 from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
 from cep.index import ALL, SharedEventIndex
 from cep.match import Match
+from cep.prefixes import Prefix, conditions
 from cep.steps import _TS, NUMERIC_KINDS, ORDER_FILTERS, _Span
 from cep.strategies import accepts
 
@@ -35,6 +36,10 @@ FAST_KINDS = {int: frozenset((int, float)), float: frozenset((int, float)), str:
 
 class TooManyMatches(Exception):
     """The per-trigger match cap was reached (internal control flow)."""
+
+
+class _TooMany(Exception):
+    """A prefix has more partial bindings than are materialised (internal control flow)."""
 
 
 class Evaluation:
@@ -96,13 +101,21 @@ class Evaluation:
                 return False
         return True
 
-    def run(self, steps: tuple):
-        first = steps[0]
+    def run(self, steps: tuple, shared=None):
+        """Enumerate the trigger's matches along ``steps``; ``shared``: ``(SharedPrefixes,
+        interned prefix keys)`` to start from a prefix another evaluator materialised."""
         trig = self.trigger
         if self.equiv and not self._same_partition(trig):
             return
         if self.equiv and any(v is _MISSING for _, v in self.equiv):
             return
+        if shared is not None and self._run_shared(steps, *shared):
+            return
+        self._start(steps)
+
+    def _start(self, steps: tuple):
+        first = steps[0]
+        trig = self.trigger
         if first.var.kleene:
             for seq in self._kleene([e for e in self._kleene_candidates(first, None, trig)],
                                     first, trig):
@@ -113,6 +126,64 @@ class Evaluation:
             self.env[first.var.name] = trig
             if self._after_step(first):
                 self._step(steps, 1)
+
+    def _run_shared(self, steps: tuple, prefixes, keys: tuple) -> bool:
+        """Run ``steps`` from a shared prefix (``cep.prefixes``); False when none applies."""
+        found = prefixes.find(keys, self.trigger, self.partition)
+        if found is None:
+            return False
+        k, slot, prefix = found
+        conds = conditions(steps[:k])
+        if prefix is None:
+            prefix = self._materialise(steps[:k], conds, prefixes.limit)
+            prefixes.store(slot, prefix)
+            if prefix is None:
+                return False
+        else:
+            for c, (tested, passed, failed, error) in zip(conds, prefix.counts):
+                c.tested += tested
+                c.passed += passed
+                if failed:
+                    c.failed += failed
+                    c.last_error = error
+        names = [s.var.name for s in steps[:k]]
+        env = self.env
+        step = self._step
+        for binding in prefix.bindings:
+            env.update(zip(names, binding))
+            step(steps, k)
+        for name in names:
+            env.pop(name, None)
+        return True
+
+    def _materialise(self, steps: tuple, conds: list, limit: int):
+        """The partial bindings of ``steps`` (a prefix) in enumeration order, as a Prefix;
+        None (and the conditions' counters as they were) when there are more than ``limit``."""
+        before = [(c.tested, c.passed, c.failed) for c in conds]
+        names = [s.var.name for s in steps]
+        env = self.env
+        out: list = []
+
+        def collect():
+            if len(out) >= limit:
+                raise _TooMany()
+            out.append(tuple([env[n] for n in names]))
+
+        plain = self.plain
+        self._complete, self.plain = collect, False
+        try:
+            self._start(steps)
+        except _TooMany:
+            for c, (tested, passed, failed) in zip(conds, before):
+                c.tested, c.passed, c.failed = tested, passed, failed
+            return None
+        finally:
+            del self._complete
+            self.plain = plain
+            for name in names:
+                env.pop(name, None)
+        return Prefix(out, [(c.tested - t, c.passed - p, c.failed - f, c.last_error)
+                            for c, (t, p, f) in zip(conds, before)])
 
     def _bounds(self, step):
         """The latest event that must precede the step's variable and the earliest that must

@@ -22,6 +22,7 @@ no negation: the join runs over the largest and each member keeps the bindings w
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from bisect import bisect_left
 from itertools import repeat
@@ -39,6 +40,7 @@ _new = tuple.__new__
 _BASE, _VAR, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
 _SKIP = frozenset(("pos", "text"))
 _MONOTONE_OPS = frozenset(("+", "-", "*"))
+_TOKENS = itertools.count()           # unique tokens of group conditions (cep.prefixes)
 _SAFE = 2 ** 53                       # larger ints may overflow float arithmetic (a failure)
 
 
@@ -461,6 +463,9 @@ class GroupManager(PatternManager):
         if cq is not self.cq:
             self.cq = cq
             self._steps.clear()
+            self._shared.clear()
+            self._opaque = {id(cq.conjuncts[k]): ("differs", next(_TOKENS), k)
+                            for k in varying} if not self.single else {}
             # a binding waiting for its window was found with the conditions of then: those
             # that no longer vary are checked again when it is released
             self._recheck.update(item[1] for item in self._deferred)

@@ -29,6 +29,7 @@ from cep.compiler import CompiledQuery
 from cep.disorder import check_mode
 from cep.errors import PlanningError
 from cep.evaluator import Evaluation, TooManyMatches
+from cep.prefixes import prefix_keys
 from cep.steps import build_steps
 from cep.event import Event
 from cep.index import ALL, ANY_TYPE, SharedEventIndex
@@ -55,6 +56,10 @@ class PatternManager:
         self.index = index
         self.settings = settings
         self._steps: dict = {}           # (branch, trigger var, order) -> join steps
+        self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
+        #: the engine's cep.prefixes.SharedPrefixes while it has other evaluators (else None)
+        self.prefixes = None
+        self._opaque: dict = {}          # id(condition) -> token (see cep.prefixes.prefix_keys)
         self.order = None
         self.version = 0
         self.set_order(order)
@@ -98,6 +103,7 @@ class PatternManager:
         self.order = order
         self.version = self.version + 1 if version is None else version
         self._steps.clear()
+        self._shared.clear()
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
@@ -290,7 +296,16 @@ class PatternManager:
         match cap is counted and logged (``count``), its matches so far kept."""
         ev = self._evaluation(b, trigger)
         try:
-            ev.run(self._steps_for(b, name, ev))
+            steps = self._steps_for(b, name, ev)
+            prefixes = self.prefixes
+            if prefixes is None:
+                ev.run(steps)
+            else:
+                keys = self._shared.get(id(steps))
+                if keys is None:
+                    keys = self._shared[id(steps)] = (steps, prefixes.intern(
+                        prefix_keys(self.cq, steps, self._opaque)))
+                ev.run(steps, (prefixes, keys[1]) if keys[1] else None)
         except TooManyMatches:
             if count:
                 self.truncated += 1

@@ -232,6 +232,11 @@ def run_local(args) -> int:
                  f"{g['name']} ({len(g['queries'])} queries, constants differ in "
                  f"{', '.join(g['varying']) or 'nothing'})" for g in shared[:5])
              + (f"; ... {len(shared) - 5} more" if len(shared) > 5 else ""))
+    prefixes = core.stats()["prefixes"]
+    if prefixes["reused"]:
+        _err(f"sharing: {prefixes['shared_prefixes']} plan prefixes shared between queries "
+             f"(materialised {prefixes['materialised']} times, reused "
+             f"{prefixes['reused']} times)")
     for name, count in counts.items():
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
         _err(f"query {name}: {count} matches{extra}")
@@ -263,6 +268,7 @@ def run_local(args) -> int:
         "startup_seconds": round(started - entered, 3),
         "queries": len(core.managers),
         "groups": len(core.evaluators),
+        "prefixes_reused": prefixes["reused"],
     }
     if warnings:
         summary["warnings"] = warnings
