@@ -39,7 +39,8 @@ Part ``prefix``: shared sub-patterns (``cep/prefixes.py``) end to end: 8 queries
 structures that share no group but begin (in plan order, trigger first) with the same core
 ``SEQ(B b, C c, D d)`` and its conditions (``prefix_queries``), over 20,000 events of types A-G
 with D rare (``make_prefix_events``), ``raycep local`` with sharing on and ``--no-sharing``;
-the match files must hold the same lines.
+the default planner (each query planned on its own) and ``--planner tree-nfa``; the match
+files must hold the same lines.
 
 ``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors (sharing
 on, the actors' default), twice: fed msgpack batches directly (bench_cluster's
@@ -154,11 +155,11 @@ def local_supports_no_sharing() -> bool:
 
 
 def run_local(query_file: str, ticks: str, out: str, sharing: bool = True,
-              key: str | None = KEY) -> dict:
+              key: str | None = KEY, planner: str | None = None) -> dict:
     """One ``raycep local`` run; its JSON summary (the last stdout line)."""
     cmd = [sys.executable, "-m", "gateway.cli", "local", "--query", query_file,
            "--events", ticks, "--out", out] + (["--key", key] if key else []) \
-        + ([] if sharing else ["--no-sharing"])
+        + ([] if sharing else ["--no-sharing"]) + (["--planner", planner] if planner else [])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -446,13 +447,15 @@ PREFIX_CORE = "b.p < c.p AND c.p < d.p AND b.v + c.v > 9"
 def prefix_queries() -> list:
     """8 queries of 4 structures ``SEQ(X x, B b, C c, D d)`` (X in A, E, F, G), each with
     one of two conditions on x: no two in one group (their conditions differ in shape, not
-    constants), all beginning with the core ``SEQ(B b, C c, D d)`` and its conditions."""
+    only constants), all with the core ``SEQ(B b, C c, D d)`` and its conditions; D (rare) is
+    every query's trigger, and the plans the planner picks for each query on its own begin
+    alike for some of them (``d, c, ...`` or ``d, b, ...``)."""
     out = []
     for x in "AEFG":
-        out.append((f"{x.lower()}_eq", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
-                    f"AND x.v = b.v AND x.p > 97 WITHIN 20 seconds"))
-        out.append((f"{x.lower()}_gt", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
-                    f"AND x.p > c.p AND x.v = 0 AND x.p > 90 WITHIN 20 seconds"))
+        out.append((f"{x.lower()}_lt", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
+                    f"AND x.p < b.p - 60 WITHIN 20 seconds"))
+        out.append((f"{x.lower()}_v", f"PATTERN SEQ({x} x, B b, C c, D d) WHERE {PREFIX_CORE} "
+                    f"AND x.v > c.v + 5 WITHIN 20 seconds"))
     return out
 
 
@@ -470,34 +473,47 @@ def make_prefix_events(path: str, rows: int, seed: int) -> str:
     return path
 
 
-def bench_prefix(tmp: str, rows: int, seed: int, repeat: int) -> list:
+PREFIX_PLANNERS = (None, "tree-nfa")
+
+
+def bench_prefix(tmp: str, rows: int, seed: int, repeat: int,
+                 planners: tuple = PREFIX_PLANNERS) -> list:
     """``raycep local`` on prefix_queries() over make_prefix_events, sharing on and
-    --no-sharing (no groups form here, so the difference is the shared plan prefixes),
-    interleaved, best of ``repeat``; lines."""
+    --no-sharing (no groups form here, so the difference is the shared plan prefixes), with
+    each of ``planners`` (None: the default, adaptive DP-LD per query; ``tree-nfa``: an order
+    per trigger), interleaved, best of ``repeat``; lines."""
     events = make_prefix_events(os.path.join(tmp, "prefix.csv"), rows, seed)
     qfile = write_queries(os.path.join(tmp, "prefix.cep"), prefix_queries())
+    cells = [(planner, mode) for planner in planners for mode in MODES]
     best: dict = {}
     for rep in range(repeat):
-        for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
-            log(f"[prefix] run {rep + 1}/{repeat}: sharing {mode} ...")
-            s = run_local(qfile, events, os.path.join(tmp, f"prefix_{mode}.jsonl"),
-                          sharing=mode == "on", key=None)
+        for planner, mode in (cells if rep % 2 == 0 else cells[::-1]):
+            name = planner or "default"
+            log(f"[prefix] run {rep + 1}/{repeat}: planner {name}, sharing {mode} ...")
+            s = run_local(qfile, events, os.path.join(tmp, f"prefix_{name}_{mode}.jsonl"),
+                          sharing=mode == "on", key=None, planner=planner)
             log(f"[prefix]   {s['events_per_s']:,.0f} events/s, {s['matches']:,} matches, "
                 f"prefixes reused {s.get('prefixes_reused')}")
-            if mode not in best or s["seconds"] < best[mode]["seconds"]:
-                best[mode] = s
-    same = same_lines(os.path.join(tmp, "prefix_on.jsonl"), os.path.join(tmp, "prefix_off.jsonl"))
-    lines = [f"{'mode':>4} {'groups':>6} {'events/s':>10} {'matches':>8} {'seconds':>8} "
-             f"{'prefixes reused':>15}"]
-    for mode in MODES:
-        s = best[mode]
-        lines.append(f"{mode:>4} {s['groups']:>6} {s['events_per_s']:>10,.0f} "
-                     f"{s['matches']:>8,} {s['seconds']:>8.3f} {s.get('prefixes_reused', 0):>15,}")
-    lines.append(f"on / off: {best['on']['events_per_s'] / best['off']['events_per_s']:.2f}x; "
-                 f"matches of sharing on and off identical: {'yes' if same else 'NO'}")
-    if not same:
-        raise AssertionError("shared prefixes changed the matches")
-    return lines
+            if (planner, mode) not in best or s["seconds"] < best[(planner, mode)]["seconds"]:
+                best[(planner, mode)] = s
+    lines = [f"{'planner':>8} {'mode':>4} {'groups':>6} {'events/s':>10} {'matches':>8} "
+             f"{'seconds':>8} {'prefixes reused':>15}"]
+    verdicts = []
+    for planner in planners:
+        name = planner or "default"
+        for mode in MODES:
+            s = best[(planner, mode)]
+            lines.append(f"{name:>8} {mode:>4} {s['groups']:>6} {s['events_per_s']:>10,.0f} "
+                         f"{s['matches']:>8,} {s['seconds']:>8.3f} "
+                         f"{s.get('prefixes_reused', 0):>15,}")
+        same = same_lines(os.path.join(tmp, f"prefix_{name}_on.jsonl"),
+                          os.path.join(tmp, f"prefix_{name}_off.jsonl"))
+        if not same:
+            raise AssertionError(f"planner {name}: shared prefixes changed the matches")
+        on, off = best[(planner, "on")], best[(planner, "off")]
+        verdicts.append(f"planner {name}: on / off {on['events_per_s'] / off['events_per_s']:.2f}x,"
+                        f" matches of sharing on and off identical: yes")
+    return lines + verdicts
 
 
 # --------------------------------------------------------------------------- main
