@@ -47,6 +47,10 @@ class UsageError(CepError):
     """A command-line argument that cannot be used (exit status 2)."""
 
 
+#: top-level modules of the optional install extras (pyproject.toml) -> the extra
+EXTRAS = {"ray": "cluster", "aiohttp": "cluster", "pyspark": "spark", "raydp": "spark"}
+
+
 def main(argv=None) -> int:
     """Entry point of the ``raycep`` console script; returns the exit status."""
     parser = build_parser()
@@ -64,6 +68,14 @@ def main(argv=None) -> int:
         _err(f"bad input: {exc}")
     except CepError as exc:
         _err(f"error: {exc}")
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        if args.command == "ingest":
+            extra = "spark"                         # it needs Ray, PySpark and RayDP
+        _err(f"error: raycep {args.command} needs the '{extra}' extra ({exc.name} is not "
+             f"installed): python3 -m pip install 'raycep[{extra}]'")
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
@@ -197,18 +209,23 @@ def run_local(args) -> int:
     lines = MatchLines()
     counts, retracted = lines.counts, lines.retractions
     write = out.write
+    stopped = None                  # the bad row the run stopped at (without --skip-bad-rows)
     try:
         progress = Progress(started)
-        for chunk in chunked(runs, CHUNK_EVENTS):
-            n_events += len(chunk)
-            found = engine.process_many(chunk)
-            if found:
-                write(lines.lines(found))
-            if core.late:
-                for late in core.take_late():
-                    late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
-            progress.tick(n_events, counts)
-        write(lines.lines(engine.advance(float("inf"))))
+        try:
+            for chunk in chunked(runs, CHUNK_EVENTS):
+                n_events += len(chunk)
+                found = engine.process_many(chunk)
+                if found:
+                    write(lines.lines(found))
+                if core.late:
+                    for late in core.take_late():
+                        late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
+                progress.tick(n_events, counts)
+        except IngestError as exc:
+            stopped = exc           # matches so far are written; the summary says where
+        else:
+            write(lines.lines(engine.advance(float("inf"))))
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
@@ -272,8 +289,15 @@ def run_local(args) -> int:
     }
     if warnings:
         summary["warnings"] = warnings
+    if stopped is not None:
+        summary["stopped"] = str(stopped)
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
+    if stopped is not None:
+        _err(f"bad input: {stopped}; stopped there after {n_events} events (the matches "
+             f"found up to there are written; matches still waiting for a window to close "
+             f"are not); --skip-bad-rows skips such rows and goes on")
+        return 2
     return 0
 
 

@@ -8,9 +8,12 @@
         ...
     client.remove(qid)
 
-Errors are raycep errors: GatewayUnavailable-style ``UnavailableError`` when the gateway
-cannot be reached, ``AuthenticationError`` for a missing/wrong token, ``QuerySyntaxError`` (with
-``line``, ``column``, ``excerpt``) for bad query text, ``NotFoundError`` for unknown queries.
+Errors are raycep errors, importable from here (``from gateway.client import NotFoundError``;
+all derive from ``CepError``): ``UnavailableError`` when the gateway cannot be reached,
+``AuthenticationError`` for a missing/wrong token, ``QuerySyntaxError`` (with ``line``,
+``column``, ``excerpt``) for bad query text, ``QueryValidationError``, ``NotFoundError`` for
+unknown queries, ``ConflictError``, ``OverloadedError`` (503, retry later), ``IngestError`` for a
+bad event, ``GatewayError`` for the rest (``status``: the HTTP status).
 Only the standard library and msgpack are used, so the client needs neither Ray nor aiohttp.
 """
 from __future__ import annotations
@@ -32,9 +35,15 @@ import msgpack
 import orjson
 
 from cep.codec import encode_batch
-from cep.errors import GatewayError, IngestError, UnavailableError, error_from_dict
+from cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
+                        IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
+                        QueryValidationError, UnavailableError, error_from_dict)
 from cep.event import Event, make_event
 from cep.validate import finite, short_repr
+
+__all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
+           "IngestError", "MatchPage", "NotFoundError", "OverloadedError", "QuerySyntaxError",
+           "QueryValidationError", "UnavailableError", "connect"]
 
 log = logging.getLogger("raycep.client")
 MSGPACK = "application/msgpack"
@@ -124,8 +133,12 @@ class Client:
 
     def send(self, events, source: str | None = None) -> dict:
         """Send events (``cep.Event`` objects or mappings with ``type``, ``ts`` and
-        attributes) as one msgpack batch. A mapping that is not an event raises IngestError
-        naming its index before anything is sent.
+        attributes) as one msgpack batch; returns the gateway's acknowledgement (``events``,
+        ``duplicates``, ``matches``, ...).
+
+        Bad rows are handled as ``POST /v1/events`` handles them: a mapping that is not an
+        event is skipped, the others are sent, and the reply's ``bad_rows`` names each skipped
+        row (``row I, field ...: why``, I its index in ``events``), also logged as a warning.
 
         A mapping's partition key is its value of the gateway's key attribute (as on the
         gateway's JSON path and in Spark jobs), so an event gets the same id, and a resent
@@ -136,10 +149,26 @@ class Client:
             if self._key_attr is None:
                 self.health()
             key_attr = self._key_attr[0]
-        evs = [e if isinstance(e, Event) else make_event(e, i, key_attr)
-               for i, e in enumerate(events)]
+        evs, bad = [], []
+        for i, e in enumerate(events):
+            if isinstance(e, Event):
+                evs.append(e)
+                continue
+            try:
+                evs.append(make_event(e, i, key_attr))
+            except IngestError as exc:
+                bad.append(str(exc))
+        if bad:
+            log.warning("client.send: skipped %d bad row(s) of %d: %s", len(bad), len(events),
+                        "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))
+            if not evs:
+                return {"events": 0, "duplicates": 0, "late": 0, "partitions": {},
+                        "matches": 0, "truncated_triggers": 0, "bad_rows": bad}
         batch = encode_batch(evs, source or self.source, f"{self._run}:{next(self._batches)}")
-        return self._request("POST", "/v1/events", raw=batch)
+        ack = self._request("POST", "/v1/events", raw=batch)
+        if bad:
+            ack["bad_rows"] = bad + list(ack.get("bad_rows", ()))
+        return ack
 
     def advance(self, watermark: float, force: bool = False) -> dict:
         """No event with ``ts <= watermark`` will come: releases deferred matches.
@@ -281,7 +310,10 @@ def _remote_error(exc: urllib.error.HTTPError) -> GatewayError:
             data = json.loads(body)
         err = error_from_dict(data["error"])
     except Exception:
-        err = GatewayError(f"gateway answered HTTP {exc.code}: {body[:200]!r}")
+        url = exc.geturl() or exc.filename
+        err = GatewayError(f"{url} answered HTTP {exc.code} {exc.reason or ''} without a raycep "
+                           f"error: is the address a raycep gateway (`raycep serve` prints "
+                           f"its URL)? body: {body[:200]!r}")
     if isinstance(err, GatewayError):
         err.status = exc.code                 # 413, 405, 500 ... as the gateway answered
     return err

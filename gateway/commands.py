@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -49,16 +50,24 @@ def add_cluster_commands(commands, usage_error):
         "serve", help="start the partition actors, planner and gateway, and block",
         description="Start (or join, with --address) Ray, create the partition actors, the "
                     "planner and the gateway, print the gateway URL and serve until Ctrl-C.")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8470)
-    serve.add_argument("--partitions", type=int, default=2, metavar="N")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address the gateway listens on (default 127.0.0.1; 0.0.0.0 "
+                            "for every interface)")
+    serve.add_argument("--port", type=int, default=8470,
+                       help="the gateway's HTTP port (default 8470; 0: any free port, printed)")
+    serve.add_argument("--partitions", type=int, default=2, metavar="N",
+                       help="partition actors, each holding the events of its keys and "
+                            "evaluating the keyed queries on them (default 2)")
     serve.add_argument("--key", default=None, metavar="ATTR",
                        help="the partition key attribute (queries with [ATTR] run per key "
                             "on every partition actor; others on the global actor)")
     serve.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"),
                        help="require 'Authorization: Bearer TOKEN' (default $RAYCEP_TOKEN)")
-    serve.add_argument("--registry", default="raycep-registry.sqlite", metavar="FILE",
-                       help="the persisted query registry (default ./raycep-registry.sqlite)")
+    serve.add_argument("--registry", default=None, metavar="FILE",
+                       help="the persisted query registry (default $RAYCEP_REGISTRY, else "
+                            "$XDG_STATE_HOME/raycep/registry.sqlite, i.e. "
+                            "~/.local/state/raycep/registry.sqlite: the same whatever "
+                            "directory raycep serve starts in)")
     serve.add_argument("--matches-jsonl", default=None, metavar="FILE",
                        help="also append every match to this JSON-lines file")
     serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
@@ -506,8 +515,10 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 
 def run_serve(args) -> int:
+    from gateway.registry import default_registry_path
     from gateway.runtime import RayCluster
     from gateway.service import GatewaySettings
+    args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
     try:
         settings = GatewaySettings(
             host=args.host, port=args.port, token=args.token, registry_path=args.registry,
@@ -524,16 +535,28 @@ def run_serve(args) -> int:
     _err(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
     url = cluster.start()
+    # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
+    # would print a native stack dump instead
+    signal.signal(signal.SIGTERM, _terminated)
     print(f"raycep gateway listening on {url} (registry {args.registry}"
-          f"{', token required' if args.token else ''}); Ctrl-C stops", flush=True)
+          f"{', token required' if args.token else ''}); Ctrl-C or SIGTERM stops", flush=True)
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
-        _err("stopping ...")
+    except (KeyboardInterrupt, _Terminated) as exc:
+        _err(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
     finally:
         cluster.stop()
+    _err("stopped")
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (raised by the handler ``run_serve`` installs)."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated()
 
 
 # --------------------------------------------------------------------------- demo

@@ -57,6 +57,18 @@ def validate_name(name: object) -> str:
     return name
 
 
+def default_registry_path() -> str:
+    """Where ``raycep serve`` keeps its query registry unless told: ``$RAYCEP_REGISTRY``, else
+    ``$XDG_STATE_HOME/raycep/registry.sqlite`` (``~/.local/state/raycep/registry.sqlite``):
+    one place per user, whatever directory the gateway starts in."""
+    path = os.environ.get("RAYCEP_REGISTRY")
+    if path:
+        return os.path.abspath(os.path.expanduser(path))
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                             "state")
+    return os.path.join(state, "raycep", "registry.sqlite")
+
+
 class QueryRegistry:
     """Registered queries in sqlite; ``path`` None or ``":memory:"`` keeps them in memory."""
 

@@ -39,7 +39,9 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8470
     token: str | None = None
-    registry_path: str | None = "raycep-registry.sqlite"
+    #: the persisted query registry (None: in memory, lost when the gateway stops); raycep
+    #: serve's default is gateway.registry.default_registry_path()
+    registry_path: str | None = None
     match_capacity: int = 10_000
     matches_jsonl: str | None = None
     drain_every: float = 0.02          # seconds between outbox drains when idle

@@ -252,6 +252,24 @@ def test_bad_event_row_exit_2(capsys, tmp_path):
     assert "Traceback" not in err
 
 
+def test_a_bad_row_after_matches_stops_with_a_summary_saying_where(capsys, tmp_path):
+    """Matches before the bad row are on stdout, then the summary (with "stopped": the row,
+    field and line), exit status 2, and stderr names --skip-bad-rows."""
+    path = tmp_path / "late_bad.csv"
+    path.write_text("type,ts,x\nA,1,1\nB,2,5\nA,3,2\nB,4,6\nA,x5,1\nB,6,9\n",
+                    encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path)
+    assert status == 2
+    records = [json.loads(line) for line in lines[:-1]]
+    assert pairs(records) == [(1, 5), (1, 6), (2, 6)]
+    summary = json.loads(lines[-1])
+    assert set(summary) == SUMMARY_KEYS | {"stopped"}
+    assert summary["events"] == 4 and summary["matches"] == 3
+    assert "row 6" in summary["stopped"] and "line 6" in summary["stopped"]
+    assert "'ts'" in summary["stopped"] and "late_bad.csv" in summary["stopped"]
+    assert "stopped there after 4 events" in err and "--skip-bad-rows" in err
+
+
 def test_skip_bad_rows_reports_and_continues(capsys, tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("type,ts,x\nA,1,1\nB,later,2\nB,3,5\n,4,4\n", encoding="utf-8")

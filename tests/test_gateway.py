@@ -184,12 +184,20 @@ def test_send_dicts_and_events(client):
     assert ids_of(read_all(client, "pair")) == got
 
 
-def test_client_rejects_a_malformed_mapping_before_sending(client):
-    with pytest.raises(IngestError, match="row 1"):
-        client.send([{"type": "A", "ts": 1, "k": "x"}, {"ts": 2, "k": "x"}])
-    with pytest.raises(IngestError, match="row 0, field 'k'"):
-        client.send([{"type": "A", "ts": 1}])                 # no key attribute
-    assert client.stats()["gateway"]["events"] == 0
+def test_client_skips_and_reports_malformed_mappings_as_the_http_api_does(client, caplog):
+    """client.send and POST /v1/events: bad rows are skipped and named in ``bad_rows``; the
+    good rows of the batch are sent (one behaviour, see the README)."""
+    ack = client.send([{"type": "A", "ts": 1, "k": "x"}, {"ts": 2, "k": "x"}])
+    assert ack["events"] == 1 and len(ack["bad_rows"]) == 1
+    assert ack["bad_rows"][0].startswith("row 1") and "'type'" in ack["bad_rows"][0]
+    assert "skipped 1 bad row(s) of 2" in caplog.text
+    ack = client.send([{"type": "A", "ts": 1}])                 # no key attribute
+    assert ack["events"] == 0 and ack["bad_rows"][0].startswith("row 0, field 'k'")
+    assert client.stats()["gateway"]["events"] == 1
+    status, _, body = http("POST", client.address + "/v1/events",
+                           json.dumps([{"type": "A", "ts": 3, "k": "x"}, {"ts": 4}]).encode(),
+                           {"Content-Type": "application/json"})
+    assert status == 200 and body["events"] == 1 and body["bad_rows"][0].startswith("row 1")
 
 
 def test_the_same_rows_by_client_and_by_json_are_duplicates(cluster):
