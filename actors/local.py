@@ -1,5 +1,5 @@
 """LocalHandle: call a plain object the way a Ray actor handle is called, so the gateway's
-control code runs unchanged in one process (tests, ``raycep serve --in-process``).
+control code runs unchanged in one process (the tests run the gateway this way).
 
 ``handle.method.remote(*args)`` runs the method at once and returns an awaitable holding its
 result or its exception, like an ``ObjectRef`` awaited inside an async actor.

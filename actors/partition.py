@@ -1,4 +1,4 @@
-"""PartitionWorker: one partition of the cluster (DESIGN.md "Data flow"): one cep Engine, i.e.
+"""PartitionWorker: one partition of the cluster (docs/architecture.md, "Data flow"): one cep Engine, i.e.
 one shared event index and one pattern manager per registered query, fed by msgpack batches.
 
 A plain class, tested in-process; ``partition_actor()`` wraps it as the Ray actor (the only

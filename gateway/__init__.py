@@ -1,1 +1,3 @@
-"""raycep gateway package (built in a later issue)."""
+"""raycep gateway: the ``raycep`` CLI (cli, commands), the HTTP server and control service
+(http, service, registry, store), the cluster bootstrap (runtime) and the Python client
+(client). See docs/architecture.md."""

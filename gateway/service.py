@@ -1,4 +1,4 @@
-"""GatewayService: the control plane of a raycep cluster (DESIGN.md "Control").
+"""GatewayService: the control plane of a raycep cluster (docs/architecture.md, "Control flow").
 
 It owns the query registry (persisted), the match store (bounded) and the routing table, and
 talks to the partition actors, the global actor and the planner through actor handles (Ray

@@ -1,4 +1,4 @@
-"""Adaptive re-planning (DESIGN.md "Planner"; the deviation-aware optimizer of OpenCEP and the
+"""Adaptive re-planning (README "Planning"; the deviation-aware optimizer of OpenCEP and the
 adaptive CEP of seed 001 section 5, reference [28]).
 
 A query's plan is rebuilt only when some statistic (an arrival rate or a selectivity) has moved

@@ -1,4 +1,4 @@
-"""Plans: the immutable description of how a query is evaluated (DESIGN.md, "Planner").
+"""Plans: the immutable description of how a query is evaluated (README, "Planning").
 
 A Plan is an order of the query's positive variables, handed to
 ``PatternManager.set_order(plan.order, plan.version)``; the evaluator binds the trigger first

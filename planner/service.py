@@ -1,4 +1,4 @@
-"""PlannerService: the cluster's planner (DESIGN.md "Control"). Partition actors report their
+"""PlannerService: the cluster's planner (docs/architecture.md, "Control flow"). Partition actors report their
 statistics; the service merges them per query, asks each query's AdaptivePolicy, and pushes new
 plan versions to every subscribed partition actor (``set_plan(query, order, version)``).
 

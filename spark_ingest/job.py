@@ -1,4 +1,4 @@
-"""The Spark ingestion job: files -> events -> partition actors (DESIGN.md "Data flow").
+"""The Spark ingestion job: files -> events -> partition actors (docs/architecture.md, "Data flow").
 
 No Python work per row on the Spark side. ``ingest_dataframe`` runs one Spark job:
 ``mapInArrow`` maps Arrow batches of rows to typed event columns (spark_ingest.columnar, the
