@@ -26,7 +26,8 @@ from cep.codec import decode_batch, encode_batch
 from cep.compiler import compile_query
 from cep.disorder import check_mode
 from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
-                        OverloadedError, QueryValidationError, UnavailableError)
+                        OverloadedError, QuerySyntaxError, QueryValidationError,
+                        UnavailableError)
 from cep.event import make_event
 from cep.parser import parse_queries, parse_query
 from cep.validate import finite, short_repr
@@ -200,51 +201,59 @@ class GatewayService:
         wanted: dict = {}
         for rec in self.registry.all():
             try:
-                scope, types = self._analyse(rec.text, rec.params)
+                query = self._parse_one(rec.text)
+                scope, types = self._analyse(query, rec.params)
             except CepError as exc:       # a registry written by another version
                 log.error("registered query %s no longer compiles, skipped: %s", rec.id, exc)
                 continue
             self._scopes[rec.id], self._types[rec.id] = scope, types
             self.store.open(rec.id)
             for t in self._scope_targets(scope):
-                wanted.setdefault(t, []).append(rec)
-            await self._plan_register(rec.id, rec.text, rec.params, scope)
+                wanted.setdefault(t, []).append((rec, query))
+            await self._plan_register(rec.id, query, rec.params, scope)
         for target in self.targets:
             have = set(await self._call(target, "queries"))
-            for rec in wanted.get(target, []):
+            for rec, query in wanted.get(target, []):
                 if rec.id not in have:
-                    await self._call(target, "add_query", rec.id, rec.text, rec.params, None,
+                    await self._call(target, "add_query", rec.id, query, rec.params, None,
                                      rec.mode)
-            for name in have - {r.id for r in wanted.get(target, [])}:
+            for name in have - {r.id for r, _ in wanted.get(target, [])}:
                 await self._call(target, "remove_query", name)
         self._update_routing()
 
-    def _analyse(self, text: str, params: dict | None, max_window: float | None = None) -> tuple:
-        """(scope, types) of a query text: compile it (raising its syntax/validation error).
+    def _analyse(self, query, params: dict | None, max_window: float | None = None) -> tuple:
+        """(scope, types) of a parsed query: compile it (raising its validation error).
         ``max_window``: refuse a larger WITHIN (checked at registration, not on restore)."""
-        query = self._parse_one(text)
         cq = compile_query(query, params)
         if max_window is not None and not cq.window <= max_window:     # inf and nan too
             line, column = (query.within.pos or (None, None)) if query.within else (None, None)
             raise QueryValidationError(
                 f"the query's window (WITHIN {cq.window:g} seconds) is larger than this "
                 f"gateway's maximum of {max_window:g} seconds (raycep serve --max-window)",
-                text, line, column)
+                query.text, line, column)
         keyed = self.key_attr is not None and self.key_attr in cq.equivalence
         types = None if None in cq.types else frozenset(cq.types)
         return ("keyed" if keyed else "global"), types
 
     @staticmethod
     def _parse_one(text: str):
+        """The one query of ``text``, parsed once here: the planner and the actors get the
+        parsed query (the AST), not the text (each compiles it once)."""
         if not isinstance(text, str):
             raise QueryValidationError(f"text must be a string, got {type_name(text)}")
         if not text.strip():
             raise QueryValidationError("the query text is empty")
-        queries = parse_queries(text)
-        if len(queries) != 1:
-            raise QueryValidationError(f"register one query at a time; the text holds "
-                                       f"{len(queries)} (separated by ';')")
-        return parse_query(text.strip().rstrip(";"))
+        try:
+            return parse_query(text.strip().rstrip(";"))
+        except QuerySyntaxError:
+            try:
+                queries = parse_queries(text)
+            except CepError:
+                queries = ()
+            if len(queries) > 1:
+                raise QueryValidationError(f"register one query at a time; the text holds "
+                                           f"{len(queries)} (separated by ';')") from None
+            raise
 
     def _update_routing(self):
         types: frozenset | None = frozenset()
@@ -255,11 +264,11 @@ class GatewayService:
         self.routing = RoutingTable(self.routing.partitions, self.key_attr, types,
                                     self.routing.version + 1)
 
-    async def _plan_register(self, qid, text, params, scope):
+    async def _plan_register(self, qid, query, params, scope):
         if self.planner is None:
             return
         try:
-            await self._call("planner", "register", qid, text, params, None, scope == "keyed")
+            await self._call("planner", "register", qid, query, params, None, scope == "keyed")
         except CepError as exc:
             if "already planned" not in str(exc):
                 raise
@@ -284,14 +293,19 @@ class GatewayService:
         if name is not None and self.registry.get(name) is not None:
             raise ConflictError(f"a query named {name!r} is already registered; remove it "
                                 f"first or choose another name")
-        scope, types = self._analyse(text, params, self.settings.max_window)
+        scope, types = self._analyse(query, params, self.settings.max_window)
         rec = self.registry.add(name, text, params or {}, mode)
         done = []
         try:
-            await self._plan_register(rec.id, text, rec.params, scope)
-            for t in self._scope_targets(scope):
-                await self._call(t, "add_query", rec.id, text, rec.params, None, mode)
-                done.append(t)
+            await self._plan_register(rec.id, query, rec.params, scope)
+            targets = list(self._scope_targets(scope))
+            results = await asyncio.gather(*(
+                self._call(t, "add_query", rec.id, query, rec.params, None, mode)
+                for t in targets), return_exceptions=True)      # every actor at once
+            done = [t for t, r in zip(targets, results) if not isinstance(r, BaseException)]
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
         except BaseException:
             for t in done:
                 try:

@@ -559,3 +559,19 @@ def test_cli_token(make_cluster, capsys):
     assert cli.main(["query", "add", PAIR, "--name", "pair", "--gateway", cluster.url,
                      "--token", "s3cret"]) == 0
     assert "registered pair" in capsys.readouterr().out
+
+
+def test_a_registration_one_actor_refuses_leaves_nothing_registered(cluster, client):
+    """The gateway parses the query once and installs it on every actor at once; when one
+    actor fails, the others and the planner drop it again and the registry does not keep it."""
+    from unittest import mock
+    workers = list(cluster.workers.values())
+    broken = workers[1]
+    with mock.patch.object(broken, "add_query", side_effect=QueryValidationError("refused")):
+        with pytest.raises(QueryValidationError, match="refused"):
+            client.register(PAIR, name="pair")
+    assert [q["id"] for q in client.queries()] == []
+    assert all("pair" not in w.queries() for w in workers)
+    assert client.register(PAIR, name="pair") == "pair"          # the name is free again
+    keyed = [w for w in workers if "pair" in w.queries()]
+    assert len(keyed) == len(workers) - 1                        # partitions, not the global
