@@ -80,7 +80,7 @@ done
 # installed, or installed in editable mode from another path) the checkout goes on PYTHONPATH,
 # which the Ray nodes started below hand on to their workers.
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-if ! (cd / && python3 -c 'import gateway.cli' 2>/dev/null) && [ -f "$REPO/gateway/cli.py" ]; then
+if ! (cd / && python3 -c 'import gateway.cli' 2>/dev/null) && [ -f "$REPO/gateway/cli/__init__.py" ]; then
     export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
 fi
 RAYCEP=(python3 -m gateway.cli)

@@ -317,7 +317,8 @@ def test_serve_limits_are_checked_before_anything_starts(capsys):
 
 
 def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
-    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)
+    import gateway.cli.local
+    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv)
     assert status == 0
     assert "events/s" in err

@@ -35,7 +35,7 @@ def main(url: str, path: str, marker: str) -> int:
         text = handle.read()
     try:
         queries = load_queries([path]) if text.strip() else []
-    except CepError as exc:                     # gateway.cli's UsageError is a CepError
+    except CepError as exc:                     # gateway.cli.UsageError is a CepError
         print(f"[raycep] gateway.queries cannot be registered: {exc}", file=sys.stderr)
         return 1
     for _, query in queries:

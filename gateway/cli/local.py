@@ -1,6 +1,4 @@
-"""The ``raycep`` command line.
-
-``raycep local`` runs queries over an events file in this process (no Ray, no Spark)::
+"""``raycep local``: run queries over an events file in this process (no Ray, no Spark).
 
     raycep local --query examples/queries.cep --events examples/ticks.csv --key symbol \\
         --out out/matches.jsonl
@@ -9,87 +7,29 @@ Each match is one JSON line ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ..
 ``--out`` (or stdout); a retraction (an optimistic query's match that a late event cancelled)
 is the same line plus ``"retracted": true``. Late events (later than the lateness threshold,
 never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdout line is always
-a JSON summary with the keys ``events, matches, retractions, late_events, duplicates, seconds,
-events_per_s, peak_rss_mb, startup_seconds``. Progress goes to stderr every ~2 s.
-User errors (bad query, bad events file) print a message and exit with status 2, never a
-traceback.
+a JSON summary (README "raycep local"). Progress goes to stderr every ~2 s.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import gc
 import json
 import os
-import re
 import sys
 import time
 
-from cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
+from cep.errors import CepError, IngestError
 from cep.output import MatchLines
-from cep.sources import SUPPORTED_EXTENSIONS, iter_event_runs, parse_cell
+from cep.sources import SUPPORTED_EXTENSIONS, iter_event_runs
+from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
+                                load_queries, parse_params)
 
-PROG = "raycep"
 PROGRESS_EVERY_S = 2.0
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
 CHUNK_EVENTS = 1024           # raycep local hands the engine this many events at a time
-#: bad rows shown one by one with --skip-bad-rows before only counting them
 SHOW_BAD_ROWS = 10
-_NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
 
 
-def declares_name(query) -> bool:
-    """Whether a query's text starts with ``NAME <ident>`` (else the parser numbered it)."""
-    return bool(_NAMED.match(query.text or ""))
-
-
-class UsageError(CepError):
-    """A command-line argument that cannot be used (exit status 2)."""
-
-
-#: top-level modules of the optional install extras (pyproject.toml) -> the extra
-EXTRAS = {"ray": "cluster", "aiohttp": "cluster", "pyspark": "spark", "raydp": "spark"}
-
-
-def main(argv=None) -> int:
-    """Entry point of the ``raycep`` console script; returns the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:                       # --help, or argparse's own usage error
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        return args.func(args)
-    except UsageError as exc:
-        _err(str(exc))
-    except (QuerySyntaxError, QueryValidationError) as exc:
-        _err(f"error in query: {exc}")
-    except IngestError as exc:
-        _err(f"bad input: {exc}")
-    except CepError as exc:
-        _err(f"error: {exc}")
-    except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").partition(".")[0])
-        if extra is None:
-            raise
-        if args.command == "ingest":
-            extra = "spark"                         # it needs Ray, PySpark and RayDP
-        _err(f"error: raycep {args.command} needs the '{extra}' extra ({exc.name} is not "
-             f"installed): python3 -m pip install 'raycep[{extra}]'")
-    except KeyboardInterrupt:
-        _err("interrupted")
-        return 130
-    except BrokenPipeError:
-        _silence_stdout()
-        return 1
-    return 2
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="raycep: complex event processing for many concurrent "
-                               "pattern queries.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def add_parser(commands) -> None:
     local = commands.add_parser(
         "local", help="run queries over an events file in this process",
         description="Run one or more queries over an events file in this process and write "
@@ -126,40 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write late events (later than the threshold, not used) to this "
                             "JSON-lines file (default: stderr)")
     local.set_defaults(func=run_local)
-    from gateway.commands import add_cluster_commands
-    add_cluster_commands(commands, UsageError)
-    return parser
 
-
-def add_disorder_arguments(parser):
-    """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
-    from cep.disorder import DEFAULT_MODE, MODES
-    parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
-                        help="how queries handle out-of-order events: 'optimistic' (default: "
-                             "report at once, retract a match a late event invalidates) or "
-                             "'pessimistic' (wait until the watermark passes; never retract)")
-    parser.add_argument("--slack", type=float, default=0.0, metavar="T",
-                        help="the minimum slack in event-time units: events up to T behind "
-                             "the latest one are always used (default 0: learnt from the "
-                             "observed disorder)")
-    parser.add_argument("--max-slack", type=float, default=None, metavar="T",
-                        help="never wait for (or keep events for) more than T of lateness")
-    parser.add_argument("--alpha", type=float, default=2.5,
-                        help="lateness threshold = ALPHA x the average out-of-order score "
-                             "(default 2.5)")
-
-
-def disorder_settings(args):
-    from cep.disorder import DisorderSettings
-    try:
-        return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
-                                max_slack=args.max_slack)
-    except CepError as exc:                     # name the options, not the settings' fields
-        message = str(exc).replace("min_slack", "--slack").replace("max_slack", "--max-slack")
-        raise UsageError(f"error: {message.replace('alpha', '--alpha')}") from None
-
-
-# --------------------------------------------------------------------------- raycep local
 
 def run_local(args) -> int:
     """Parse the queries, stream the events through one Engine, write matches and a summary
@@ -189,7 +96,7 @@ def run_local(args) -> int:
                              order=orders.get(query.name), planner=args.planner)
         except CepError as exc:
             name = f" {query.name!r}" if query.name else ""
-            _err(f"cannot add query{name} from {label}: {exc}")
+            err(f"cannot add query{name} from {label}: {exc}")
             return 2
 
     bad = BadRows()
@@ -239,38 +146,38 @@ def run_local(args) -> int:
     bad.report()
     for change in engine.history:
         order = ",".join(change.order) if change.order else "per trigger (tree-nfa)"
-        _err(f"plan: query {change.query} v{change.version} after {change.events} events: "
+        err(f"plan: query {change.query} v{change.version} after {change.events} events: "
              f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
     n_matches = sum(counts.values())
     shared = [g for g in core.groups() if len(g["queries"]) > 1]
     if shared:
-        _err(f"sharing: {len(core.managers)} queries evaluated by {len(core.evaluators)} "
+        err(f"sharing: {len(core.managers)} queries evaluated by {len(core.evaluators)} "
              f"evaluators; groups: " + "; ".join(
                  f"{g['name']} ({len(g['queries'])} queries, constants differ in "
                  f"{', '.join(g['varying']) or 'nothing'})" for g in shared[:5])
              + (f"; ... {len(shared) - 5} more" if len(shared) > 5 else ""))
     prefixes = core.stats()["prefixes"]
     if prefixes["reused"]:
-        _err(f"sharing: {prefixes['shared_prefixes']} plan prefixes shared between queries "
+        err(f"sharing: {prefixes['shared_prefixes']} plan prefixes shared between queries "
              f"(materialised {prefixes['materialised']} times, reused "
              f"{prefixes['reused']} times)")
     for name, count in counts.items():
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
-        _err(f"query {name}: {count} matches{extra}")
+        err(f"query {name}: {count} matches{extra}")
     stats = core.stats()
     if stats["late_events"] or stats["out_of_order"]:
         d = stats["disorder"]
-        _err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
+        err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
              f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
              f"slack {d['slack']:g}")
     warnings = engine.engine.warnings()
     for name, found in warnings.items():
         for text in found:
-            _err(f"warning: query {name}: {text}")
+            err(f"warning: query {name}: {text}")
     for name, qstats in engine.engine.stats()["queries"].items():
         for c in qstats["conjuncts"]:
             if c["failed"]:
-                _err(f"warning: query {name}: condition `{c['text']}` could not be evaluated "
+                err(f"warning: query {name}: condition `{c['text']}` could not be evaluated "
                      f"{c['failed']} times out of {c['tested']} (counted as false): "
                      f"{c['last_error']}")
     summary = {
@@ -294,7 +201,7 @@ def run_local(args) -> int:
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     if stopped is not None:
-        _err(f"bad input: {stopped}; stopped there after {n_events} events (the matches "
+        err(f"bad input: {stopped}; stopped there after {n_events} events (the matches "
              f"found up to there are written; matches still waiting for a window to close "
              f"are not); --skip-bad-rows skips such rows and goes on")
         return 2
@@ -321,107 +228,22 @@ def parse_orders(values, names) -> dict:
     return out
 
 
-def load_queries(values, text_label: str = "--query #{}") -> list:
-    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file
-    (``text_label``: how a value that is query text is named in errors, given its position).
-
-    Unnamed queries are called ``q1``, ``q2``, ... by their position over all ``--query``
-    values; a name used twice is an error.
-    """
-    from cep.parser import parse_queries
-
-    out = []
-    for position, value in enumerate(values, start=1):
-        if os.path.isfile(value):
-            label = f"query file {value}"
-            try:
-                with open(value, encoding="utf-8") as handle:
-                    text = handle.read()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"error: cannot read query file {value}: {exc}") from None
-        elif value.endswith(".cep") and not any(c.isspace() for c in value):
-            raise UsageError(f"error: query file not found: {value}")
-        else:
-            label, text = text_label.format(position), value
-        try:
-            queries = parse_queries(text)
-        except (QuerySyntaxError, QueryValidationError) as exc:
-            which = query_at(text, exc.line) if exc.line else None
-            raise UsageError(f"error in {label}{f', {which}' if which else ''}: {exc}") \
-                from None
-        if not queries:
-            raise UsageError(f"error: {label} contains no query")
-        for query in queries:
-            if not declares_name(query):            # parser numbers per text: renumber
-                query = dataclasses.replace(query, name=f"q{len(out) + 1}")
-            for other_label, other in out:
-                if other.name == query.name:
-                    where = f"in {label}" if other_label == label else \
-                        f"({other_label} and {label})"
-                    raise UsageError(f"error: query name {query.name!r} is used twice {where}")
-            out.append((label, query))
-    return out
-
-
-def query_at(text: str, line: int) -> str | None:
-    """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
-    ``query #k`` (its position) when it has no NAME; None when the text has one query or
-    does not tokenize."""
-    from cep.parser import tokenize
-    try:
-        toks = tokenize(text)
-    except CepError:
-        return None
-    statements, open_ = [], False              # (position, name, first line)
-    for i, tok in enumerate(toks[:-1]):        # the last token is 'eof'
-        if tok.kind == "op" and tok.value == ";":
-            open_ = False
-        elif not open_:
-            open_ = True
-            named = tok.kind == "ident" and tok.value.lower() == "name" \
-                and toks[i + 1].kind == "ident"
-            statements.append((len(statements) + 1, toks[i + 1].value if named else None,
-                               tok.line))
-    found = [(k, name) for k, name, first in statements if first <= line]
-    if len(statements) < 2 or not found:
-        return None
-    k, name = found[-1]
-    return f"query {name!r}" if name else f"query #{k}"
-
-
-def parse_params(items) -> dict:
-    """``["W=30", "name=IBM"]`` -> ``{"W": 30, "name": "IBM"}`` (values typed like CSV cells)."""
-    params = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or not name.isidentifier():
-            raise UsageError(f"error: --param expects NAME=VALUE, got {item!r}")
-        if value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            raise UsageError(f"error: --param {name}: must be a finite number, a string or "
-                             f"true/false, got {value.strip()!r}")
-        params[name] = parse_cell(value)
-    return params
-
-
-# --------------------------------------------------------------------------- helpers
-
 class BadRows:
     """Collects the rows skipped with --skip-bad-rows; shows the first few, counts the rest."""
 
     def __init__(self):
         self.count = 0
 
-    def __call__(self, err: IngestError) -> None:
+    def __call__(self, problem: IngestError) -> None:
         self.count += 1
         if self.count <= SHOW_BAD_ROWS:
-            _err(f"skipped bad row: {err}")
+            err(f"skipped bad row: {problem}")
 
     def report(self) -> None:
         if self.count:
             more = f" ({self.count - SHOW_BAD_ROWS} not shown)" if self.count > SHOW_BAD_ROWS \
                 else ""
-            _err(f"skipped {self.count} bad row(s){more}")
+            err(f"skipped {self.count} bad row(s){more}")
 
 
 def chunked(runs, size: int):
@@ -448,7 +270,7 @@ class Progress:
             return
         self.next_at = now + PROGRESS_EVERY_S
         rate = events / (now - self.started)
-        _err(f"{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
+        err(f"{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
 
 
 class _StdoutBytes:
@@ -493,20 +315,3 @@ def peak_rss_mb():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
     return round(peak / divisor, 1)
-
-
-def _err(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-
-
-def _silence_stdout() -> None:
-    """After a broken pipe, point stdout at /dev/null so the interpreter exits quietly."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-if __name__ == "__main__":
-    sys.exit(main())

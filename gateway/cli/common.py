@@ -1,0 +1,174 @@
+"""What the ``raycep`` subcommands share: the error policy (``UsageError``, ``err``), query
+files and parameters, the out-of-order options, the gateway address options and client."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import re
+import sys
+
+from cep.errors import CepError, QuerySyntaxError, QueryValidationError
+from cep.sources import parse_cell
+
+PROG = "raycep"
+DEFAULT_GATEWAY = "http://127.0.0.1:8470"
+_NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
+
+
+def declares_name(query) -> bool:
+    """Whether a query's text starts with ``NAME <ident>`` (else the parser numbered it)."""
+    return bool(_NAMED.match(query.text or ""))
+
+
+class UsageError(CepError):
+    """A command-line argument that cannot be used (exit status 2)."""
+
+
+def err(message: str) -> None:
+    """A message for the user on stderr (prefixed ``raycep: ``)."""
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter exits quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def load_queries(values, text_label: str = "--query #{}") -> list:
+    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file
+    (``text_label``: how a value that is query text is named in errors, given its position).
+
+    Unnamed queries are called ``q1``, ``q2``, ... by their position over all ``--query``
+    values; a name used twice is an error.
+    """
+    from cep.parser import parse_queries
+
+    out = []
+    for position, value in enumerate(values, start=1):
+        if os.path.isfile(value):
+            label = f"query file {value}"
+            try:
+                with open(value, encoding="utf-8") as handle:
+                    text = handle.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"error: cannot read query file {value}: {exc}") from None
+        elif value.endswith(".cep") and not any(c.isspace() for c in value):
+            raise UsageError(f"error: query file not found: {value}")
+        else:
+            label, text = text_label.format(position), value
+        try:
+            queries = parse_queries(text)
+        except (QuerySyntaxError, QueryValidationError) as exc:
+            which = query_at(text, exc.line) if exc.line else None
+            raise UsageError(f"error in {label}{f', {which}' if which else ''}: {exc}") \
+                from None
+        if not queries:
+            raise UsageError(f"error: {label} contains no query")
+        for query in queries:
+            if not declares_name(query):            # parser numbers per text: renumber
+                query = dataclasses.replace(query, name=f"q{len(out) + 1}")
+            for other_label, other in out:
+                if other.name == query.name:
+                    where = f"in {label}" if other_label == label else \
+                        f"({other_label} and {label})"
+                    raise UsageError(f"error: query name {query.name!r} is used twice {where}")
+            out.append((label, query))
+    return out
+
+
+def query_at(text: str, line: int) -> str | None:
+    """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
+    ``query #k`` (its position) when it has no NAME; None when the text has one query or
+    does not tokenize."""
+    from cep.parser import tokenize
+    try:
+        toks = tokenize(text)
+    except CepError:
+        return None
+    statements, open_ = [], False              # (position, name, first line)
+    for i, tok in enumerate(toks[:-1]):        # the last token is 'eof'
+        if tok.kind == "op" and tok.value == ";":
+            open_ = False
+        elif not open_:
+            open_ = True
+            named = tok.kind == "ident" and tok.value.lower() == "name" \
+                and toks[i + 1].kind == "ident"
+            statements.append((len(statements) + 1, toks[i + 1].value if named else None,
+                               tok.line))
+    found = [(k, name) for k, name, first in statements if first <= line]
+    if len(statements) < 2 or not found:
+        return None
+    k, name = found[-1]
+    return f"query {name!r}" if name else f"query #{k}"
+
+
+def parse_params(items) -> dict:
+    """``["W=30", "name=IBM"]`` -> ``{"W": 30, "name": "IBM"}`` (values typed like CSV cells)."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"error: --param expects NAME=VALUE, got {item!r}")
+        if value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise UsageError(f"error: --param {name}: must be a finite number, a string or "
+                             f"true/false, got {value.strip()!r}")
+        params[name] = parse_cell(value)
+    return params
+
+
+def add_disorder_arguments(parser):
+    """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
+    from cep.disorder import DEFAULT_MODE, MODES
+    parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
+                        help="how queries handle out-of-order events: 'optimistic' (default: "
+                             "report at once, retract a match a late event invalidates) or "
+                             "'pessimistic' (wait until the watermark passes; never retract)")
+    parser.add_argument("--slack", type=float, default=0.0, metavar="T",
+                        help="the minimum slack in event-time units: events up to T behind "
+                             "the latest one are always used (default 0: learnt from the "
+                             "observed disorder)")
+    parser.add_argument("--max-slack", type=float, default=None, metavar="T",
+                        help="never wait for (or keep events for) more than T of lateness")
+    parser.add_argument("--alpha", type=float, default=2.5,
+                        help="lateness threshold = ALPHA x the average out-of-order score "
+                             "(default 2.5)")
+
+
+def disorder_settings(args):
+    from cep.disorder import DisorderSettings
+    try:
+        return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
+                                max_slack=args.max_slack)
+    except CepError as exc:                     # name the options, not the settings' fields
+        message = str(exc).replace("min_slack", "--slack").replace("max_slack", "--max-slack")
+        raise UsageError(f"error: {message.replace('alpha', '--alpha')}") from None
+
+
+def add_gateway_arguments(parser) -> None:
+    """``--gateway`` and ``--token`` of the subcommands that talk to a running gateway."""
+    parser.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),
+                        help="gateway URL (default $RAYCEP_GATEWAY or %(default)s)")
+    parser.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"))
+
+
+def client_for(args):
+    from gateway.client import connect
+    return connect(args.gateway, args.token)
+
+
+def finite_float(text: str) -> float:
+    """argparse type of a watermark: a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value

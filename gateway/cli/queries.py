@@ -1,0 +1,179 @@
+"""The subcommands that talk to a running gateway: ``query add|rm|ls``, ``matches``, ``late``
+and ``advance``."""
+from __future__ import annotations
+
+import json
+
+from cep.errors import CepError
+from gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
+                                finite_float, load_queries, parse_params)
+
+
+def add_parser(commands) -> None:
+    query = commands.add_parser("query", help="add, remove or list queries on a gateway")
+    qcmd = query.add_subparsers(dest="query_command", metavar="ACTION", required=True)
+    add = qcmd.add_parser("add", help="register the queries of a file or a text")
+    add.add_argument("query", metavar="FILE_OR_TEXT")
+    add.add_argument("--name", default=None, help="the id of a single query")
+    add.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    add.add_argument("--disorder-mode", choices=("optimistic", "pessimistic"), default=None,
+                     help="out-of-order handling of these queries (default: the cluster's)")
+    rm = qcmd.add_parser("rm", help="remove queries by id")
+    rm.add_argument("ids", nargs="+", metavar="ID")
+    ls = qcmd.add_parser("ls", help="list queries with status, plan and counts")
+    ls.add_argument("--json", action="store_true")
+    matches = commands.add_parser("matches", help="print the matches of a query (JSON lines)")
+    matches.add_argument("id", metavar="QUERY")
+    matches.add_argument("--since", type=int, default=0, metavar="CURSOR")
+    matches.add_argument("--limit", type=int, default=1000)
+    matches.add_argument("--follow", "-f", action="store_true",
+                         help="keep printing new matches (Server-Sent Events)")
+    late = commands.add_parser(
+        "late", help="print the late events (later than the lateness threshold; JSON lines)")
+    late.add_argument("--since", type=int, default=0, metavar="CURSOR")
+    late.add_argument("--limit", type=int, default=1000)
+    advance = commands.add_parser(
+        "advance", help="promise that no event with ts <= WATERMARK will come",
+        description="Move the cluster's watermark to WATERMARK (event time, seconds): matches "
+                    "deferred by a trailing negation are released, and a later event with ts "
+                    "<= WATERMARK is late. The gateway refuses a watermark more than its "
+                    "--max-advance-ahead past the latest event time seen, unless --force.")
+    advance.add_argument("watermark", metavar="WATERMARK", type=finite_float)
+    advance.add_argument("--force", action="store_true",
+                         help="advance even beyond the gateway's --max-advance-ahead bound")
+    for p in (add, rm, ls, matches, late, advance):
+        add_gateway_arguments(p)
+    for p in (add, rm, ls):
+        p.set_defaults(func=run_query)
+    matches.set_defaults(func=run_matches)
+    late.set_defaults(func=run_late)
+    advance.set_defaults(func=run_advance)
+
+
+def run_query(args) -> int:
+    client = client_for(args)
+    if args.query_command == "add":
+        return add_queries(client, args)
+    if args.query_command == "rm":
+        for qid in args.ids:
+            out = client.remove(qid)
+            print(f"removed {qid} ({out.get('matches', 0)} matches were stored)")
+    else:
+        rows = client.queries()
+        if args.json:
+            from gateway.client import strict_json
+            print(strict_json(rows, indent=2))
+        else:
+            print(query_table(rows))
+    return 0
+
+
+def add_queries(client, args) -> int:
+    """``raycep query add``: all or nothing. Every query is checked first (it compiles with
+    the parameters; its name is neither registered on the gateway nor used twice in the
+    file), then they are registered; when a registration fails, the queries this command
+    registered are removed again. Errors name a query by its NAME, unnamed ones ``query #k``."""
+    from cep.compiler import compile_query
+    params = parse_params(args.param)
+    queries = load_queries([args.query], text_label="the query text")
+    if args.name and len(queries) > 1:
+        err("error: --name needs a single query")
+        return 2
+    taken = {q["id"] for q in client.queries()}
+    todo, problems = [], []
+    for k, (_, q) in enumerate(queries, start=1):
+        name = args.name or (q.name if declares_name(q) else None)
+        label = f"query {name!r}" if name else f"query #{k}"
+        if name in taken:
+            problems.append(f"{label}: a query named {name!r} is already registered (remove "
+                            f"it first or choose another name)")
+        try:
+            compile_query(q, params or None)
+        except CepError as exc:
+            problems.append(f"{label}: {exc}")
+        todo.append((label, name, q))
+    if problems:
+        for problem in problems:
+            err(f"error: {problem}")
+        err("nothing was registered")
+        return 2
+    done = []
+    for label, name, q in todo:
+        try:
+            done.append(client.register(q.text, name=name, params=params or None,
+                                        mode=args.disorder_mode))
+        except CepError as exc:
+            err(f"error: {label}: {exc}")
+            _undo(client, done)
+            return 2
+    for qid in done:
+        print(f"registered {qid}")
+    return 0
+
+
+def _undo(client, registered: list):
+    """Remove the queries a failed ``query add`` registered, and say what is left."""
+    left = []
+    for qid in registered:
+        try:
+            client.remove(qid)
+        except CepError as exc:
+            err(f"error: could not remove query {qid!r} again: {exc}")
+            left.append(qid)
+    if registered and len(left) < len(registered):
+        err(f"removed the queries this command had registered: "
+             f"{', '.join(q for q in registered if q not in left)}")
+    if left:
+        err(f"still registered: {', '.join(left)} (remove with raycep query rm)")
+    else:
+        err("nothing was registered")
+
+
+def run_matches(args) -> int:
+    client = client_for(args)
+    if args.follow:
+        try:
+            for m in client.subscribe(args.id, since=args.since):
+                print(json.dumps(m), flush=True)
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    page = client.matches(args.id, since=args.since, limit=args.limit)
+    for m in page.matches:
+        print(json.dumps(m))
+    retracted = sum(1 for m in page.matches if m.get("retracted"))
+    err(f"{len(page.matches) - retracted} matches"
+         + (f", {retracted} retractions" if retracted else "") + f"; next cursor {page.next}"
+         + (f"; {page.missed} dropped before this read" if page.missed else ""))
+    return 0
+
+
+def run_late(args) -> int:
+    page = client_for(args).late_events(since=args.since, limit=args.limit)
+    for record in page.matches:
+        print(json.dumps(record))
+    err(f"{len(page.matches)} late events; next cursor {page.next}"
+         + (f"; {page.missed} dropped before this read" if page.missed else ""))
+    return 0
+
+
+def run_advance(args) -> int:
+    out = client_for(args).advance(args.watermark, force=args.force)
+    print(f"advanced the watermark to {out['watermark']:g}; {out['matches']} deferred "
+          f"matches released")
+    return 0
+
+
+def query_table(rows: list) -> str:
+    header = ("QUERY", "SCOPE", "STATUS", "MATCHES", "PLAN", "VERSION")
+    lines = [header]
+    for q in rows:
+        plan = q.get("plan") or {}
+        order = ",".join(plan.get("order") or []) or "tree-nfa"
+        lines.append((q["id"], q.get("scope") or "-", q.get("status", "-"),
+                      str(q.get("matches", {}).get("total", 0)), order,
+                      str(plan.get("version", "-"))))
+    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
+    notes = [f"warning: query {q['id']}: {w}" for q in rows for w in q.get("warnings") or ()]
+    return "\n".join(["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                      for r in lines] + notes)

@@ -1,0 +1,107 @@
+"""``raycep serve``: start (or join) Ray, the partition actors, the planner and the gateway,
+and serve until Ctrl-C or SIGTERM."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from cep.errors import CepError
+from gateway.cli.common import add_disorder_arguments, disorder_settings, err
+
+
+def add_parser(commands) -> None:
+    serve = commands.add_parser(
+        "serve", help="start the partition actors, planner and gateway, and block",
+        description="Start (or join, with --address) Ray, create the partition actors, the "
+                    "planner and the gateway, print the gateway URL and serve until Ctrl-C.")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address the gateway listens on (default 127.0.0.1; 0.0.0.0 "
+                            "for every interface)")
+    serve.add_argument("--port", type=int, default=8470,
+                       help="the gateway's HTTP port (default 8470; 0: any free port, printed)")
+    serve.add_argument("--partitions", type=int, default=2, metavar="N",
+                       help="partition actors, each holding the events of its keys and "
+                            "evaluating the keyed queries on them (default 2)")
+    serve.add_argument("--key", default=None, metavar="ATTR",
+                       help="the partition key attribute (queries with [ATTR] run per key "
+                            "on every partition actor; others on the global actor)")
+    serve.add_argument("--token", default=os.environ.get("RAYCEP_TOKEN"),
+                       help="require 'Authorization: Bearer TOKEN' (default $RAYCEP_TOKEN)")
+    serve.add_argument("--registry", default=None, metavar="FILE",
+                       help="the persisted query registry (default $RAYCEP_REGISTRY, else "
+                            "$XDG_STATE_HOME/raycep/registry.sqlite, i.e. "
+                            "~/.local/state/raycep/registry.sqlite: the same whatever "
+                            "directory raycep serve starts in)")
+    serve.add_argument("--matches-jsonl", default=None, metavar="FILE",
+                       help="also append every match to this JSON-lines file")
+    serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
+                       help="matches kept per query for readers (oldest dropped beyond)")
+    serve.add_argument("--outbox-capacity", type=int, default=100_000, metavar="N",
+                       help="undelivered matches a partition actor holds before it refuses "
+                            "new batches until the gateway has drained it (backpressure)")
+    serve.add_argument("--address", default=None,
+                       help="an existing Ray cluster ('auto' inside one); default: start a "
+                            "local Ray")
+    # defaults None: GatewaySettings has them (not imported here: every `raycep` command
+    # builds this parser, and gateway.service pulls in asyncio and the actors)
+    serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
+                       help="the largest request body; larger ones get 413 (default 16 MiB)")
+    serve.add_argument("--max-depth", type=int, default=None, metavar="N",
+                       help="the deepest nesting of arrays/maps in a request body "
+                            "(default 32)")
+    serve.add_argument("--max-window", type=float, default=None, metavar="SECONDS",
+                       help="the largest query window (WITHIN) a registration may ask for "
+                            "(default 604800: 7 days)")
+    serve.add_argument("--max-advance-ahead", type=float, default=None, metavar="SECONDS",
+                       help="how far past the latest event time seen `advance` may move the "
+                            "watermark without --force (default 86400: 1 day)")
+    add_disorder_arguments(serve)
+    serve.set_defaults(func=run_serve)
+
+
+LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
+
+
+def run_serve(args) -> int:
+    from gateway.registry import default_registry_path
+    from gateway.runtime import RayCluster
+    from gateway.service import GatewaySettings
+    args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
+    try:
+        settings = GatewaySettings(
+            host=args.host, port=args.port, token=args.token, registry_path=args.registry,
+            matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
+            outbox_capacity=args.outbox_capacity,
+            **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None})
+    except CepError as exc:                     # name the option, not the settings' field
+        option = str(exc).split(" ", 1)[0]
+        err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
+        return 2
+    cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
+                         disorder=disorder_settings(args), mode=args.disorder_mode)
+    err(f"starting {args.partitions} partition actors, the global actor, the planner and "
+         f"the gateway ...")
+    url = cluster.start()
+    # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
+    # would print a native stack dump instead
+    signal.signal(signal.SIGTERM, _terminated)
+    print(f"raycep gateway listening on {url} (registry {args.registry}"
+          f"{', token required' if args.token else ''}); Ctrl-C or SIGTERM stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        err(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
+    finally:
+        cluster.stop()
+    err("stopped")
+    return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (raised by the handler ``run_serve`` installs)."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated()
