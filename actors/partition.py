@@ -310,5 +310,5 @@ class PartitionWorker:
 
 def partition_actor(**options):
     """The Ray actor class of PartitionWorker (``partition_actor().remote("p0", key_attr)``)."""
-    import ray
-    return ray.remote(**options)(PartitionWorker) if options else ray.remote(PartitionWorker)
+    from actors.handles import actor_class
+    return actor_class(PartitionWorker, **options)

@@ -20,28 +20,9 @@ import time
 import uuid
 from collections import deque
 
-from actors.local import Done
-from actors.routing import RoutingTable, actor_name
+from actors.handles import as_handle, result as _result
 from cep.codec import encode_batch
 from cep.errors import OverloadedError
-
-NAMESPACE = "raycep"
-
-
-def named_handles(routing: RoutingTable) -> dict:
-    """The Ray actor handles of every routing target (requires ``ray.init`` to have run)."""
-    import ray
-    from actors.routing import GLOBAL
-    targets = list(range(routing.partitions)) + [GLOBAL]
-    return {t: ray.get_actor(actor_name(t), namespace=NAMESPACE) for t in targets}
-
-
-def _result(ref):
-    """``ray.get(ref)``; the outcome of an ``actors.local`` handle's call as it is."""
-    if isinstance(ref, Done):
-        return ref.result()
-    import ray
-    return ray.get(ref)
 
 
 def _overloaded(exc: BaseException) -> OverloadedError | None:
@@ -64,7 +45,7 @@ class Lane:
 
     def __init__(self, handle, max_in_flight: int = 8, on_ack=None, retry_for: float = 60.0,
                  backoff: float = 0.05):
-        self.handle = handle
+        self.handle = as_handle(handle)
         self.max_in_flight = max(1, max_in_flight)
         self.on_ack = on_ack or (lambda ack: None)
         self.retry_for = retry_for
@@ -85,7 +66,7 @@ class Lane:
             self._settle()
 
     def _send(self, data: bytes, batch_id: str, after) -> tuple:
-        return (self.handle.ingest.remote(data, after), data, batch_id, after)
+        return (self.handle.submit("ingest", data, after), data, batch_id, after)
 
     def _settle(self):
         """Wait for the oldest batch in flight; while the actor refuses it, send it and the
@@ -129,7 +110,8 @@ class Producer:
     ``/v1/routing``), re-read before every ``refresh_every``-th slice (default: every slice),
     so a global query registered while the stream flows gets its events from the next slice.
     Raise ``refresh_every`` for very small slices where one request per slice is too much.
-    ``handles`` are Ray actor handles (``named_handles``) or ``actors.local.LocalHandle``s.
+    ``handles``: actor handles (``actors.handles``: ``named_handles`` in a Ray cluster,
+    ``LocalHandle`` in one process).
     An actor that refuses batches (backpressure) gets them again, in order, for up to
     ``retry_for`` seconds (see ``Lane``)."""
 

@@ -112,7 +112,3 @@ class RoutingTable:
         return cls(int(data["partitions"]), data.get("key_attr"),
                    None if types is None else frozenset(types), int(data.get("version", 0)))
 
-
-def actor_name(target) -> str:
-    """The Ray actor name of a routing target (namespace ``raycep``)."""
-    return "raycep-global" if target == GLOBAL else f"raycep-p{int(target)}"

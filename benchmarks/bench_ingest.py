@@ -311,7 +311,7 @@ def ingest_run(spark, path: str, fmt: str, queries: list, cfg: Config, workdir: 
         routing = RoutingTable.from_dict(client.routing())
         settings = IngestSettings(batch_size=cfg.batch_size, max_in_flight=cfg.max_in_flight,
                                   dead_letters=os.path.join(workdir, "dead"))
-        handles = {str(t): h for t, h in cluster.handles.items()}
+        handles = {str(t): h.actor for t, h in cluster.handles.items()}   # the Ray actors
         background = wait_quiet(limit=QUIET, patience=cfg.quiet_wait)
         cpu0 = actor_cpu(ray, list(handles.values()))
         drv0 = time.process_time()

@@ -72,7 +72,8 @@ class Probe:
 
 
 def run(probes: int, load_rate: float) -> dict:
-    from actors.producer import Producer, named_handles
+    from actors.handles import named_handles
+    from actors.producer import Producer
     from actors.routing import RoutingTable
     from cep.event import make_event
     from gateway.client import connect
@@ -136,7 +137,8 @@ def _load(routing, rate: float, stop: threading.Event):
     """Push stock ticks (64 keys) through the bulk path at about ``rate`` events/s."""
     import random
 
-    from actors.producer import Producer, named_handles
+    from actors.handles import named_handles
+    from actors.producer import Producer
     from cep.event import Event
     rng = random.Random(1)
     producer = Producer(named_handles(routing()), routing, source="load")

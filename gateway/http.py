@@ -362,7 +362,7 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
 
 class GatewayServer:
     """The gateway: service + HTTP server + background loops (outbox drain, planner rounds).
-    Runs on an asyncio loop: inside an async Ray actor (``gateway_actor``) or a thread."""
+    Runs on an asyncio loop: inside an async Ray actor (``gateway/runtime.py``) or a thread."""
 
     def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
                  settings: GatewaySettings = GatewaySettings()):
@@ -418,9 +418,3 @@ class GatewayServer:
             await self._runner.cleanup()
         self.service.registry.close()
         self.service.store.close_sink()
-
-
-def gateway_actor(**options):
-    """The Ray actor class of GatewayServer (an async actor: its loop serves HTTP)."""
-    import ray
-    return ray.remote(**options)(GatewayServer) if options else ray.remote(GatewayServer)

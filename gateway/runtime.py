@@ -13,14 +13,14 @@ import asyncio
 import threading
 from dataclasses import replace
 
-from actors.local import LocalHandle
-from actors.partition import PartitionWorker, partition_actor
-from actors.producer import NAMESPACE
-from actors.routing import GLOBAL, actor_name
+from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
+                            actor_name, connect_ray)
+from actors.partition import PartitionWorker
+from actors.routing import GLOBAL
 from cep.disorder import DisorderSettings, check_mode
-from gateway.http import GatewayServer, gateway_actor
+from gateway.http import GatewayServer
 from gateway.service import GatewaySettings
-from planner.service import PlannerService, planner_actor
+from planner.service import PlannerService
 
 
 class RayCluster:
@@ -36,28 +36,25 @@ class RayCluster:
         self.settings = settings
         self.address = address
         self.num_cpus = num_cpus
-        self.handles: dict = {}
-        self.planner = None
-        self.gateway = None
+        self.handles: dict = {}           # routing target -> RayHandle of its actor
+        self.planner = None               # RayHandle
+        self.gateway = None               # RayHandle
         self.url = None
         self._owns_ray = False
 
     def start(self) -> str:
         """Start (or join) Ray, create the actors, start the gateway; returns its URL."""
-        import ray
-        if not ray.is_initialized():
-            ray.init(address=self.address, namespace=NAMESPACE, include_dashboard=False,
-                     log_to_driver=False, num_cpus=self.num_cpus if not self.address else None,
-                     configure_logging=False)
-            self._owns_ray = True
-        Worker = partition_actor(num_cpus=0)
+        self._owns_ray = connect_ray(
+            self.address, include_dashboard=False, log_to_driver=False,
+            num_cpus=self.num_cpus if not self.address else None, configure_logging=False)
+        Worker = actor_class(PartitionWorker, num_cpus=0)
         for t in list(range(self.partitions)) + [GLOBAL]:
-            self.handles[t] = Worker.options(name=actor_name(t), namespace=NAMESPACE,
-                                             get_if_exists=True).remote(
+            self.handles[t] = RayHandle(Worker.options(
+                name=actor_name(t), namespace=NAMESPACE, get_if_exists=True).remote(
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
-                disorder=self.disorder, mode=self.mode)
-        self.planner = planner_actor(num_cpus=0).options(
-            name="raycep-planner", namespace=NAMESPACE, get_if_exists=True).remote()
+                disorder=self.disorder, mode=self.mode))
+        self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
+            name=PLANNER, namespace=NAMESPACE, get_if_exists=True).remote())
         return self.start_gateway()
 
     def start_gateway(self) -> str:
@@ -68,34 +65,33 @@ class RayCluster:
         # and its registry file is on this node's volume; Ray would otherwise pick any node
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                               soft=False)
-        self.gateway = gateway_actor(num_cpus=0).options(
-            name="raycep-gateway", namespace=NAMESPACE, scheduling_strategy=here).remote(
-            parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings)
-        self.url = ray.get(self.gateway.start.remote())
+        self.gateway = RayHandle(actor_class(GatewayServer, num_cpus=0).options(
+            name=GATEWAY, namespace=NAMESPACE, scheduling_strategy=here).remote(
+            parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings))
+        self.url = self.gateway.get("start")
         return self.url
 
     def restart_gateway(self) -> str:
         """Kill the gateway actor and start a new one on the same registry (and port, when a
         fixed one is configured)."""
-        import ray
         port = int(self.url.rsplit(":", 1)[1]) if self.url else self.settings.port
-        ray.kill(self.gateway)
+        self.gateway.kill()
         self.settings = replace(self.settings, port=port)
         _wait_until_free(self.settings.host, port)
         return self.start_gateway()
 
     def stop(self):
-        import ray
         if self.gateway is not None:
             try:
-                ray.get(self.gateway.stop.remote(), timeout=10)
+                self.gateway.get("stop", timeout=10)
             except Exception:
                 pass
         for h in [self.gateway, self.planner, *self.handles.values()]:
             if h is not None:
-                ray.kill(h)
+                h.kill()
         self.handles, self.gateway, self.planner = {}, None, None
         if self._owns_ray:
+            import ray
             ray.shutdown()
 
     def __enter__(self):

@@ -1,9 +1,10 @@
 """GatewayService: the control plane of a raycep cluster (docs/architecture.md, "Control flow").
 
 It owns the query registry (persisted), the match store (bounded) and the routing table, and
-talks to the partition actors, the global actor and the planner through actor handles (Ray
-handles, or ``actors.local.LocalHandle`` in one process). Every method that reaches an actor is
-async. The HTTP layer (``gateway.http``) is a thin translation of requests to these methods.
+talks to the partition actors, the global actor and the planner through actor handles
+(``actors.handles``: Ray actors, or plain objects in one process). Every method that reaches an
+actor is async. It is the one coordinator between the actors and the planner: it collects the
+actors' statistics, hands them to the planner and installs the plans the planner returns. The HTTP layer (``gateway.http``) is a thin translation of requests to these methods.
 
 A query whose equivalence includes the cluster's key attribute (``[symbol]``) runs on every
 partition actor, each seeing the events of its keys; any other query runs on the global actor,
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from actors.handles import as_handle
 from actors.routing import GLOBAL, RoutingTable
 from cep.codec import decode_batch, encode_batch
 from cep.compiler import compile_query
@@ -149,9 +151,9 @@ def short_reason(exc: BaseException, limit: int = 300) -> str:
 class GatewayService:
     def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
                  registry, store, settings: GatewaySettings = GatewaySettings()):
-        self.targets = {i: h for i, h in enumerate(partitions)}
-        self.targets[GLOBAL] = global_actor
-        self.planner = planner
+        self.targets = {i: as_handle(h) for i, h in enumerate(partitions)}
+        self.targets[GLOBAL] = as_handle(global_actor)
+        self.planner = as_handle(planner) if planner is not None else None
         self.key_attr = key_attr
         self.registry = registry
         self.store = store
@@ -169,11 +171,11 @@ class GatewayService:
 
     # ---------------------------------------------------------------- actors
     async def _call(self, target, method: str, *args):
-        """``await handle.method.remote(*args)``; an unreachable actor -> UnavailableError,
+        """``await handle.call(method, *args)``; an unreachable actor -> UnavailableError,
         raycep errors pass through."""
         handle = self.targets[target] if target != "planner" else self.planner
         try:
-            return await getattr(handle, method).remote(*args)
+            return await handle.call(method, *args)
         except CepError as exc:
             cause = getattr(exc, "cause", None)        # Ray's wrapper: its text is a traceback
             if isinstance(cause, CepError):
@@ -195,9 +197,6 @@ class GatewayService:
         self.store.open(LATE)
         for target in self.targets:
             await self._call(target, "set_outbox", True, self.settings.outbox_capacity)
-        if self.planner is not None:
-            for target, handle in self.targets.items():
-                await self._call("planner", "subscribe", str(target), handle)
         wanted: dict = {}
         for rec in self.registry.all():
             try:
@@ -554,16 +553,41 @@ class GatewayService:
 
     # ---------------------------------------------------------------- planning
     async def plan_round(self) -> dict:
-        """One planner round: collect each actor's statistics, re-plan, push new plans."""
+        """One planner round: collect every actor's statistics (concurrently), hand them to the
+        planner in one call, install the plans it returns on each query's actors. An
+        unreachable actor is left out of the round (logged); the others go on."""
         if self.planner is None:
             return {}
-        for target in self.targets:
-            report = await self._call(target, "report")
+        targets = list(self.targets)
+        reports = await asyncio.gather(*(self._call(t, "report") for t in targets),
+                                       return_exceptions=True)
+        batch = []
+        for target, report in zip(targets, reports):
+            if isinstance(report, BaseException):
+                log.warning("planner round: no statistics from %s: %s", target, report)
+                continue
             for qid, entry in report.items():
                 if qid in self._scopes:
-                    await self._call("planner", "report", str(target), qid, entry["rates"],
-                                     entry["tested"], entry["passed"], entry["keys"])
-        return await self._call("planner", "replan")
+                    batch.append((str(target), qid, entry["rates"], entry["tested"],
+                                  entry["passed"], entry["keys"]))
+        if batch:
+            await self._call("planner", "report_many", batch)
+        changed = await self._call("planner", "replan")
+        await self.install_plans(changed)
+        return changed
+
+    async def install_plans(self, plans: dict) -> None:
+        """``set_plan`` on the actors of each query of ``plans`` (``replan``'s result), all at
+        once; an actor that fails is logged and does not stop the others."""
+        calls = [(t, qid, p) for qid, p in plans.items() if qid in self._scopes
+                 for t in self._scope_targets(self._scopes[qid])]
+        results = await asyncio.gather(*(
+            self._call(t, "set_plan", qid, p["order"], p["version"]) for t, qid, p in calls),
+            return_exceptions=True)
+        for (target, qid, p), r in zip(calls, results):
+            if isinstance(r, BaseException):
+                log.warning("cannot install plan v%s of %s on %s: %s", p["version"], qid,
+                            target, r)
 
     # ---------------------------------------------------------------- status
     async def health(self) -> dict:

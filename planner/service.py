@@ -1,8 +1,10 @@
 """PlannerService: the cluster's planner (docs/architecture.md, "Control flow"). Partition actors report their
-statistics; the service merges them per query, asks each query's AdaptivePolicy, and pushes new
-plan versions to every subscribed partition actor (``set_plan(query, order, version)``).
+statistics (through the gateway, ``report_many``); the service merges them per query, asks
+each query's AdaptivePolicy and returns the plans that changed: the gateway, the one
+coordinator between the actors and the planner, installs them on the query's actors.
 
-A plain class, so it runs in-process too; ``planner_actor()`` wraps it as the Ray actor.
+A plain class, so it runs in-process too; ``gateway/runtime.py`` makes it the Ray actor
+(``actors.handles.actor_class``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ class PlannerService:
         self._policies: dict = {}           # query -> AdaptivePolicy
         self._partitioned: dict = {}        # query -> evaluated per partition key?
         self._reports: dict = {}            # (partition, query) -> report dict
-        self._subscribers: dict = {}        # partition -> handle with set_plan(...)
 
     # ---------------------------------------------------------------- queries
     def register(self, name: str, query, params: dict | None = None,
@@ -40,11 +41,6 @@ class PlannerService:
         self._partitioned.pop(name, None)
         self._reports = {k: v for k, v in self._reports.items() if k[1] != name}
 
-    def subscribe(self, partition: str, handle):
-        """``handle.set_plan(query, order, version)`` (a Ray actor handle's ``.remote`` is
-        used when present) receives every new plan."""
-        self._subscribers[partition] = handle
-
     # ---------------------------------------------------------------- statistics
     def report(self, partition: str, query: str, rates: dict, tested: dict, passed: dict,
                keys: int = 1):
@@ -55,6 +51,12 @@ class PlannerService:
             raise PlanningError(f"statistics for unknown query {query!r}")
         self._reports[(partition, query)] = {"rates": dict(rates), "tested": dict(tested),
                                              "passed": dict(passed), "keys": max(1, int(keys))}
+
+    def report_many(self, reports) -> None:
+        """Several ``report`` calls in one: ``(partition, query, rates, tested, passed,
+        keys)`` each (one round trip per planner round)."""
+        for r in reports:
+            self.report(*r)
 
     def statistics(self, query: str) -> Statistics:
         """The merged statistics of ``query``: rates add up over partitions (divided by the
@@ -79,7 +81,7 @@ class PlannerService:
 
     # ---------------------------------------------------------------- planning
     def replan(self) -> dict:
-        """Re-plan every query that has statistics; push and return the plans that changed."""
+        """Re-plan every query that has statistics; the plans that changed (to install)."""
         changed = {}
         for name, policy in self._policies.items():
             if not any(q == name for _, q in self._reports):
@@ -87,31 +89,12 @@ class PlannerService:
             plan = policy.consider(self.statistics(name))
             if plan is not None:
                 changed[name] = plan
-                self._push(plan)
         return {name: _as_dict(p) for name, p in changed.items()}
 
     def plans(self) -> dict:
         return {name: _as_dict(p.plan) for name, p in self._policies.items() if p.plan}
 
-    def _push(self, plan: Plan):
-        for partition, handle in list(self._subscribers.items()):
-            set_plan = handle.set_plan
-            try:
-                if hasattr(set_plan, "remote"):
-                    set_plan.remote(plan.query, plan.order, plan.version)
-                else:
-                    set_plan(plan.query, plan.order, plan.version)
-            except Exception as exc:      # an unreachable partition must not stop the others
-                log.warning("cannot push plan v%d of %s to partition %s: %s", plan.version,
-                            plan.query, partition, exc)
-
 
 def _as_dict(plan: Plan) -> dict:
     return {"query": plan.query, "order": list(plan.order) if plan.order else None,
             "version": plan.version, "algorithm": plan.algorithm, "cost": plan.cost}
-
-
-def planner_actor(**options):
-    """The Ray actor class of PlannerService (``planner_actor().remote(settings)``)."""
-    import ray
-    return ray.remote(**options)(PlannerService) if options else ray.remote(PlannerService)

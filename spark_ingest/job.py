@@ -36,8 +36,10 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-from actors.producer import NAMESPACE, Lane, named_handles
-from actors.routing import GLOBAL, RoutingTable, actor_name
+from actors.handles import (NAMESPACE, actor_name, connect_ray, connected_address,
+                            named_handle, named_handles)
+from actors.producer import Lane
+from actors.routing import GLOBAL, RoutingTable
 from cep.errors import CepError, IngestError, OverloadedError
 from spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
                                    category_of, encode_chunk)
@@ -347,7 +349,6 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
     def run(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
-        import ray
         counts = dict.fromkeys(COUNTS, 0)
         sample: list = []                      # the first dead letters' reasons
         lanes: dict = {}
@@ -363,12 +364,11 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
 
         def lane(target):
             if target not in lanes:
-                if not ray.is_initialized():
-                    ray.init(address=settings.ray_address, namespace=NAMESPACE,
-                             log_to_driver=False, configure_logging=False)
+                connect_ray(settings.ray_address, log_to_driver=False,
+                            configure_logging=False)
                 name = actor_name(GLOBAL if target == n else target)
                 try:
-                    handle = ray.get_actor(name, namespace=NAMESPACE)
+                    handle = named_handle(name)
                 except ValueError:
                     raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the "
                                    f"raycep cluster running (raycep serve) on this "
@@ -497,9 +497,9 @@ def _joinable(settings: IngestSettings) -> IngestSettings:
     """Spark's Python workers join the driver's Ray, not whichever Ray ``address="auto"``
     finds last on the machine (another cluster on the same host would get the events)."""
     if settings.ray_address == "auto":
-        import ray
-        if ray.is_initialized():
-            return replace(settings, ray_address=ray.get_runtime_context().gcs_address)
+        address = connected_address()
+        if address is not None:
+            return replace(settings, ray_address=address)
     return settings
 
 
@@ -569,9 +569,9 @@ class JobProgress:
         self._phase = name
 
     def _events(self) -> int:
-        import ray
+        from actors.handles import result
         return sum(s["events"] + s["duplicates"] for s in
-                   ray.get([h.stats.remote() for h in self.handles]))
+                   [result(p) for p in [h.submit("stats") for h in self.handles]])
 
     def _tasks(self) -> str:
         tracker = self.spark.sparkContext.statusTracker()

@@ -16,8 +16,9 @@ import pytest
 import ray
 
 from actors.partition import match_id
-from actors.producer import NAMESPACE, Producer, named_handles
-from actors.routing import RoutingTable, actor_name, partition_of
+from actors.handles import NAMESPACE, actor_name, named_handles
+from actors.producer import Producer
+from actors.routing import RoutingTable, partition_of
 from cep import Engine, Event
 from cep.codec import encode_batch
 from cep.errors import AuthenticationError, IngestError, NotFoundError
@@ -229,13 +230,13 @@ def test_malformed_batch_is_rejected_and_the_next_is_processed(make_cluster):
     handles = named_handles(rt)
     target = partition_of("x", rt.partitions)
     with pytest.raises(IngestError, match="not a msgpack batch"):
-        ray.get(handles[target].ingest.remote(b"garbage"))
+        handles[target].get("ingest", b"garbage")
     with pytest.raises(IngestError, match="schema version"):
-        ray.get(handles[target].ingest.remote(msgpack.packb(
-            {"schema_version": 99, "source": "s", "batch_id": "b0", "rows": []})))
+        handles[target].get("ingest", msgpack.packb(
+            {"schema_version": 99, "source": "s", "batch_id": "b0", "rows": []}))
     good = [Event("A", 1.0, {"k": "x", "x": 5}, key="x"),
             Event("B", 2.0, {"k": "x", "x": 1}, key="x")]
-    ack = ray.get(handles[target].ingest.remote(encode_batch(good, "s", "b1")))
+    ack = handles[target].get("ingest", encode_batch(good, "s", "b1"))
     assert ack["events"] == 2 and ack["queued"] == 1 and ack["bad_rows"] == []
     settle(client, {"pair": 1})
     got = read_all(client, "pair")
@@ -357,16 +358,16 @@ def test_match_flood_and_backpressure_through_ray_reach_the_sink(make_cluster, t
     rt = RoutingTable.from_dict(client.routing())
     handles = named_handles(rt)
     target = partition_of("y", rt.partitions)
-    ray.get(handles[target].set_outbox.remote(True, 5))
+    handles[target].get("set_outbox", True, 5)
     pushed = flood(3, "y")
-    assert ray.get(handles[target].ingest.remote(encode_batch(pushed, "spark", "s1")))[
+    assert handles[target].get("ingest", encode_batch(pushed, "spark", "s1"))[
         "outbox"] == 9
     sent = flood(4, "y", t0=100.0)
     assert client.send(sent)["matches"] == 16 + 12
     assert client.stats()["actors"][str(target)]["refused_batches"] == 1
 
     more = flood(3, "y", t0=300.0)
-    ray.get(handles[target].ingest.remote(encode_batch(more, "spark", "s2")))
+    handles[target].get("ingest", encode_batch(more, "spark", "s2"))
     producer = Producer(handles, rt, "spark-3", retry_for=0.0)
     producer.send(flood(1, "y", t0=400.0))
     with pytest.raises(OverloadedError, match=r"limit 5\).*still refused after 0 s") as info:

@@ -14,7 +14,7 @@ import pytest
 from actors.partition import match_id
 from cep import Engine, Event, parse_query
 from cep.codec import encode_batch
-from cep.errors import (AuthenticationError, ConflictError, IngestError,
+from cep.errors import (AuthenticationError, ConflictError,
                         NotFoundError, QuerySyntaxError, QueryValidationError,
                         UnavailableError)
 from cep.event import make_event

@@ -12,7 +12,7 @@ import math
 import orjson
 import pytest
 
-from actors.local import LocalHandle
+from actors.handles import LocalHandle
 from actors.partition import PartitionWorker, match_id
 from actors.producer import Producer
 from actors.routing import GLOBAL, RoutingTable

@@ -25,8 +25,8 @@ import pytest
 import ray
 
 from actors.partition import match_id
-from actors.producer import NAMESPACE
-from actors.routing import RoutingTable, actor_name
+from actors.handles import NAMESPACE, actor_name
+from actors.routing import RoutingTable
 from cep import Engine
 from cep.errors import OverloadedError
 from cep.parser import parse_queries
@@ -314,7 +314,7 @@ def test_resending_creates_no_duplicate_events_or_matches(spark, cluster, sample
         """Per actor: events processed, events buffered, matches found per query; per
         query: the match ids a client reads."""
         settle(client)
-        actors = ray.get([h.stats.remote() for h in cluster.handles.values()])
+        actors = [h.get("stats") for h in cluster.handles.values()]
         return ([(a["events"], a["buffered"], {q: s["matches"]
                                                for q, s in a["queries"].items()})
                  for a in actors],
@@ -369,7 +369,7 @@ def test_refused_batches_are_sent_again_in_order(spark, sample, settings, tmp_pa
     try:
         client = connect(c.url)
         routing = register(client, queries)
-        ray.get([h.set_outbox.remote(True, 150) for h in c.handles.values()])
+        [h.get("set_outbox", True, 150) for h in c.handles.values()]
         settings = replace(settings, batch_size=100, max_in_flight=4)
         df = read_table(spark, path, "csv")
 
@@ -668,7 +668,7 @@ def test_resending_a_whole_file_is_recognised_by_the_actors(spark, cluster, samp
     def processed():
         """Per actor: events processed and matches found."""
         return [(a["events"], a["queries"].get(name, {}).get("matches"))
-                for a in ray.get([h.stats.remote() for h in cluster.handles.values()])]
+                for a in [h.get("stats") for h in cluster.handles.values()]]
 
     ingest_dataframe(spark, df, MAPPING, routing, settings, job_id="first")
     before = processed()

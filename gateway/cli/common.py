@@ -151,6 +151,15 @@ def disorder_settings(args):
         raise UsageError(f"error: {message.replace('alpha', '--alpha')}") from None
 
 
+def require(*modules: str) -> None:
+    """Fail now, with the ModuleNotFoundError ``main`` turns into "install the extra", when a
+    module the command needs is not installed (before it contacts anything)."""
+    import importlib.util
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def add_gateway_arguments(parser) -> None:
     """``--gateway`` and ``--token`` of the subcommands that talk to a running gateway."""
     parser.add_argument("--gateway", default=os.environ.get("RAYCEP_GATEWAY", DEFAULT_GATEWAY),

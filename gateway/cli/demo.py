@@ -40,7 +40,8 @@ def add_parser(commands) -> None:
 
 def run_demo(args) -> int:
     """The README's main job (issue 4): see the ``demo`` parser description."""
-    from actors.producer import Producer, named_handles
+    from actors.handles import named_handles
+    from actors.producer import Producer
     from actors.routing import RoutingTable
     from cep.compiler import compile_query
     from cep.sources import iter_events

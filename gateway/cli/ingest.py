@@ -9,7 +9,7 @@ import threading
 import time
 
 from cep.errors import IngestError
-from gateway.cli.common import add_gateway_arguments, client_for, err
+from gateway.cli.common import add_gateway_arguments, client_for, err, require
 
 
 def add_parser(commands) -> None:
@@ -66,9 +66,8 @@ def run_ingest(args) -> int:
     elapsed seconds, events at the actors, events/s) from start-up to the end, rewritten in
     place on a terminal. Spark's, Hadoop's and Ray's logs go to a log file unless
     ``--verbose``."""
-    import ray
-
-    from actors.producer import NAMESPACE
+    require("ray", "pyspark", "raydp")
+    from actors.handles import NAMESPACE, connect_ray
     from actors.routing import RoutingTable
     from spark_ingest.job import IngestSettings, run_job, run_stream
     from spark_ingest.mapping import EventMapping
@@ -99,14 +98,12 @@ def run_ingest(args) -> int:
     t0 = time.monotonic()
     status.tick(lambda: f"[ingest] starting Spark: {time.monotonic() - t0:.0f} s")
     try:
-        if not ray.is_initialized():
-            # a namespace of its own: RayDP names its master actor in the driver's
-            # namespace, so two ingest jobs on one Ray must not share one (the actors are
-            # looked up by name in the raycep namespace explicitly)
-            with jvm_output(log):
-                ray.init(address=args.ray_address,
-                         namespace=f"{NAMESPACE}-ingest-{os.getpid()}",
-                         log_to_driver=False, configure_logging=False)
+        # a namespace of its own: RayDP names its master actor in the driver's namespace, so
+        # two ingest jobs on one Ray must not share one (the actors are looked up by name in
+        # the raycep namespace explicitly)
+        with jvm_output(log):
+            connect_ray(args.ray_address, namespace=f"{NAMESPACE}-ingest-{os.getpid()}",
+                        log_to_driver=False, configure_logging=False)
         spark = start_spark(args.spark_master, executors=args.executors,
                             cores=args.executor_cores, memory=args.executor_memory, log=log,
                             level="warn" if args.verbose else "error")
