@@ -31,6 +31,12 @@ def err(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
+def note(message: str) -> None:
+    """A progress or status line on stderr, as it is (tagged ``[ingest]``, ``[demo]``, ...);
+    errors go through ``err``."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def silence_stdout() -> None:
     """After a broken pipe, point stdout at /dev/null so the interpreter exits quietly."""
     try:

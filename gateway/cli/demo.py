@@ -10,7 +10,7 @@ import threading
 import time
 
 from cep.errors import UnavailableError
-from gateway.cli.common import err, load_queries
+from gateway.cli.common import err, load_queries, note
 from gateway.cli.queries import query_table
 
 
@@ -68,12 +68,12 @@ def run_demo(args) -> int:
     settings = GatewaySettings(port=0, registry_path=os.path.join(workdir, "registry.sqlite"),
                                matches_jsonl=args.out, plan_every=1.0)
     t0 = time.monotonic()
-    err(f"[demo] starting local Ray: {args.partitions} partition actors + global actor, "
+    note(f"[demo] starting local Ray: {args.partitions} partition actors + global actor, "
          f"planner, gateway ...")
     cluster = RayCluster(args.partitions, args.key, settings, num_cpus=os.cpu_count() or 2)
     try:
         url = cluster.start()
-        err(f"[demo] gateway at {url} (started in {time.monotonic() - t0:.1f} s)")
+        note(f"[demo] gateway at {url} (started in {time.monotonic() - t0:.1f} s)")
         client = connect(url)
         shown: dict = {}
         lock = threading.Lock()
@@ -81,7 +81,7 @@ def run_demo(args) -> int:
             client.register(q.text, name=q.name)
             shown[q.name] = 0
             client.listen(q.name, _printer(q.name, shown, lock, args.show))
-        err(f"[demo] registered {', '.join(names)}; streaming {len(events)} events from "
+        note(f"[demo] registered {', '.join(names)}; streaming {len(events)} events from "
              f"{args.events} in slices of {args.batch} (the Spark push path)")
         routing = lambda: RoutingTable.from_dict(client.routing())   # noqa: E731
         producer = Producer(named_handles(routing()), routing, source="demo")
@@ -93,12 +93,12 @@ def run_demo(args) -> int:
             if removed and start < half <= start + args.batch:
                 producer.flush()
                 out = client.remove(removed)
-                err(f"[demo] removed query {removed} at event {start + args.batch} "
+                note(f"[demo] removed query {removed} at event {start + args.batch} "
                      f"({out['matches']} matches so far); the others keep running")
             now = time.monotonic()
             if now - last >= 2.0:
                 last = now
-                err(f"[demo] {producer.events}/{len(events)} events, "
+                note(f"[demo] {producer.events}/{len(events)} events, "
                      f"{producer.events / (now - t1):,.0f} events/s")
         producer.flush()
         # the end of the stream: past every window (a finite watermark; forced, since a
@@ -185,6 +185,6 @@ def _verify(client, queries, removed, events, key) -> bool:
                 break
             since = page.next
         if got != expected[q.name]:
-            err(f"[demo] {q.name}: cluster {len(got)} matches, in-process {len(expected[q.name])}")
+            note(f"[demo] {q.name}: cluster {len(got)} matches, in-process {len(expected[q.name])}")
             ok = False
     return ok

@@ -9,7 +9,7 @@ import threading
 import time
 
 from cep.errors import IngestError
-from gateway.cli.common import add_gateway_arguments, client_for, err, require
+from gateway.cli.common import add_gateway_arguments, client_for, err, note, require
 
 
 def add_parser(commands) -> None:
@@ -110,7 +110,7 @@ def run_ingest(args) -> int:
     except BaseException:
         status.close()
         if log:
-            err(f"[ingest] Spark did not start; its log: {log}")
+            note(f"[ingest] Spark did not start; its log: {log}")
         raise
     startup = time.monotonic() - t0
     status.show(f"[ingest] Spark ready in {startup:.1f} s "
@@ -136,7 +136,7 @@ def run_ingest(args) -> int:
         except BaseException:
             status.close()
             if log:
-                err(f"[ingest] the job failed; Spark's log: {log}")
+                note(f"[ingest] the job failed; Spark's log: {log}")
             raise
     finally:
         stop_spark(spark, args.spark_master)
@@ -149,7 +149,7 @@ def run_ingest(args) -> int:
                 f"letters; {wall:.1f} s in all with Spark start-up {startup:.1f} s", keep=True)
     status.close()
     if result["dead_letters"]:
-        err(f"[ingest] {result['dead_letters']} rows could not become events; reasons in "
+        note(f"[ingest] {result['dead_letters']} rows could not become events; reasons in "
              f"{result['dead_letter_dir']} (first: {result['dead_letter_sample'][0]})")
     print(json.dumps(result), flush=True)
     return 0

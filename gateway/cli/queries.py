@@ -6,7 +6,7 @@ import json
 
 from cep.errors import CepError
 from gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
-                                finite_float, load_queries, parse_params)
+                                finite_float, load_queries, note, parse_params)
 
 
 def add_parser(commands) -> None:
@@ -95,7 +95,7 @@ def add_queries(client, args) -> int:
     if problems:
         for problem in problems:
             err(f"error: {problem}")
-        err("nothing was registered")
+        note("nothing was registered")
         return 2
     done = []
     for label, name, q in todo:
@@ -121,12 +121,12 @@ def _undo(client, registered: list):
             err(f"error: could not remove query {qid!r} again: {exc}")
             left.append(qid)
     if registered and len(left) < len(registered):
-        err(f"removed the queries this command had registered: "
+        note(f"removed the queries this command had registered: "
              f"{', '.join(q for q in registered if q not in left)}")
     if left:
-        err(f"still registered: {', '.join(left)} (remove with raycep query rm)")
+        note(f"still registered: {', '.join(left)} (remove with raycep query rm)")
     else:
-        err("nothing was registered")
+        note("nothing was registered")
 
 
 def run_matches(args) -> int:
@@ -142,7 +142,7 @@ def run_matches(args) -> int:
     for m in page.matches:
         print(json.dumps(m))
     retracted = sum(1 for m in page.matches if m.get("retracted"))
-    err(f"{len(page.matches) - retracted} matches"
+    note(f"{len(page.matches) - retracted} matches"
          + (f", {retracted} retractions" if retracted else "") + f"; next cursor {page.next}"
          + (f"; {page.missed} dropped before this read" if page.missed else ""))
     return 0
@@ -152,7 +152,7 @@ def run_late(args) -> int:
     page = client_for(args).late_events(since=args.since, limit=args.limit)
     for record in page.matches:
         print(json.dumps(record))
-    err(f"{len(page.matches)} late events; next cursor {page.next}"
+    note(f"{len(page.matches)} late events; next cursor {page.next}"
          + (f"; {page.missed} dropped before this read" if page.missed else ""))
     return 0
 

@@ -7,7 +7,7 @@ import signal
 import time
 
 from cep.errors import CepError
-from gateway.cli.common import add_disorder_arguments, disorder_settings, err
+from gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
 
 
 def add_parser(commands) -> None:
@@ -80,7 +80,7 @@ def run_serve(args) -> int:
         return 2
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode)
-    err(f"starting {args.partitions} partition actors, the global actor, the planner and "
+    note(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
     url = cluster.start()
     # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
@@ -92,10 +92,10 @@ def run_serve(args) -> int:
         while True:
             time.sleep(3600)
     except (KeyboardInterrupt, _Terminated) as exc:
-        err(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
+        note(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
     finally:
         cluster.stop()
-    err("stopped")
+    note("stopped")
     return 0
 
 
