@@ -14,7 +14,7 @@ from cep.compiler import compile_query
 from cep.errors import PlanningError
 from planner.adaptive import AdaptationSettings, AdaptivePolicy
 from planner.plan import Plan
-from planner.stats import Statistics
+from planner.stats import SelectivityEstimator, Statistics
 
 log = logging.getLogger("raycep.planner")
 
@@ -24,7 +24,8 @@ class PlannerService:
         self.settings = settings or AdaptationSettings()
         self._policies: dict = {}           # query -> AdaptivePolicy
         self._partitioned: dict = {}        # query -> evaluated per partition key?
-        self._reports: dict = {}            # (partition, query) -> report dict
+        self._reports: dict = {}            # (partition, query) -> {"rates", "keys"}
+        self._selectivity: dict = {}        # query -> SelectivityEstimator
 
     # ---------------------------------------------------------------- queries
     def register(self, name: str, query, params: dict | None = None,
@@ -35,10 +36,12 @@ class PlannerService:
         cq = compile_query(query, params)
         self._policies[name] = AdaptivePolicy(cq, name, settings or self.settings)
         self._partitioned[name] = partitioned
+        self._selectivity[name] = SelectivityEstimator()
 
     def unregister(self, name: str):
         self._policies.pop(name, None)
         self._partitioned.pop(name, None)
+        self._selectivity.pop(name, None)
         self._reports = {k: v for k, v in self._reports.items() if k[1] != name}
 
     # ---------------------------------------------------------------- statistics
@@ -46,11 +49,13 @@ class PlannerService:
                keys: int = 1):
         """Statistics of one partition for one query since its previous report: arrival rates
         (events/s by type), per-conjunct tested/passed counts and the number of partition keys
-        it holds. A report replaces the partition's previous one."""
+        it holds. A report replaces the partition's previous rates and keys; its counts go to
+        the query's selectivity estimate (the same ``SelectivityEstimator`` as ``raycep
+        local``'s)."""
         if query not in self._policies:
             raise PlanningError(f"statistics for unknown query {query!r}")
-        self._reports[(partition, query)] = {"rates": dict(rates), "tested": dict(tested),
-                                             "passed": dict(passed), "keys": max(1, int(keys))}
+        self._reports[(partition, query)] = {"rates": dict(rates), "keys": max(1, int(keys))}
+        self._selectivity[query].add(tested, passed)
 
     def report_many(self, reports) -> None:
         """Several ``report`` calls in one: ``(partition, query, rates, tested, passed,
@@ -60,24 +65,18 @@ class PlannerService:
 
     def statistics(self, query: str) -> Statistics:
         """The merged statistics of ``query``: rates add up over partitions (divided by the
-        number of keys for a query evaluated per key); selectivity = sum passed / sum tested."""
+        number of keys for a query evaluated per key); selectivities from every partition's
+        counts (``SelectivityEstimator``)."""
         reports = [r for (p, q), r in self._reports.items() if q == query]
         rates: dict = {}
-        tested: dict = {}
-        passed: dict = {}
         keys = 0
         for r in reports:
             keys += r["keys"]
             for t, v in r["rates"].items():
                 rates[t] = rates.get(t, 0.0) + v
-            for k, n in r["tested"].items():
-                k = int(k)
-                tested[k] = tested.get(k, 0) + n
-                passed[k] = passed.get(k, 0) + r["passed"].get(k, r["passed"].get(str(k), 0))
         if self._partitioned.get(query) and keys:
             rates = {t: v / keys for t, v in rates.items()}
-        sels = {k: passed[k] / n for k, n in tested.items() if n > 0}
-        return Statistics(rates, sels)
+        return Statistics(rates, self._selectivity[query].sample())
 
     # ---------------------------------------------------------------- planning
     def replan(self) -> dict:

@@ -107,33 +107,65 @@ class RateTracker:
         return {t: n / span for t, n in counts.items()}
 
 
-class SelectivityTracker:
-    """Selectivity of each conjunct of a compiled query from its tested/passed counters.
+class SelectivityEstimator:
+    """Selectivity of each conjunct (by index) from tested/passed counts as they arrive, the
+    one estimate ``raycep local`` (``SelectivityTracker``) and the cluster's planner
+    (``PlannerService``, summing the partitions' reports) both use.
 
-    Each ``sample()`` takes the evaluations since the previous one (at least ``min_tested``,
-    else the last estimate stays), Laplace-smoothed ``(passed + 1) / (tested + 2)`` so a short
-    run of failures never reads as selectivity 0 (which would zero every cost term with the
-    conjunct), and averaged with the previous estimate (weight ``1 - smoothing``)."""
+    ``add`` accumulates counts; each ``sample()`` turns the counts since the previous one into
+    an estimate where there are at least ``min_tested`` (else they wait for more): Laplace-
+    smoothed ``(passed + 1) / (tested + 2)``, so a short run of failures never reads as
+    selectivity 0 (which would zero every cost term with the conjunct), averaged with the
+    previous estimate (weight ``1 - smoothing``)."""
 
-    def __init__(self, cq, min_tested: int = 50, smoothing: float = 0.5):
-        self.cq = cq
+    def __init__(self, min_tested: int = 50, smoothing: float = 0.5):
         self.min_tested = min_tested
         self.smoothing = smoothing
-        self._last = [(c.tested, c.passed) for c in cq.conjuncts]
+        self._pending: dict = {}        # conjunct index -> [tested, passed] not yet sampled
         self.estimates: dict = {}
 
+    def add(self, tested: dict, passed: dict) -> None:
+        """Counts since the previous ``add``, per conjunct index (int or its string, as
+        msgpack may deliver it)."""
+        for k, n in tested.items():
+            if n:
+                entry = self._pending.setdefault(int(k), [0, 0])
+                entry[0] += n
+                entry[1] += passed.get(k, 0)
+
     def sample(self) -> dict:
-        """index in cq.conjuncts -> selectivity (only conjuncts measured so far)."""
-        for k, c in enumerate(self.cq.conjuncts):
-            t0, p0 = self._last[k]
-            dt, dp = c.tested - t0, c.passed - p0
+        """conjunct index -> selectivity (only conjuncts measured so far)."""
+        for k, entry in self._pending.items():
+            dt, dp = entry
             if dt >= self.min_tested:
                 new = (dp + 1) / (dt + 2)
                 old = self.estimates.get(k)
                 self.estimates[k] = new if old is None else \
                     self.smoothing * old + (1 - self.smoothing) * new
-                self._last[k] = (c.tested, c.passed)
+                entry[0] = entry[1] = 0
         return dict(self.estimates)
+
+
+class SelectivityTracker:
+    """The ``SelectivityEstimator`` of one compiled query in this process, fed from its
+    conjuncts' tested/passed counters."""
+
+    def __init__(self, cq, min_tested: int = 50, smoothing: float = 0.5):
+        self.cq = cq
+        self.estimator = SelectivityEstimator(min_tested, smoothing)
+        self._last = [(c.tested, c.passed) for c in cq.conjuncts]
+
+    @property
+    def estimates(self) -> dict:
+        return self.estimator.estimates
+
+    def sample(self) -> dict:
+        """index in cq.conjuncts -> selectivity (only conjuncts measured so far)."""
+        now = [(c.tested, c.passed) for c in self.cq.conjuncts]
+        self.estimator.add({k: t - t0 for k, ((t, _), (t0, _)) in enumerate(zip(now, self._last))},
+                           {k: p - p0 for k, ((_, p), (_, p0)) in enumerate(zip(now, self._last))})
+        self._last = now
+        return self.estimator.sample()
 
 
 @dataclass(frozen=True)
@@ -154,16 +186,3 @@ class Statistics:
                 b = max(theirs.get(k, 0.0), floor)
                 worst = max(worst, a / b, b / a)
         return worst
-
-
-def merge_statistics(parts: list) -> Statistics:
-    """Combine statistics reported by several partitions: rates add up, selectivities are
-    averaged (weighted equally)."""
-    rates: dict = {}
-    sels: dict = {}
-    for s in parts:
-        for t, r in s.rates.items():
-            rates[t] = rates.get(t, 0.0) + r
-        for k, v in s.selectivities.items():
-            sels.setdefault(k, []).append(v)
-    return Statistics(rates, {k: sum(v) / len(v) for k, v in sels.items()})

@@ -9,7 +9,7 @@ from cep.compiler import compile_query
 from gateway.cli import main
 from planner.adaptive import AdaptationSettings, AdaptivePolicy
 from planner.local import PlannedEngine, settings_for
-from planner.stats import RateTracker, SelectivityTracker, Statistics, merge_statistics
+from planner.stats import RateTracker, SelectivityEstimator, SelectivityTracker, Statistics
 
 SEQ3 = "PATTERN SEQ(A a, B b, C c) WHERE a.x < b.x AND b.x = c.x WITHIN 10 seconds"
 
@@ -66,12 +66,24 @@ def test_selectivity_tracker_reads_the_evaluators_counters():
     assert 0.05 < sel[1] < 0.2             # b.x = c.x
 
 
-def test_deviation_and_merge():
+def test_deviation():
     s1 = Statistics({"A": 10.0, "B": 1.0}, {0: 0.5})
     assert s1.deviation(Statistics({"A": 12.0, "B": 0.9}, {0: 0.45})) < 1.3
     assert s1.deviation(Statistics({"A": 1.0, "B": 10.0}, {0: 0.5})) == pytest.approx(10)
-    merged = merge_statistics([s1, Statistics({"A": 5.0}, {0: 0.3})])
-    assert merged.rates == {"A": 15.0, "B": 1.0} and merged.selectivities[0] == pytest.approx(0.4)
+
+
+def test_selectivity_estimator_waits_for_enough_counts_and_smooths():
+    """The one estimator of raycep local and the cluster's planner: counts below min_tested
+    wait (accumulated), Laplace smoothing, then an average with the previous estimate."""
+    est = SelectivityEstimator(min_tested=50, smoothing=0.5)
+    est.add({0: 30, "1": 100}, {0: 0, "1": 10})              # keys as ints or strings
+    assert est.sample() == {1: pytest.approx(11 / 102)}       # conjunct 0: 30 < 50, waits
+    est.add({0: 30}, {0: 0})
+    first = est.sample()[0]
+    assert first == pytest.approx(1 / 62)                     # 60 tested, 0 passed: not 0
+    est.add({0: 100}, {0: 50})
+    assert est.sample()[0] == pytest.approx(0.5 * first + 0.5 * 51 / 102)
+    assert est.sample()[0] == pytest.approx(0.5 * first + 0.5 * 51 / 102)   # nothing new
 
 
 # --------------------------------------------------------------------------- the policy

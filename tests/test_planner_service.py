@@ -23,7 +23,8 @@ def test_merges_partition_statistics_and_returns_new_versions():
     report(service, "p2", {"A": 50.0, "B": 1.0, "C": 5.0})
     stats = service.statistics("q")
     assert stats.rates == {"A": 10.0, "B": 0.2, "C": 1.0}          # 100 A/s over 10 keys
-    assert stats.selectivities == {0: 0.1, 1: 0.1}
+    # both partitions' counts, Laplace-smoothed as raycep local's (planner.stats)
+    assert stats.selectivities == {0: pytest.approx(21 / 202), 1: pytest.approx(21 / 202)}
     first = service.replan()["q"]
     assert first["version"] == 1 and first["order"] == ["c", "b", "a"]
     report(service, "p1", {"A": 55.0, "B": 1.1, "C": 5.0})          # noise: no new plan
