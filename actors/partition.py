@@ -33,42 +33,20 @@ too, so batches refused and sent again are processed in their order.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import OrderedDict, deque
 from itertools import islice
 
-import msgpack
 import orjson
 
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
 from cep.errors import OverloadedError, PlanningError
-from cep.match import Match
-from cep.output import MatchLines
+from cep.output import MatchLines, match_json
 from planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
-
-
-def match_id(match: Match) -> str:
-    """A stable id of a match: blake2b of the query name and its bindings (var -> event ids)."""
-    items = sorted(match.key(), key=lambda item: item[0])
-    body = msgpack.packb([match.query, [[v, list(i) if isinstance(i, tuple) else i]
-                                        for v, i in items]], use_bin_type=True)
-    return hashlib.blake2b(body, digest_size=12).hexdigest()
-
-
-def match_json(match: Match, lines: MatchLines | None = None) -> bytes:
-    """The JSON text of ``match_record(match)``, assembled from the events' cached JSON
-    (``lines``: a MatchLines to reuse)."""
-    return (lines or MatchLines()).line(match, b',"id":"' + match_id(match).encode() + b'"')[:-1]
-
-
-def match_record(match: Match) -> dict:
-    """``match.to_dict()`` plus its ``id`` (a Retraction: the same id, ``"retracted": true``)."""
-    return orjson.loads(match_json(match))
 
 
 def late_record(late: LateEvent) -> dict:

@@ -1,8 +1,11 @@
 """A match: the events bound to each variable of a query."""
 from __future__ import annotations
 
+import hashlib
 from itertools import repeat
 from operator import itemgetter
+
+import msgpack
 
 from cep.event import Event
 
@@ -117,3 +120,12 @@ def match_key(bindings: dict) -> frozenset:
         else:
             out.append((var, tuple(e.id for e in value)))
     return frozenset(out)
+
+
+def match_id(match) -> str:
+    """A stable id of a match (or retraction): blake2b of the query name and its bindings
+    (variable -> event ids); the same through every path (raycep local, actors, gateway)."""
+    items = sorted(match.key(), key=lambda item: item[0])
+    body = msgpack.packb([match.query, [[v, list(i) if isinstance(i, tuple) else i]
+                                        for v, i in items]], use_bin_type=True)
+    return hashlib.blake2b(body, digest_size=12).hexdigest()

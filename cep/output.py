@@ -18,6 +18,7 @@ from operator import is_not, itemgetter
 import orjson
 
 from cep.event import Event
+from cep.match import match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 
@@ -134,3 +135,14 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def match_json(match, lines: MatchLines | None = None) -> bytes:
+    """The JSON text of ``match_record(match)``, assembled from the events' cached JSON
+    (``lines``: a MatchLines to reuse)."""
+    return (lines or MatchLines()).line(match, b',"id":"' + match_id(match).encode() + b'"')[:-1]
+
+
+def match_record(match) -> dict:
+    """``match.to_dict()`` plus its ``id`` (a Retraction: the same id, ``"retracted": true``)."""
+    return orjson.loads(match_json(match))

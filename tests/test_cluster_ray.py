@@ -15,13 +15,13 @@ import msgpack
 import pytest
 import ray
 
-from actors.partition import match_id
 from actors.handles import NAMESPACE, actor_name, named_handles
 from actors.producer import Producer
 from actors.routing import RoutingTable, partition_of
 from cep import Engine, Event
 from cep.codec import encode_batch
 from cep.errors import AuthenticationError, IngestError, NotFoundError
+from cep.match import match_id
 from gateway import cli
 from gateway.client import Client, connect
 from gateway.runtime import RayCluster

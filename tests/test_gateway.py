@@ -11,13 +11,13 @@ import threading
 import msgpack
 import pytest
 
-from actors.partition import match_id
 from cep import Engine, Event, parse_query
 from cep.codec import encode_batch
 from cep.errors import (AuthenticationError, ConflictError,
                         NotFoundError, QuerySyntaxError, QueryValidationError,
                         UnavailableError)
 from cep.event import make_event
+from cep.match import match_id
 from gateway import cli
 from gateway.client import Client, connect
 

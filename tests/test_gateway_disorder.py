@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from actors.partition import match_id
 from cep import Engine, Event
 from cep.disorder import DisorderSettings
 from cep.errors import QueryValidationError
+from cep.match import match_id
 from gateway import cli
 from gateway.client import connect
 

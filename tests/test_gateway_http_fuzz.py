@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.partition import match_id
 from cep import Engine, Event
+from cep.match import match_id
 from gateway.client import connect
 from gateway.runtime import InProcessCluster
 from gateway.service import GatewaySettings

@@ -13,12 +13,13 @@ import orjson
 import pytest
 
 from actors.handles import LocalHandle
-from actors.partition import PartitionWorker, match_id
+from actors.partition import PartitionWorker
 from actors.producer import Producer
 from actors.routing import GLOBAL, RoutingTable
 from cep import Engine, Event
 from cep.codec import encode_batch
 from cep.errors import OverloadedError
+from cep.match import match_id
 from gateway.client import connect
 
 from cluster_helpers import http, make_stream

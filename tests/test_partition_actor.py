@@ -7,11 +7,12 @@ import msgpack
 import orjson
 import pytest
 
-from actors.partition import PartitionWorker, match_id, partition_actor
+from actors.partition import PartitionWorker, partition_actor
 from actors.routing import split_by_partition
 from cep import Engine, Event
 from cep.codec import encode_batch
 from cep.errors import CepError, IngestError, OverloadedError
+from cep.match import match_id
 
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
           WHERE [k] AND a.x < b.x AND b.x > c.x

@@ -24,11 +24,11 @@ from dataclasses import replace
 import pytest
 import ray
 
-from actors.partition import match_id
 from actors.handles import NAMESPACE, actor_name
 from actors.routing import RoutingTable
 from cep import Engine
 from cep.errors import OverloadedError
+from cep.match import match_id
 from cep.parser import parse_queries
 from cep.sources import iter_events, read_events
 from gateway import cli

@@ -164,7 +164,7 @@ def _settle(client, timeout: float = 30.0):
 def _verify(client, queries, removed, events, key) -> bool:
     """Run the kept queries over the same events in one in-process Engine and compare the
     match ids with what the cluster stored."""
-    from actors.partition import match_id
+    from cep.match import match_id
     from cep.engine import Engine
     engine = Engine(key_attr=key)
     kept = [q for _, q in queries if q.name != removed]
