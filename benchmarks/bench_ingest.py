@@ -258,7 +258,7 @@ def cli_run(path: str, workdir: str, cfg: Config, timeout: float = 1800.0) -> di
     import ray
 
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
     registry = os.path.join(workdir, f"registry-{time.monotonic_ns()}.sqlite")
     cluster = RayCluster(2, "symbol", GatewaySettings(port=0, registry_path=registry,
                                                       plan_every=1.0))
@@ -296,7 +296,7 @@ def ingest_run(spark, path: str, fmt: str, queries: list, cfg: Config, workdir: 
     from actors.routing import RoutingTable
     from gateway.client import connect
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
     from spark_ingest.job import IngestSettings, run_job
     from spark_ingest.mapping import EventMapping
 
@@ -511,7 +511,7 @@ def local_matches(path: str, queries: list) -> dict:
 def _warm_up(spark, path, cfg, workdir) -> dict:
     from actors.routing import RoutingTable
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
     from spark_ingest.job import IngestSettings, run_job
     from spark_ingest.mapping import EventMapping
     cluster = RayCluster(2, "symbol", GatewaySettings(

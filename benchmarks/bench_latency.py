@@ -78,7 +78,7 @@ def run(probes: int, load_rate: float) -> dict:
     from cep.event import make_event
     from gateway.client import connect
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
 
     settings = GatewaySettings(port=0, registry_path=None, plan_every=1.0)
     cluster = RayCluster(2, "k", settings, num_cpus=2)

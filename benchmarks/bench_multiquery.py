@@ -394,7 +394,7 @@ def bench_serve(events: list, counts: tuple, timeout: float = 600.0) -> list:
     send until every match is stored in the gateway (readable by clients); lines."""
     from gateway.client import connect
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
     end = max(e.ts for e in events) + 3600.0
     rows = []
     for n in counts:

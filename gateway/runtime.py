@@ -18,8 +18,8 @@ from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle,
 from actors.partition import PartitionWorker
 from actors.routing import GLOBAL
 from cep.disorder import DisorderSettings, check_mode
-from gateway.http import GatewayServer
-from gateway.service import GatewaySettings
+from gateway.server.http import GatewayServer
+from gateway.server.service import GatewaySettings
 from planner.service import PlannerService
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from gateway.client import connect
 from gateway.runtime import InProcessCluster
-from gateway.service import GatewaySettings
+from gateway.server.service import GatewaySettings
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_every_error_class_is_exported_by_the_client():
 
 
 def test_the_default_registry_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
-    from gateway.registry import default_registry_path
+    from gateway.server.registry import default_registry_path
     monkeypatch.delenv("RAYCEP_REGISTRY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)

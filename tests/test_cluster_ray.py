@@ -25,7 +25,7 @@ from cep.match import match_id
 from gateway import cli
 from gateway.client import Client, connect
 from gateway.runtime import RayCluster
-from gateway.service import GatewaySettings
+from gateway.server.service import GatewaySettings
 
 from cluster_helpers import SEQ3, http, make_stream, ids_of, read_all, send_in_slices
 

@@ -27,7 +27,7 @@ from cep import Engine, Event
 from cep.match import match_id
 from gateway.client import connect
 from gateway.runtime import InProcessCluster
-from gateway.service import GatewaySettings
+from gateway.server.service import GatewaySettings
 
 from cluster_helpers import GLOBAL_AC, NEG, PAIR
 

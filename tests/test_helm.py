@@ -24,7 +24,7 @@ import yaml
 
 from gateway.client import connect
 from gateway.runtime import InProcessCluster
-from gateway.service import GatewaySettings
+from gateway.server.service import GatewaySettings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "raycep"

@@ -2,7 +2,7 @@
 import pytest
 
 from cep.errors import CepError, QueryValidationError
-from gateway.registry import QueryRecord, QueryRegistry
+from gateway.server.registry import QueryRecord, QueryRegistry
 
 TEXT = "PATTERN SEQ(A a, B b) WITHIN 10 s"
 

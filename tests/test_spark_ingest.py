@@ -34,7 +34,7 @@ from cep.sources import iter_events, read_events
 from gateway import cli
 from gateway.client import connect
 from gateway.runtime import RayCluster
-from gateway.service import GatewaySettings
+from gateway.server.service import GatewaySettings
 from spark_ingest.job import (IngestSettings, arrange, ingest_dataframe, read_table,
                                run_job, run_stream)
 from spark_ingest.mapping import EventMapping

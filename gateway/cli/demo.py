@@ -47,7 +47,7 @@ def run_demo(args) -> int:
     from cep.sources import iter_events
     from gateway.client import connect
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
 
     for path in (args.events, args.queries):
         if not os.path.isfile(path):

@@ -44,7 +44,7 @@ def add_parser(commands) -> None:
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
     # defaults None: GatewaySettings has them (not imported here: every `raycep` command
-    # builds this parser, and gateway.service pulls in asyncio and the actors)
+    # builds this parser, and gateway.server.service pulls in asyncio and the actors)
     serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
                        help="the largest request body; larger ones get 413 (default 16 MiB)")
     serve.add_argument("--max-depth", type=int, default=None, metavar="N",
@@ -64,9 +64,9 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 
 def run_serve(args) -> int:
-    from gateway.registry import default_registry_path
+    from gateway.server.registry import default_registry_path
     from gateway.runtime import RayCluster
-    from gateway.service import GatewaySettings
+    from gateway.server.service import GatewaySettings
     args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
     try:
         settings = GatewaySettings(

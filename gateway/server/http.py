@@ -45,9 +45,9 @@ from aiohttp import web
 from cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
                         NotFoundError, error_to_dict, http_status)
 from gateway.client import strict_json as dumps
-from gateway.registry import QueryRegistry
-from gateway.service import GatewayService, GatewaySettings, plain_text, type_name
-from gateway.store import MatchStore
+from gateway.server.registry import QueryRegistry
+from gateway.server.service import GatewayService, GatewaySettings, plain_text, type_name
+from gateway.server.store import MatchStore
 
 log = logging.getLogger("raycep.gateway")
 

@@ -4,7 +4,7 @@ It owns the query registry (persisted), the match store (bounded) and the routin
 talks to the partition actors, the global actor and the planner through actor handles
 (``actors.handles``: Ray actors, or plain objects in one process). Every method that reaches an
 actor is async. It is the one coordinator between the actors and the planner: it collects the
-actors' statistics, hands them to the planner and installs the plans the planner returns. The HTTP layer (``gateway.http``) is a thin translation of requests to these methods.
+actors' statistics, hands them to the planner and installs the plans the planner returns. The HTTP layer (``gateway.server.http``) is a thin translation of requests to these methods.
 
 A query whose equivalence includes the cluster's key attribute (``[symbol]``) runs on every
 partition actor, each seeing the events of its keys; any other query runs on the global actor,
@@ -43,7 +43,7 @@ class GatewaySettings:
     port: int = 8470
     token: str | None = None
     #: the persisted query registry (None: in memory, lost when the gateway stops); raycep
-    #: serve's default is gateway.registry.default_registry_path()
+    #: serve's default is gateway.server.registry.default_registry_path()
     registry_path: str | None = None
     match_capacity: int = 10_000
     matches_jsonl: str | None = None
