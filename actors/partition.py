@@ -158,6 +158,7 @@ class PartitionWorker:
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
+                "bad": [[p.row, p.field, p.reason] for p in problems],
                 "matches": records, "queued": len(out) - len(records),
                 "outbox": len(box) if box is not None else 0,
                 "truncated": self._truncated() - capped0, "redelivered": False}

@@ -189,6 +189,13 @@ def decode_batch(data, errors: str = "raise"):
     return (batch, problems) if errors == "collect" else batch
 
 
+def read_header(data) -> tuple:
+    """``(header map, rows)`` of a batch (its bytes or its unpacked map), the header checked
+    as ``decode_batch`` checks it, the rows not decoded (version 1: the row list; version 2:
+    the Arrow bytes). For a receiver that forwards rows without building events."""
+    return _decode_header(data)
+
+
 def _decode_header(data) -> tuple:
     body = data                           # (already unpacked)
     if isinstance(data, (bytes, bytearray, memoryview)):

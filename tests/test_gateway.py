@@ -575,3 +575,35 @@ def test_a_registration_one_actor_refuses_leaves_nothing_registered(cluster, cli
     assert client.register(PAIR, name="pair") == "pair"          # the name is free again
     keyed = [w for w in workers if "pair" in w.queries()]
     assert len(keyed) == len(workers) - 1                        # partitions, not the global
+
+
+def test_forwarded_rows_report_bad_rows_by_request_index_once(cluster, client):
+    """A msgpack batch of array rows is routed by type and key and forwarded as it came; the
+    actors validate it; a bad row is named by its index in the request, once, also when it
+    went to a partition and to the global actor; the other rows are evaluated as if decoded
+    at the gateway (same ids, same matches as an in-process engine)."""
+    client.register(PAIR, name="pair")
+    client.register(GLOBAL_AC, name="ac")             # A and C also go to the global actor
+    good = stream(60, seed=5)
+    rows = [[e.type, e.ts, e.attrs, e.key, e.id] for e in good]
+    bad = {3: ["A", "soon", {"k": "x", "x": 1}, "x", "bad-ts"],
+           17: ["C", float("nan"), {"k": "y", "x": 2}, "y", "bad-nan"],
+           31: ["A", 40.0, {"k": "x", "x": float("inf")}, "x", "bad-attr"]}
+    for index in sorted(bad):
+        rows.insert(index, bad[index])
+    body = msgpack.packb({"schema_version": 1, "source": "raw", "batch_id": "r1",
+                          "rows": rows}, use_bin_type=True)
+    from unittest import mock
+    with mock.patch("gateway.server.service.decode_batch",
+                    side_effect=AssertionError("decoded at the gateway")):
+        status, _, ack = http("POST", client.address + "/v1/events", body,
+                              {"Content-Type": "application/msgpack"})
+    assert status == 200, ack
+    assert ack["events"] == len(good)
+    assert [r.split(",")[0] for r in ack["bad_rows"]] == ["row 3", "row 17", "row 31"]
+    assert "'ts'" in ack["bad_rows"][0] and "'ts'" in ack["bad_rows"][1]
+    client.advance(end_of(good))
+    want = engine_ids(good, [("pair", PAIR), ("ac", GLOBAL_AC)])
+    for qid in ("pair", "ac"):
+        assert sorted(ids_of(read_all(client, qid))) == sorted(want[qid])
+    assert client.stats()["gateway"]["bad_rows"] == 3

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import orjson
 
 from actors.handles import as_handle
-from actors.routing import GLOBAL, RoutingTable
-from cep.codec import decode_batch, encode_batch
+from actors.routing import GLOBAL, RoutingTable, partition_of
+from cep.codec import decode_batch, encode_batch, encode_rows, read_header
 from cep.compiler import compile_query
 from cep.disorder import check_mode
 from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
@@ -392,9 +392,19 @@ class GatewayService:
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
         """Events from the HTTP API: a msgpack batch (cep.codec: bytes, or with ``batch`` its
         unpacked map) or JSON-like rows (a list of mappings, or ``{"events": [...]}``). Bad
-        rows are reported and skipped."""
+        rows are reported and skipped.
+
+        A version-1 batch of array rows (what ``Client.send`` and producers write) is routed
+        by each row's type and key and forwarded as it came, without building events here:
+        the actors decode and validate each row once, and their bad rows come back named by
+        the row's index in this request."""
         if batch or isinstance(body, (bytes, bytearray)):
-            batch, problems = decode_batch(body, errors="collect")
+            header, rows = read_header(body)
+            if header["schema_version"] == 1:
+                routed = self._route_rows(rows)
+                if routed is not None:
+                    return await self._forward(routed, len(rows), header["source"])
+            batch, problems = decode_batch(header, errors="collect")
             events, source = list(batch.events), batch.source
         else:
             rows = body.get("events") if isinstance(body, dict) else body
@@ -413,6 +423,66 @@ class GatewayService:
         self.bad_rows += len(problems)
         return ack
 
+    def _route_rows(self, rows: list) -> dict | None:
+        """``{target: (rows, their indexes in the request)}`` of wire rows ``[type, ts,
+        attrs, key, id]`` routed as ``RoutingTable.route`` routes their events; None when a
+        row is not such an array with a string type and a map (or no) attrs, or its key
+        cannot be routed (the batch then takes the decoding path, which names the problem)."""
+        table = self.routing
+        n, key_attr, wanted = table.partitions, table.key_attr, table.global_types
+        out: dict = {}
+        places: dict = {}                  # routing key -> partition (hashed once per key)
+        for i, row in enumerate(rows):
+            if row.__class__ is not list or not 2 <= len(row) <= 5:
+                return None
+            etype = row[0]
+            attrs = row[2] if len(row) > 2 else None
+            if etype.__class__ is not str or (attrs is not None and attrs.__class__ is not dict):
+                return None
+            key = row[3] if len(row) > 3 else None
+            if key_attr is not None:
+                value = attrs.get(key_attr) if attrs else None
+                key = key if value is None and key_attr == "key" else value
+            try:
+                target = places.get(key) if key.__class__ is str else None
+                if target is None:
+                    target = partition_of(key, n)
+                    if key.__class__ is str:
+                        places[key] = target
+            except (IngestError, TypeError):
+                return None
+            entry = out.get(target)
+            if entry is None:
+                entry = out[target] = ([], [])
+            entry[0].append(row)
+            entry[1].append(i)
+            if wanted is None or etype in wanted:
+                entry = out.get(GLOBAL)
+                if entry is None:
+                    entry = out[GLOBAL] = ([], [])
+                entry[0].append(row)
+                entry[1].append(i)
+        return out
+
+    async def _forward(self, routed: dict, n_rows: int, source: str) -> dict:
+        """Send the rows of ``_route_rows`` to their actors as they came; the acknowledgement
+        of ``ingest``, bad rows named by their index in the request (once, also when a row
+        went to two actors)."""
+        bid = next(self._batch_ids)
+        payloads = {t: encode_rows(rows, source, f"{self._started}:{bid}:{t}")
+                    for t, (rows, _) in routed.items()}
+        acks = await self._dispatch(payloads)
+        bad: dict = {}
+        for (target, (_, origin)), ack in zip(routed.items(), acks):
+            for row, field, reason in ack.get("bad", ()):
+                index = origin[row] if row is not None and 0 <= row < len(origin) else row
+                bad.setdefault(index, IngestError(reason, index, field))
+        good = n_rows - len(bad)
+        self.events_in += good
+        self.bad_rows += len(bad)
+        return self._merge(list(routed), acks, good, [str(e) for _, e in sorted(
+            bad.items(), key=lambda item: -1 if item[0] is None else item[0])])
+
     async def ingest(self, events: list, source: str = "gateway") -> dict:
         """Route ``events`` to their actors (the same routing Spark jobs use), wait for the
         acknowledgements, and move the resulting matches to the store (and sink): the reply
@@ -421,7 +491,14 @@ class GatewayService:
         to ``settings.overload_wait`` seconds, then OverloadedError (503) is raised."""
         routed = self.routing.route(events)
         bid = next(self._batch_ids)
-        targets = list(routed)
+        acks = await self._dispatch({
+            t: encode_batch(routed[t], source, f"{self._started}:{bid}:{t}") for t in routed})
+        self.events_in += len(events)
+        return self._merge(list(routed), acks, len(events),
+                           [r for a in acks for r in a["bad_rows"]])
+
+    async def _dispatch(self, payloads: dict) -> list:
+        """Send each target its batch, all at once; drain them; their acks, in order."""
         loop = asyncio.get_running_loop()
 
         async def send(target, batch: bytes) -> dict:
@@ -443,19 +520,20 @@ class GatewayService:
                 pause = min(0.5, max(0.01, pause * 2))
                 await self.drain(target)
 
-        acks = await asyncio.gather(*(
-            send(t, encode_batch(routed[t], source, f"{self._started}:{bid}:{t}"))
-            for t in targets))
-        await asyncio.gather(*(self.drain(t) for t in targets))
-        self.events_in += len(events)
-        return {"events": len(events),
+        acks = await asyncio.gather(*(send(t, b) for t, b in payloads.items()))
+        await asyncio.gather(*(self.drain(t) for t in payloads))
+        return acks
+
+    @staticmethod
+    def _merge(targets: list, acks: list, events: int, bad_rows: list) -> dict:
+        return {"events": events,
                 "duplicates": sum(a["duplicates"] for a in acks),
                 "late": sum(a.get("late", 0) for a in acks),
                 "partitions": {str(t): a["events"] for t, a in zip(targets, acks)},
                 "matches": sum(a["queued"] + len(a["matches"]) - a.get("late", 0)
                                for a in acks),
                 "truncated_triggers": sum(a.get("truncated", 0) for a in acks),
-                "bad_rows": [r for a in acks for r in a["bad_rows"]]}
+                "bad_rows": bad_rows}
 
     async def advance(self, watermark: float, force: bool = False) -> dict:
         """Tell every actor no event with ``ts <= watermark`` will come; releases deferred
