@@ -37,6 +37,8 @@ import dataclasses
 
 from cep import ast
 
+_UNSEEN = object()
+
 #: the most partial bindings materialised for one (prefix, trigger); more: evaluated unshared
 LIMIT = 50_000
 #: share a prefix only if evaluating it tests at least this many conditions per binding
@@ -176,14 +178,14 @@ class SharedPrefixes:
         entries = self._entries
         shared = self.shared
         for k, pid in keys:
-            slot = (pid, tid, partition)
-            if slot in entries:
-                prefix = entries[slot]
-                if prefix is not None:
+            if pid in shared:                  # only shared prefixes are materialised
+                slot = (pid, tid, partition)
+                prefix = entries.get(slot, _UNSEEN)
+                if prefix is _UNSEEN:
+                    return k, slot, None
+                if prefix is not None:         # (None: too large for this trigger)
                     self.reused += 1
                     return k, slot, prefix
-            elif pid in shared:
-                return k, slot, None
         asked, tries, settled = self._asked, self._tries, self.settled
         for k, pid in keys:
             if pid in settled:
