@@ -349,23 +349,24 @@ def per_s(n: float, seconds: float) -> float:
 INDEX_FILES = ("cep/index.py", "cep/event.py", "cep/codec.py")
 
 
-def make_worker(queries: list) -> PartitionWorker:
-    worker = PartitionWorker("p0", KEY)
+def make_worker(queries: list, sharing: bool = True) -> PartitionWorker:
+    worker = PartitionWorker("p0", KEY, sharing=sharing)
     for name, text in queries:
         worker.add_query(name, text)
     return worker
 
 
-def run_worker(batches: list, queries: list) -> dict:
-    """Time ``ingest`` of every batch plus the final ``advance(inf)`` on a fresh worker."""
-    worker = make_worker(queries)
+def run_worker(batches: list, queries: list, sharing: bool = True) -> dict:
+    """Time ``ingest`` of every batch plus the final ``advance(inf)`` on a fresh worker
+    (``sharing``: query groups, see cep/groups.py)."""
+    worker = make_worker(queries, sharing)
     matches = 0
     t0 = time.perf_counter()
     for b in batches:
         matches += len(worker.ingest(b)["matches"])
     matches += len(worker.advance(math.inf))
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "matches": matches}
+    return {"seconds": seconds, "matches": matches, "groups": len(worker.engine.groups())}
 
 
 def index_memory(batches: list, queries: list) -> dict:

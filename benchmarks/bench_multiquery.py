@@ -62,6 +62,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.bench_cluster import run_worker   # PartitionWorker ingest + advance, timed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKE_TICKS = os.path.join(ROOT, "examples", "make_ticks.py")
 KEY = "symbol"
@@ -247,13 +249,20 @@ def _cell(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def e2e_table(result: dict) -> list:
+def rows_table(rows: list, rss: bool = False) -> list:
+    """The header and one line per (N, mode) row; ``rss``: with the peak RSS column."""
     lines = [f"{'N':>5} {'mode':>4} {'groups':>6} {'events/s':>10} {'ratio':>7} "
-             f"{'matches':>10} {'seconds':>8} {'peak RSS MB':>11}"]
-    for r in result["rows"]:
+             f"{'matches':>10} {'seconds':>8}" + (f" {'peak RSS MB':>11}" if rss else "")]
+    for r in rows:
         lines.append(f"{r['queries']:>5} {r['mode']:>4} {_cell(r['groups'], 'd'):>6} "
                      f"{r['rate']:>10,.0f} {_cell(r['ratio'], '.3f'):>7} {r['matches']:>10,} "
-                     f"{r['seconds']:>8.3f} {_cell(r['peak_rss_mb'], '.1f'):>11}")
+                     f"{r['seconds']:>8.3f}"
+                     + (f" {_cell(r['peak_rss_mb'], '.1f'):>11}" if rss else ""))
+    return lines
+
+
+def e2e_table(result: dict) -> list:
+    lines = rows_table(result["rows"], rss=True)
     lines.append("ratio: events/s / events/s of the 1-query set with the same mode; groups: "
                  "evaluators (the summary's \"groups\"; - when raycep local does not report it)")
     for n in sorted(result["identical"]):
@@ -277,26 +286,6 @@ def read_ticks(path: str) -> list:
                       {"symbol": row["symbol"], "price": float(row["price"]),
                        "volume": int(row["volume"])}, key=row["symbol"], id=f"t{i}")
                 for i, row in enumerate(csv.DictReader(handle))]
-
-
-def make_worker(queries: list, sharing: bool = True):
-    from actors.partition import PartitionWorker
-    worker = PartitionWorker("p0", KEY, sharing=sharing)
-    for name, text in queries:
-        worker.add_query(name, text)
-    return worker
-
-
-def run_worker(batches: list, queries: list, sharing: bool = True) -> dict:
-    """``ingest`` of every batch plus ``advance(inf)`` on a fresh worker (timed)."""
-    worker = make_worker(queries, sharing)
-    matches = 0
-    t0 = time.perf_counter()
-    for b in batches:
-        matches += len(worker.ingest(b)["matches"])
-    matches += len(worker.advance(math.inf))
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "matches": matches, "groups": len(worker.engine.groups())}
 
 
 def bench_worker(events: list, counts: tuple, repeat: int) -> dict:
@@ -332,12 +321,7 @@ def bench_worker(events: list, counts: tuple, repeat: int) -> dict:
 
 
 def worker_table(result: dict) -> list:
-    lines = [f"{'N':>5} {'mode':>4} {'groups':>6} {'events/s':>10} {'ratio':>7} "
-             f"{'matches':>10} {'seconds':>8}"]
-    for r in result["rows"]:
-        lines.append(f"{r['queries']:>5} {r['mode']:>4} {_cell(r['groups'], 'd'):>6} "
-                     f"{r['rate']:>10,.0f} {_cell(r['ratio'], '.3f'):>7} {r['matches']:>10,} "
-                     f"{r['seconds']:>8.3f}")
+    lines = rows_table(result["rows"])
     for n, same in sorted(result["same_counts"].items()):
         lines.append(f"N={n}: match counts of sharing on and off equal: "
                      f"{'yes' if same else 'no'}")
