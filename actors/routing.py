@@ -55,11 +55,16 @@ def event_key(event, key_attr: str | None = None):
     """The routing key of ``event``: its ``key``, or its ``key_attr`` attribute when given
     (``key_attr="key"`` without such an attribute: the event's ``key``, as ``make_event``
     takes a row's ``key`` field as the partition key)."""
+    return routing_key(event.attrs, event.key, key_attr)
+
+
+def routing_key(attrs, key, key_attr: str | None):
+    """``event_key`` of an event given as its attributes (a map or None) and key."""
     if key_attr is None:
-        return event.key
-    value = event.attrs.get(key_attr)
+        return key
+    value = attrs.get(key_attr) if attrs else None
     if value is None and key_attr == "key":
-        return event.key
+        return key
     return value
 
 
@@ -99,6 +104,38 @@ class RoutingTable:
             out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
             if wanted is None or ev.type in wanted:
                 out.setdefault(GLOBAL, []).append(ev)
+        return out
+
+    def route_rows(self, rows: list) -> dict | None:
+        """``route`` of wire rows ``[type, ts, attrs, key, id]`` (cep.codec) without building
+        events: ``{target: (rows, their indexes in rows)}``; None when a row is not such an
+        array with a string type and a map (or no) attrs, or its key cannot be hashed (the
+        caller then decodes the rows, which names the problem)."""
+        out: dict = {}
+        n, key_attr, wanted = self.partitions, self.key_attr, self.global_types
+        places: dict = {}                  # string key -> partition (hashed once per key)
+        for i, row in enumerate(rows):
+            if row.__class__ is not list or not 2 <= len(row) <= 5:
+                return None
+            etype = row[0]
+            attrs = row[2] if len(row) > 2 else None
+            if etype.__class__ is not str or (attrs is not None and attrs.__class__ is not dict):
+                return None
+            key = routing_key(attrs, row[3] if len(row) > 3 else None, key_attr)
+            target = places.get(key) if key.__class__ is str else None
+            if target is None:
+                try:
+                    target = partition_of(key, n)
+                except (IngestError, TypeError):
+                    return None
+                if key.__class__ is str:
+                    places[key] = target
+            for t in (target, GLOBAL) if wanted is None or etype in wanted else (target,):
+                entry = out.get(t)
+                if entry is None:
+                    entry = out[t] = ([], [])
+                entry[0].append(row)
+                entry[1].append(i)
         return out
 
     def to_dict(self) -> dict:

@@ -68,3 +68,23 @@ def test_split_by_partition_keeps_order_and_uses_key_or_attribute():
     by_attr = split_by_partition(events, 3, key_attr="sym")
     for p, group in by_attr.items():
         assert all(partition_of(e.attrs["sym"], 3) == p for e in group)
+
+
+@pytest.mark.parametrize("key_attr, global_types", [(None, frozenset()), ("sym", {"A"}),
+                                                    ("key", None), ("sym", None)])
+def test_route_rows_routes_wire_rows_as_route_routes_their_events(key_attr, global_types):
+    """RoutingTable.route_rows (the gateway's path, no events built) sends each row where
+    route sends its event, in order; rows it cannot read make it decline (None)."""
+    from actors.routing import RoutingTable
+    table = RoutingTable(3, key_attr, None if global_types is None else frozenset(global_types))
+    events = [Event("AB"[i % 2], float(i), {"sym": f"s{i % 5}", "x": i} if i % 7 else {"x": i},
+                    key=[None, "k1", 2, 2.0, True][i % 5], id=f"e{i}") for i in range(60)]
+    rows = [[e.type, e.ts, e.attrs, e.key, e.id] for e in events]
+    want = table.route(events)
+    got = table.route_rows(rows)
+    assert set(got) == set(want)
+    for target, (routed, indexes) in got.items():
+        assert [events[i] for i in indexes] == want[target]
+        assert routed == [rows[i] for i in indexes]
+    for bad in ({"type": "A", "ts": 1.0}, ["A"], [1, 1.0], ["A", 1.0, [1]]):
+        assert table.route_rows(rows[:3] + [bad]) is None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import orjson
 
 from actors.handles import as_handle
-from actors.routing import GLOBAL, RoutingTable, partition_of
+from actors.routing import GLOBAL, RoutingTable
 from cep.codec import decode_batch, encode_batch, encode_rows, read_header
 from cep.compiler import compile_query
 from cep.disorder import check_mode
@@ -401,7 +401,7 @@ class GatewayService:
         if batch or isinstance(body, (bytes, bytearray)):
             header, rows = read_header(body)
             if header["schema_version"] == 1:
-                routed = self._route_rows(rows)
+                routed = self.routing.route_rows(rows)
                 if routed is not None:
                     return await self._forward(routed, len(rows), header["source"])
             batch, problems = decode_batch(header, errors="collect")
@@ -423,49 +423,8 @@ class GatewayService:
         self.bad_rows += len(problems)
         return ack
 
-    def _route_rows(self, rows: list) -> dict | None:
-        """``{target: (rows, their indexes in the request)}`` of wire rows ``[type, ts,
-        attrs, key, id]`` routed as ``RoutingTable.route`` routes their events; None when a
-        row is not such an array with a string type and a map (or no) attrs, or its key
-        cannot be routed (the batch then takes the decoding path, which names the problem)."""
-        table = self.routing
-        n, key_attr, wanted = table.partitions, table.key_attr, table.global_types
-        out: dict = {}
-        places: dict = {}                  # routing key -> partition (hashed once per key)
-        for i, row in enumerate(rows):
-            if row.__class__ is not list or not 2 <= len(row) <= 5:
-                return None
-            etype = row[0]
-            attrs = row[2] if len(row) > 2 else None
-            if etype.__class__ is not str or (attrs is not None and attrs.__class__ is not dict):
-                return None
-            key = row[3] if len(row) > 3 else None
-            if key_attr is not None:
-                value = attrs.get(key_attr) if attrs else None
-                key = key if value is None and key_attr == "key" else value
-            try:
-                target = places.get(key) if key.__class__ is str else None
-                if target is None:
-                    target = partition_of(key, n)
-                    if key.__class__ is str:
-                        places[key] = target
-            except (IngestError, TypeError):
-                return None
-            entry = out.get(target)
-            if entry is None:
-                entry = out[target] = ([], [])
-            entry[0].append(row)
-            entry[1].append(i)
-            if wanted is None or etype in wanted:
-                entry = out.get(GLOBAL)
-                if entry is None:
-                    entry = out[GLOBAL] = ([], [])
-                entry[0].append(row)
-                entry[1].append(i)
-        return out
-
     async def _forward(self, routed: dict, n_rows: int, source: str) -> dict:
-        """Send the rows of ``_route_rows`` to their actors as they came; the acknowledgement
+        """Send the rows of ``RoutingTable.route_rows`` to their actors as they came; the acknowledgement
         of ``ingest``, bad rows named by their index in the request (once, also when a row
         went to two actors)."""
         bid = next(self._batch_ids)
