@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from bisect import bisect_left
 from itertools import repeat
 from operator import itemgetter
 
@@ -462,8 +461,7 @@ class GroupManager(PatternManager):
                                      conjuncts=tuple(conjuncts))
         if cq is not self.cq:
             self.cq = cq
-            self._steps.clear()
-            self._shared.clear()
+            self._forget_steps()
             self._opaque = {id(cq.conjuncts[k]): ("differs", next(_TOKENS), k)
                             for k in varying} if not self.single else {}
             # a binding waiting for its window was found with the conditions of then: those

@@ -102,6 +102,11 @@ class PatternManager:
                     f"variable exactly once: {sorted(names)}")
         self.order = order
         self.version = self.version + 1 if version is None else version
+        self._forget_steps()
+
+    def _forget_steps(self):
+        """Drop the join steps built for the old order or compiled query (and their shared
+        prefix keys)."""
         self._steps.clear()
         self._shared.clear()
 

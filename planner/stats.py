@@ -161,10 +161,11 @@ class SelectivityTracker:
 
     def sample(self) -> dict:
         """index in cq.conjuncts -> selectivity (only conjuncts measured so far)."""
-        now = [(c.tested, c.passed) for c in self.cq.conjuncts]
-        self.estimator.add({k: t - t0 for k, ((t, _), (t0, _)) in enumerate(zip(now, self._last))},
-                           {k: p - p0 for k, ((_, p), (_, p0)) in enumerate(zip(now, self._last))})
-        self._last = now
+        tested, passed = {}, {}
+        for k, (c, (t0, p0)) in enumerate(zip(self.cq.conjuncts, self._last)):
+            tested[k], passed[k] = c.tested - t0, c.passed - p0
+        self._last = [(c.tested, c.passed) for c in self.cq.conjuncts]
+        self.estimator.add(tested, passed)
         return self.estimator.sample()
 
 
