@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
 from cep.errors import IngestError
 from cep.event import Event, make_event
+from cep.timestamps import event_time
 
 #: the characters Python's str.strip() removes (all of them are below U+3001)
 _PY_SPACE = "".join(ch for ch in map(chr, range(0x3001)) if ch.isspace())
@@ -712,6 +713,32 @@ def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) ->
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def convert_times(table, unit: str, rows=None, first_row: int = 0) -> tuple:
+    """``(table, {position: IngestError})``: ``table`` with its ``ts`` column read in ``unit``
+    (``cep.timestamps.event_time``: ms, us, ns, iso, a strftime pattern) as float seconds, and
+    the errors of the cells that are not valid times (their ``ts`` is null). Timestamp and
+    date columns are left to ``typed_table``; ``unit="s"`` changes nothing."""
+    names = list(table.schema.names)
+    if unit == "s" or "ts" not in names:
+        return table, {}
+    position = names.index("ts")
+    arr = _array(table.column(position))
+    if pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type):
+        return table, {}
+    seconds, errors = [], {}
+    for i, value in enumerate(column_values(arr).values):
+        if value is None or value is _NULL:
+            seconds.append(None)                 # absent: build_events says so
+            continue
+        row = int(rows[i]) if rows is not None else first_row + i
+        try:
+            seconds.append(event_time(value, unit, row))
+        except IngestError as err:
+            errors[i] = err
+            seconds.append(None)
+    return table.set_column(position, "ts", arrow_array(seconds, pa.float64())), errors
+
+
 def _epoch_seconds(arr) -> pa.Array:
     """Timestamps -> float seconds since the epoch, rounded once (as datetime.timestamp())."""
     per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[arr.type.unit]
@@ -720,5 +747,5 @@ def _epoch_seconds(arr) -> pa.Array:
     return arrow_array([None if v is None else v / per_second for v in values], pa.float64())
 
 
-__all__ = ["events_from_table", "build_events", "table_from_events", "typed_column",
+__all__ = ["events_from_table", "build_events", "convert_times", "table_from_events", "typed_column",
            "typed_table", "column_values", "column_from_values", "strip_text", "arrow_array"]

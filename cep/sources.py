@@ -47,6 +47,7 @@ from operator import itemgetter
 
 from cep.errors import IngestError
 from cep.event import make_event
+from cep.timestamps import check_format, event_time
 
 #: file extensions read_events understands
 SUPPORTED_EXTENSIONS = (".csv", ".jsonl", ".ndjson", ".parquet")
@@ -78,7 +79,7 @@ _SOLID = bytes(1 if (33 <= b < 128 and b != ord(",")) or 1 <= b <= 8 or 14 <= b 
                for b in range(256))
 
 
-def read_events(path, key_attr: str | None = None, errors: str = "raise"):
+def read_events(path, key_attr: str | None = None, errors: str = "raise", ts_unit: str = "s"):
     """Events of a .csv / .jsonl / .parquet file, in file order.
 
     ``errors="raise"`` (default): a lazy iterator of Event; the first bad row raises
@@ -86,15 +87,15 @@ def read_events(path, key_attr: str | None = None, errors: str = "raise"):
     ``key_attr`` sets each event's partition key from that attribute (missing -> IngestError).
     """
     if errors == "raise":
-        return iter_events(path, key_attr)
+        return iter_events(path, key_attr, ts_unit=ts_unit)
     if errors == "collect":
         problems: list = []
-        events = list(iter_events(path, key_attr, on_error=problems.append))
+        events = list(iter_events(path, key_attr, on_error=problems.append, ts_unit=ts_unit))
         return events, problems
     raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
 
 
-def iter_events(path, key_attr: str | None = None, on_error=None):
+def iter_events(path, key_attr: str | None = None, on_error=None, ts_unit: str = "s"):
     """Iterator over the events of ``path`` (the file is checked and the libraries its reader
     needs are loaded now; it is read lazily).
 
@@ -102,10 +103,10 @@ def iter_events(path, key_attr: str | None = None, on_error=None):
     is None. Errors that concern the whole file (unreadable, unsupported extension, missing
     CSV column, not Parquet) always raise.
     """
-    return chain.from_iterable(iter_event_runs(path, key_attr, on_error))
+    return chain.from_iterable(iter_event_runs(path, key_attr, on_error, ts_unit))
 
 
-def iter_event_runs(path, key_attr: str | None = None, on_error=None):
+def iter_event_runs(path, key_attr: str | None = None, on_error=None, ts_unit: str = "s"):
     """``iter_events`` as lists of consecutive events (the events of a block of the file
     between two bad rows): the same events, checks and errors, without a Python step per
     event (``raycep local`` hands the engine such lists)."""
@@ -126,10 +127,10 @@ def iter_event_runs(path, key_attr: str | None = None, on_error=None):
         raise _file_error(path, "events path is a directory, not a file")
     if reader is _parquet_chunks or os.path.getsize(path) > ROW_READ_BYTES:
         import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
-    return _event_runs(path, reader, key_attr, on_error)
+    return _event_runs(path, reader, key_attr, on_error, check_format(ts_unit))
 
 
-def _event_runs(path: str, reader, key_attr, on_error):
+def _event_runs(path: str, reader, key_attr, on_error, ts_unit):
     """Lists of the events of each chunk, with the chunk's bad rows reported in line order."""
     unit = "row" if reader is _parquet_chunks else "line"
     try:
@@ -137,7 +138,7 @@ def _event_runs(path: str, reader, key_attr, on_error):
     except OSError as exc:
         raise _file_error(path, f"cannot open events file: {exc.strerror or exc}") from None
     with handle:
-        chunks = reader(path, handle, key_attr)
+        chunks = reader(path, handle, key_attr, ts_unit)
         while True:
             try:
                 chunk = next(chunks)
@@ -213,7 +214,7 @@ def _count_lines(data: bytes) -> int:
 
 # --------------------------------------------------------------------------- CSV
 
-def _csv_chunks(path: str, handle, key_attr):
+def _csv_chunks(path: str, handle, key_attr, ts_unit):
     """``(events, their line numbers, [(line, IngestError)])`` per block of a CSV file."""
     by_rows = _small(handle)
     blocks = _blocks(path, handle)
@@ -244,7 +245,7 @@ def _csv_chunks(path: str, handle, key_attr):
         if by_rows:
             if records is None:
                 records = _QuotedRecords(data, first, blocks)
-            yield _row_events(header, *records.records(len(header)), key_attr)
+            yield _row_events(header, *records.records(len(header)), key_attr, ts_unit)
             pending = records.rest
             continue
         if records is None and _simple(data):
@@ -254,7 +255,7 @@ def _csv_chunks(path: str, handle, key_attr):
                 records = _QuotedRecords(data, first, blocks)
             cells, lines, problems = records.split(len(header))
             pending = records.rest
-        yield _column_events(header, cells, lines, problems, key_attr)
+        yield _column_events(header, cells, lines, problems, key_attr, ts_unit)
     if header is None:
         raise _file_error(path, "empty CSV file: expected a header row with columns "
                                 "'type' and 'ts'", row=1)
@@ -268,13 +269,14 @@ def _small(handle) -> bool:
         return False
 
 
-def _column_events(header: list, cells: list, lines, problems: list, key_attr) -> tuple:
+def _column_events(header: list, cells: list, lines, problems: list, key_attr, ts_unit) -> tuple:
     """``(events, line numbers, problems)`` of CSV records given as columns of text."""
     import numpy as np
     import pyarrow as pa
-    from cep.columns import build_events, typed_table
-    table = typed_table(pa.Table.from_arrays(cells, names=header), empty_absent=True)
-    events, bad = build_events(table, key_attr, rows=lines)
+    from cep.columns import build_events, convert_times, typed_table
+    table, wrong = convert_times(pa.Table.from_arrays(cells, names=header), ts_unit, lines)
+    events, bad = build_events(typed_table(table, empty_absent=True), key_attr, rows=lines)
+    bad = [(p, wrong.get(p, err)) for p, err in bad]
     if bad:
         problems = sorted(problems + [(int(lines[p]), err) for p, err in bad],
                           key=lambda item: item[0])
@@ -282,7 +284,8 @@ def _column_events(header: list, cells: list, lines, problems: list, key_attr) -
     return events, lines, problems
 
 
-def _row_events(header: list, records: list, lines: list, problems: list, key_attr) -> tuple:
+def _row_events(header: list, records: list, lines: list, problems: list, key_attr,
+                ts_unit) -> tuple:
     """``(events, line numbers, problems)`` of CSV records typed cell by cell: an empty cell
     is absent, ``type``/``ts``/``id`` are stripped text, other cells go through parse_cell."""
     roles = [name in ("type", "ts", "id") for name in header]
@@ -300,6 +303,8 @@ def _row_events(header: list, records: list, lines: list, problems: list, key_at
                         value = typed[cell] = parse_cell(cell)
                     row[name] = value
         try:
+            if ts_unit != "s" and "ts" in row:
+                row["ts"] = event_time(row["ts"], ts_unit, line)
             events.append(make_event(row, line, key_attr))
             numbers.append(line)
         except IngestError as err:
@@ -467,7 +472,7 @@ class _QuotedRecords:
 
 # --------------------------------------------------------------------------- JSON Lines
 
-def _jsonl_chunks(path: str, handle, key_attr):
+def _jsonl_chunks(path: str, handle, key_attr, ts_unit):
     """``(events, their line numbers, [(line, IngestError)])`` per block of a JSONL file."""
     import orjson
     loads = orjson.loads
@@ -499,7 +504,7 @@ def _jsonl_chunks(path: str, handle, key_attr):
                     f"expected a JSON object, got {_json_kind(row)}", number)))
         events, lines_of_events = [], []
         for start, stop in _runs(rows):
-            _json_events(rows[start:stop], numbers[start:stop], key_attr, events,
+            _json_events(rows[start:stop], numbers[start:stop], key_attr, ts_unit, events,
                          lines_of_events, problems, run)
         problems.sort(key=lambda item: item[0])
         yield events, lines_of_events, problems
@@ -519,15 +524,17 @@ def _runs(rows: list):
         yield start, len(rows)
 
 
-def _json_events(rows, numbers, key_attr, events, lines, problems, run) -> None:
+def _json_events(rows, numbers, key_attr, ts_unit, events, lines, problems, run) -> None:
     """The events of a run of JSON objects with the same fields: built from columns when the
     run is ``run`` rows or longer (cep.columns), else (or if ``run`` is None) row by row with
     make_event."""
     if run is not None and len(rows) >= run:
         table = _json_table(rows)
         if table is not None:
-            from cep.columns import build_events
+            from cep.columns import build_events, convert_times
+            table, wrong = convert_times(table, ts_unit, numbers)
             good, bad = build_events(table, key_attr, rows=numbers)
+            bad = [(p, wrong.get(p, err)) for p, err in bad]
             failed = {p for p, _ in bad}
             events.extend(good)
             lines.extend(n for p, n in enumerate(numbers) if p not in failed)
@@ -535,6 +542,8 @@ def _json_events(rows, numbers, key_attr, events, lines, problems, run) -> None:
             return
     for row, number in zip(rows, numbers):
         try:
+            if ts_unit != "s" and row.get("ts") is not None:
+                row["ts"] = event_time(row["ts"], ts_unit, number)
             events.append(make_event(row, number, key_attr))
             lines.append(number)
         except IngestError as err:
@@ -582,13 +591,13 @@ def _json_row(line: bytes, number: int):
 
 # --------------------------------------------------------------------------- Parquet
 
-def _parquet_chunks(path: str, handle, key_attr):
+def _parquet_chunks(path: str, handle, key_attr, ts_unit):
     """``(events, their row numbers, [(row, IngestError)])`` per record batch of a Parquet
     file."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from cep.columns import build_events, typed_table
+    from cep.columns import build_events, convert_times, typed_table
     try:
         parquet = pq.ParquetFile(handle)
     except (pa.ArrowException, ValueError, OSError) as exc:
@@ -602,8 +611,10 @@ def _parquet_chunks(path: str, handle, key_attr):
     row = 1
     try:
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            table = typed_table(pa.Table.from_batches([batch]), empty_absent=False)
-            events, bad = build_events(table, key_attr, first_row=row)
+            table, wrong = convert_times(pa.Table.from_batches([batch]), ts_unit, first_row=row)
+            events, bad = build_events(typed_table(table, empty_absent=False), key_attr,
+                                       first_row=row)
+            bad = [(p, wrong.get(p, err)) for p, err in bad]
             numbers = np.arange(row, row + batch.num_rows, dtype=np.int64)
             if bad:
                 numbers = np.delete(numbers, [p for p, _ in bad])
@@ -650,8 +661,8 @@ def _file_error(path: str, message: str, row: int | None = None,
 
 def _located(path: str, line: int, err: IngestError, unit: str = "line") -> IngestError:
     """Re-issue a row error with the file and line (Parquet: row) number."""
-    located = IngestError(f"{err.reason} (file {path}, {unit} {line})", line, err.field)
-    located.path = path
+    located = IngestError(f"{err.reason} (file {path}, {unit} {line})", field=err.field)
+    located.row, located.path = line, path            # named once, in the file's terms
     return located
 
 

@@ -36,8 +36,9 @@ from cep.arrow import true_mask
 from cep.columns import dense_union, strip_text, typed_column
 from cep.errors import CepError, IngestError
 from cep.event import derive_id
+from cep.timestamps import TS_UNITS, event_time
 from spark_ingest.dead_letters import dead_record
-from spark_ingest.mapping import RESERVED, TS_UNITS, EventMapping
+from spark_ingest.mapping import RESERVED, EventMapping
 
 #: value kinds of a typed column (int, float, bool, text), their Arrow types and the names of
 #: the children of a mixed-kind column on the wire (cep.columns: a dense union)
@@ -641,7 +642,7 @@ def _epoch_seconds(col):
 
 def _reference_ts(mapping: EventMapping, value):
     try:
-        return mapping._ts(value, None)
+        return event_time(value, mapping.ts_unit)
     except IngestError:
         return None
 

@@ -41,10 +41,11 @@ from actors.handles import (NAMESPACE, actor_name, connect_ray, connected_addres
 from actors.producer import Lane
 from actors.routing import GLOBAL, RoutingTable
 from cep.errors import CepError, IngestError, OverloadedError
+from cep.timestamps import TS_UNITS
 from spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
                                    category_of, encode_chunk)
 from spark_ingest.dead_letters import Locator, local_path
-from spark_ingest.mapping import TS_UNITS, EventMapping
+from spark_ingest.mapping import EventMapping
 
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse

@@ -8,20 +8,14 @@ same event ids, hence the same match ids, whichever path it takes.
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from dataclasses import dataclass
 
 from cep.errors import IngestError
 from cep.event import Event, make_event
 from cep.sources import parse_cell
+from cep.timestamps import check_format, epoch, event_time
 
-#: units of a numeric event-time column: how many of them make a second. Dividing (not
-#: multiplying by 1e-3 ...) is correctly rounded: 9 ms is 0.009 s, not 0.009000000000000001,
-#: so a file in ms gives the same event times (hence ids) as the same file in seconds.
-TS_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 RESERVED = ("type", "ts", "id", "key", "attrs")
-_INT = re.compile(r"[+-]?\d+")
 
 
 @dataclass(frozen=True)
@@ -52,10 +46,7 @@ class EventMapping:
         if (self.type_column is None) == (self.type_constant is None):
             raise IngestError("give exactly one of a type column or a constant event type",
                               field="type")
-        if self.ts_unit not in TS_UNITS and self.ts_unit != "iso" and "%" not in self.ts_unit:
-            raise IngestError(f"unknown event-time unit {self.ts_unit!r}: use s, ms, us, ns, "
-                              f"iso or a strftime pattern such as '%Y-%m-%d %H:%M:%S'",
-                              field="ts")
+        check_format(self.ts_unit)
         if self.attributes is not None:
             object.__setattr__(self, "attributes", tuple(self.attributes))
 
@@ -82,7 +73,7 @@ class EventMapping:
                 raise IngestError(f"event type must be text, got {etype!r}", index,
                                   self.type_column)
             out["type"] = etype
-        out["ts"] = self._ts(row.get(self.ts_column), index)
+        out["ts"] = event_time(row.get(self.ts_column), self.ts_unit, index, self.ts_column)
         id_column = self.id_column if self.id_column is not None else "id"
         if row.get(id_column) is not None:
             out["id"] = _text(row[id_column])         # as raycep local reads an id column
@@ -107,35 +98,11 @@ class EventMapping:
                 out[name] = value                     # a "key" column: as in make_event
         return make_event(out, index, self.key_column)
 
-    def _ts(self, value, index):
-        if value is None or value == "":
-            raise IngestError("missing event time", index, self.ts_column)
-        unit = self.ts_unit
-        try:
-            if isinstance(value, dt.datetime):
-                return _epoch(value)
-            if isinstance(value, dt.date):
-                return _epoch(dt.datetime(value.year, value.month, value.day))
-            if unit == "iso":
-                return _epoch(dt.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00")))
-            if "%" in unit:
-                return _epoch(dt.datetime.strptime(str(value).strip(), unit))
-            if isinstance(value, bool):
-                raise ValueError("a boolean is not a time")
-            ts = _number(value) / TS_UNITS[unit]
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise IngestError(f"event time {value!r} is not valid for format {unit!r}: {exc}",
-                              index, self.ts_column) from None
-        if not math.isfinite(ts):
-            raise IngestError(f"event time must be finite, got {value!r}", index,
-                              self.ts_column)
-        return ts
-
     def _value(self, value, index, name):
         if isinstance(value, str):
             return parse_cell(value) if self.typed_strings else value
         if isinstance(value, dt.datetime):
-            return _epoch(value)
+            return epoch(value)
         if isinstance(value, (dt.date, dt.time)):
             return value.isoformat()
         if isinstance(value, (bool, int, float, list, dict)):
@@ -149,24 +116,5 @@ class EventMapping:
                               name) from None
 
 
-def _number(value):
-    """An int when the value is integral text or an int (exact, also for ns since 1970),
-    else a float."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if _INT.fullmatch(text):
-            return int(text)
-        return float(text)
-    return float(value)
-
-
 def _text(value):
     return value.strip() if isinstance(value, str) else value
-
-
-def _epoch(value: dt.datetime) -> float:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return value.timestamp()

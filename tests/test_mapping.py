@@ -134,7 +134,7 @@ def test_invalid_time_names_the_column(unit, value):
 
 
 def test_unknown_unit():
-    with pytest.raises(IngestError, match="unknown event-time unit 'minutes'"):
+    with pytest.raises(IngestError, match="unknown event-time format 'minutes'"):
         EventMapping(ts_unit="minutes")
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 from cep.errors import IngestError
+from cep.timestamps import FORMAT_HELP
 from gateway.cli.common import add_gateway_arguments, client_for, err, note, require
 
 
@@ -29,7 +30,7 @@ def add_parser(commands) -> None:
                         help="one event type for every row (instead of --type-column)")
     ingest.add_argument("--ts-column", default="ts", metavar="COL")
     ingest.add_argument("--ts-format", default="s", metavar="UNIT",
-                        help="s, ms, us, ns (numbers), iso, or a strftime pattern (default s)")
+                        help=f"how the ts column is written: {FORMAT_HELP.replace('%', '%%')} (default s)")
     ingest.add_argument("--key", default=None, metavar="COL",
                         help="partition key column (default: the gateway's key attribute)")
     ingest.add_argument("--id-column", default=None, metavar="COL")

@@ -20,6 +20,7 @@ import time
 from cep.errors import CepError, IngestError
 from cep.output import MatchLines
 from cep.sources import SUPPORTED_EXTENSIONS, iter_event_runs
+from cep.timestamps import FORMAT_HELP, check_format
 from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params)
 
@@ -41,6 +42,9 @@ def add_parser(commands) -> None:
                        help=f"events file ({', '.join(SUPPORTED_EXTENSIONS)})")
     local.add_argument("--key", metavar="ATTR", default=None,
                        help="partition key attribute (e.g. symbol)")
+    local.add_argument("--ts-format", default="s", metavar="UNIT",
+                       help=f"how the ts column is written: {FORMAT_HELP.replace('%', '%%')} (default s; as "
+                            f"raycep ingest --ts-format)")
     local.add_argument("--out", "-o", metavar="FILE", default=None,
                        help="write matches to this JSON-lines file (default: stdout)")
     local.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
@@ -84,6 +88,10 @@ def run_local(args) -> int:
     if args.check_every < 1:
         raise UsageError("error: --check-every must be at least 1")
     try:
+        check_format(args.ts_format)
+    except CepError as exc:
+        raise UsageError(f"error: --ts-format: {exc}") from None
+    try:
         settings_for(args.planner)
     except CepError as exc:
         raise UsageError(f"error: --planner: {exc}") from None
@@ -101,7 +109,7 @@ def run_local(args) -> int:
 
     bad = BadRows()
     runs = iter_event_runs(args.events, key_attr=args.key,
-                           on_error=bad if args.skip_bad_rows else None)
+                           on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
     out, close = _open_output(args.out, binary=True)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # the run allocates millions of short-lived acyclic objects (events, matches): the cyclic
