@@ -15,7 +15,7 @@ from cep.errors import PlanningError
 from planner.adaptive import AdaptationSettings, AdaptivePolicy
 from planner.algorithms import ALGORITHMS
 from planner.plan import TREE_NFA
-from planner.stats import RateTracker, SelectivityTracker, Statistics
+from planner.stats import RateTracker, SelectivityTracker, Statistics, per_key
 
 ADAPTIVE = "adaptive"
 
@@ -114,8 +114,7 @@ class PlannedEngine:
         rates = self.rates.rates()
         manager = self.engine.evaluators[name]
         if manager.partitioned:
-            parts = max(1, self.engine.index.partitions())
-            rates = {t: r / parts for t, r in rates.items()}
+            rates = per_key(rates, self.engine.index.partitions())
         return Statistics(rates, self._selectivity[name].sample())
 
     def replan(self):

@@ -14,7 +14,7 @@ from cep.compiler import compile_query
 from cep.errors import PlanningError
 from planner.adaptive import AdaptationSettings, AdaptivePolicy
 from planner.plan import Plan
-from planner.stats import SelectivityEstimator, Statistics
+from planner.stats import SelectivityEstimator, Statistics, per_key
 
 log = logging.getLogger("raycep.planner")
 
@@ -74,8 +74,8 @@ class PlannerService:
             keys += r["keys"]
             for t, v in r["rates"].items():
                 rates[t] = rates.get(t, 0.0) + v
-        if self._partitioned.get(query) and keys:
-            rates = {t: v / keys for t, v in rates.items()}
+        if self._partitioned.get(query):
+            rates = per_key(rates, keys)
         return Statistics(rates, self._selectivity[query].sample())
 
     # ---------------------------------------------------------------- planning

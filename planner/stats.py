@@ -107,6 +107,14 @@ class RateTracker:
         return {t: n / span for t, n in counts.items()}
 
 
+def per_key(rates: dict, keys: int) -> dict:
+    """Rates of a query evaluated per partition key: the stream's rates over ``keys`` keys
+    (the cost model counts one key's events per window); the one rule of ``raycep local``
+    (keys in its index) and the cluster's planner (keys summed over the actors' reports)."""
+    keys = max(1, int(keys))
+    return {t: r / keys for t, r in rates.items()}
+
+
 class SelectivityEstimator:
     """Selectivity of each conjunct (by index) from tested/passed counts as they arrive, the
     one estimate ``raycep local`` (``SelectivityTracker``) and the cluster's planner
