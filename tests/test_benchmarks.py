@@ -106,3 +106,13 @@ def test_eager_with_two_variables_of_one_type():
     events = generate(DENSE, 1500, seed=4)
     lazy = lazy_keys(text, events)
     assert lazy and eager_keys(q, events) == lazy
+
+
+def test_index_benchmark_runs_both_structures_on_the_same_lookups(capsys):
+    """benchmarks/bench_index.py exits non-zero if TimeBuffer and SortedKeyList disagree."""
+    from benchmarks import bench_index
+    assert bench_index.main(["--events", "5000", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| TimeBuffer (cep.index) |" in out and "| sortedcontainers.SortedKeyList |" in out
+    found = int(out.split("; ")[1].split(" events")[0].replace(",", ""))
+    assert found > 5000 * 100          # each lookup returns a window's worth of events
