@@ -34,11 +34,13 @@ too, so batches refused and sent again are processed in their order.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict, deque
 from itertools import islice
 
 import orjson
 
+from actors.recovery import DurableLog
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
@@ -61,7 +63,9 @@ class PartitionWorker:
                  rate_horizon: float = 60.0, remember_batches: int = 10_000,
                  outbox: bool = False, outbox_capacity: int = 100_000,
                  disorder: DisorderSettings | None = None, mode: str | None = None,
-                 sharing: bool = True):
+                 sharing: bool = True, checkpoint_dir: str | None = None,
+                 checkpoint_every: int = 100_000, checkpoint_seconds: float = 60.0,
+                 fsync: bool = False):
         self.partition = partition
         self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing)
         self._lines = MatchLines()
@@ -77,6 +81,14 @@ class PartitionWorker:
         self.outbox_seq = 0
         self.refused = 0                             # batches refused (outbox over its limit)
         self._refusing = False                       # since the last batch accepted
+        self.recoveries = 0                          # restarts that restored saved state
+        self.recovery: dict | None = None            # the last one: replayed, seconds
+        self._replay = None                          # outputs of a logged change being replayed
+        self.durable = None
+        if checkpoint_dir is not None:
+            self.durable = DurableLog(checkpoint_dir, partition, checkpoint_every,
+                                      checkpoint_seconds, fsync)
+            self._recover()
 
     # ---------------------------------------------------------------- queries
     def add_query(self, name: str, text, params: dict | None = None,
@@ -87,12 +99,14 @@ class PartitionWorker:
         name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode)
         self._reported[name] = [(c.tested, c.passed)
                                 for c in self.engine.managers[name].cq.conjuncts]
+        self._log("add_query", (name, text, params, order, mode))
         return name
 
     def remove_query(self, name: str):
         """Unregister a query; its pending matches are dropped, the other queries are untouched."""
         self.engine.remove_query(name)
         self._reported.pop(name, None)
+        self._log("remove_query", (name,))
 
     def queries(self) -> list:
         return list(self.engine.managers)
@@ -107,6 +121,7 @@ class PartitionWorker:
         if version is not None and version < manager.version:
             return False
         manager.set_order(tuple(order) if order is not None else None, version)
+        self._log("set_plan", (query, order, version))
         return True
 
     # ---------------------------------------------------------------- input
@@ -134,10 +149,11 @@ class PartitionWorker:
                     "bad_rows": [], "matches": [], "queued": 0,
                     "outbox": len(box) if box is not None else 0, "truncated": 0,
                     "redelivered": True}
-        if box is not None and len(box) >= self.outbox_capacity:
+        if box is not None and len(box) >= self.outbox_capacity and not self._replaying:
             self._refuse(f"its match outbox holds {len(box)} undelivered records (limit "
                          f"{self.outbox_capacity})")
-        if after is not None and (decoded.source, after) not in self._recent:
+        if after is not None and (decoded.source, after) not in self._recent \
+                and not self._replaying:
             self._refuse(f"batch {decoded.batch_id!r} of source {decoded.source!r} follows "
                          f"batch {after!r}, which this actor has not accepted")
         self._refusing = False
@@ -155,6 +171,7 @@ class PartitionWorker:
         late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
         out = self._records(matches) + late
         records = self._deliver(out)
+        self._log("ingest", (batch, after), out, len(decoded.events))
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
@@ -182,7 +199,10 @@ class PartitionWorker:
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (later ones are late): the
         matches that waited for it (as records with ids; queued instead with an outbox)."""
-        return self._deliver(self._records(self.engine.advance(watermark)))
+        out = self._records(self.engine.advance(watermark))
+        records = self._deliver(out)
+        self._log("advance", (watermark,), out)
+        return records
 
     def _records(self, matches: list) -> list:
         """Match and retraction records as JSON texts (bytes): ``match_record`` assembled
@@ -194,6 +214,8 @@ class PartitionWorker:
     def _deliver(self, records: list) -> list:
         """Queue ``records`` (JSON texts) in the outbox (returns []; never drops: ``ingest``
         refuses batches while it is full) or hand them back as dicts (no outbox)."""
+        if self._replay is not None:              # the records this change gave before
+            records, self._replay = self._replay, None
         if self.outbox is None:
             return [orjson.loads(r) for r in records]
         seq = self.outbox_seq
@@ -212,6 +234,7 @@ class PartitionWorker:
             self.outbox = deque()
         elif not enabled and self.outbox is not None and not self.outbox:
             self.outbox = None
+        self._log("set_outbox", (enabled, capacity))
 
     def drain(self, ack: int = 0, limit: int = 10_000) -> dict:
         """Forget the outbox records up to sequence number ``ack`` (delivered) and return the
@@ -221,8 +244,10 @@ class PartitionWorker:
         box = self.outbox
         if box is None:
             return {"records": [], "last": ack, "pending": 0}
-        while box and box[0][0] <= ack:
-            box.popleft()
+        if box and box[0][0] <= ack:
+            while box and box[0][0] <= ack:
+                box.popleft()
+            self._log("drain", (ack, 0))
         out = [rec for _, rec in islice(box, limit)]
         last = box[len(out) - 1][0] if out else ack
         return {"records": out, "last": last, "pending": len(box) - len(out)}
@@ -236,7 +261,9 @@ class PartitionWorker:
                    outbox_capacity=self.outbox_capacity, refused_batches=self.refused,
                    plans={name: {"order": list(m.order) if m.order else None,
                                  "version": m.version}
-                          for name, m in self.engine.managers.items()})
+                          for name, m in self.engine.managers.items()},
+                   recoveries=self.recoveries, recovery=self.recovery,
+                   checkpoint=self.durable.stats() if self.durable is not None else None)
         return out
 
     def snapshot(self) -> dict:
@@ -247,23 +274,74 @@ class PartitionWorker:
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
                 "outbox": list(self.outbox) if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
-                "refused": self.refused}
+                "refused": self.refused, "recoveries": self.recoveries}
 
     @classmethod
     def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
         worker = cls(snap["partition"], snap["engine"]["key_attr"], settings,
                      outbox=snap["outbox"] is not None,
                      outbox_capacity=snap.get("outbox_capacity", 100_000))
-        worker.engine = Engine.restore(snap["engine"], settings)
-        worker._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
-        worker.batches, worker.redelivered = snap["batches"], snap["redelivered"]
-        worker.bad_rows = snap["bad_rows"]
-        if snap["outbox"] is not None:
-            worker.outbox.extend(tuple(item) for item in snap["outbox"])
-        worker.outbox_seq, worker.refused = snap["outbox_seq"], snap.get("refused", 0)
-        worker._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]
-                            for name, m in worker.engine.managers.items()}
+        worker._adopt(snap, settings)
         return worker
+
+    def _adopt(self, snap: dict, settings=None) -> None:
+        """Take over the state of a snapshot."""
+        self.engine = Engine.restore(snap["engine"], settings)
+        self._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
+        self.batches, self.redelivered = snap["batches"], snap["redelivered"]
+        self.bad_rows = snap["bad_rows"]
+        self.outbox = deque(tuple(item) for item in snap["outbox"]) \
+            if snap["outbox"] is not None else None
+        self.outbox_seq, self.refused = snap["outbox_seq"], snap.get("refused", 0)
+        self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)
+        self.recoveries = snap.get("recoveries", 0)
+        self._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]
+                          for name, m in self.engine.managers.items()}
+
+    # ---------------------------------------------------------------- durability
+    def _log(self, op: str, args: tuple, outputs=None, events: int = 0) -> None:
+        """Append a change to the write-ahead log (before the caller is answered) and write
+        a checkpoint when one is due (actors/recovery.py)."""
+        if self.durable is None or self._replaying:
+            return
+        self.durable.log(op, args, outputs, events)
+        if self.durable.due():
+            self.checkpoint()
+
+    _replaying = False
+
+    def checkpoint(self) -> dict | None:
+        """Write a checkpoint now (None without a checkpoint directory)."""
+        if self.durable is None:
+            return None
+        return self.durable.checkpoint(self.snapshot())
+
+    def _recover(self) -> None:
+        """Load the checkpoint and replay the log after it: the state of the last answer.
+        A replayed batch or advance yields the records it logged (not recomputed ones), so the
+        outbox's sequence numbers are those the gateway has acknowledged."""
+        started = time.perf_counter()
+        snap, records = self.durable.load()
+        if snap is None and not records:
+            return
+        if snap is not None:
+            self._adopt(snap, self.engine.settings)
+        self._replaying = True
+        try:
+            for _, op, args, outputs in records:
+                if op in ("ingest", "advance"):
+                    self._replay = list(outputs)
+                getattr(self, op)(*args)
+                self._replay = None
+        finally:
+            self._replaying = False
+        self.recoveries += 1
+        self.recovery = {"replayed": len(records), "from_checkpoint": snap is not None,
+                         "seconds": round(time.perf_counter() - started, 3)}
+        log.warning("partition %s: restored %s and replayed %d logged changes in %.3f s",
+                    self.partition, "its checkpoint" if snap is not None else "no checkpoint",
+                    len(records), self.recovery["seconds"])
+        self.checkpoint()                    # the replayed log is now in a checkpoint
 
     def report(self) -> dict:
         """Per query, the statistics since the previous report, as PlannerService.report takes

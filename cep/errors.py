@@ -54,6 +54,10 @@ class IngestError(CepError):
         super().__init__(prefix + message)
 
 
+class RecoveryError(CepError):
+    """Saved state cannot be used: an unreadable checkpoint, or another partition's state."""
+
+
 class EvaluationError(CepError):
     """A failure while evaluating a query that is not the input's fault (a bug or a bad plan)."""
 
