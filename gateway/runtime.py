@@ -16,6 +16,7 @@ from dataclasses import replace
 from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
                             actor_name, connect_ray)
 from actors.partition import PartitionWorker
+from actors.recovery import CheckpointSettings, claim
 from actors.routing import GLOBAL
 from cep.disorder import DisorderSettings, check_mode
 from gateway.server.http import GatewayServer
@@ -27,7 +28,7 @@ class RayCluster:
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
                  num_cpus: int | None = None, disorder: DisorderSettings | None = None,
-                 mode: str | None = None):
+                 mode: str | None = None, checkpoint: CheckpointSettings | None = None):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
@@ -36,6 +37,7 @@ class RayCluster:
         self.settings = settings
         self.address = address
         self.num_cpus = num_cpus
+        self.checkpoint = checkpoint
         self.handles: dict = {}           # routing target -> RayHandle of its actor
         self.planner = None               # RayHandle
         self.gateway = None               # RayHandle
@@ -47,14 +49,25 @@ class RayCluster:
         self._owns_ray = connect_ray(
             self.address, include_dashboard=False, log_to_driver=False,
             num_cpus=self.num_cpus if not self.address else None, configure_logging=False)
+        if self.checkpoint is not None:
+            claim(self.checkpoint.directory, self.partitions, self.key_attr)
+        durable = self.checkpoint.worker_options() if self.checkpoint is not None else {}
+        # with saved state an actor that dies comes back (Ray re-runs its constructor, which
+        # restores the checkpoint and replays the log) and the calls made meanwhile are
+        # retried on it (batch ids make them idempotent); without, it stays dead and callers
+        # get UnavailableError rather than an actor that silently lost its queries and events
+        restarts = {"max_restarts": -1, "max_task_retries": -1} if durable else {}
         Worker = actor_class(PartitionWorker, num_cpus=0)
         for t in list(range(self.partitions)) + [GLOBAL]:
             self.handles[t] = RayHandle(Worker.options(
-                name=actor_name(t), namespace=NAMESPACE, get_if_exists=True).remote(
+                name=actor_name(t), namespace=NAMESPACE, get_if_exists=True, **restarts).remote(
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
-                disorder=self.disorder, mode=self.mode))
+                disorder=self.disorder, mode=self.mode, **durable))
+        # the planner's state is soft (statistics, current plans): a restarted planner is
+        # given the queries again by the gateway (GatewayService._converge_planner)
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
-            name=PLANNER, namespace=NAMESPACE, get_if_exists=True).remote())
+            name=PLANNER, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
+            max_task_retries=-1).remote())
         return self.start_gateway()
 
     def start_gateway(self) -> str:
@@ -108,11 +121,16 @@ class InProcessCluster:
 
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(),
-                 disorder: DisorderSettings | None = None, mode: str | None = None):
+                 disorder: DisorderSettings | None = None, mode: str | None = None,
+                 checkpoint: CheckpointSettings | None = None):
         self.key_attr = key_attr
         self.settings = settings
+        if checkpoint is not None:
+            claim(checkpoint.directory, partitions, key_attr)
+        self._worker_args = dict(outbox=True, disorder=disorder, mode=mode,
+                                 **(checkpoint.worker_options() if checkpoint else {}))
         self.workers = {t: PartitionWorker(f"p{t}" if t != GLOBAL else GLOBAL, key_attr,
-                                           outbox=True, disorder=disorder, mode=mode)
+                                           **self._worker_args)
                         for t in list(range(partitions)) + [GLOBAL]}
         self.planner = PlannerService()
         self.server = None
@@ -131,6 +149,18 @@ class InProcessCluster:
                                     LocalHandle(self.planner), self.key_attr, self.settings)
         self.url = self._run(self.server.start())
         return self.url
+
+    def restart_partition(self, target) -> PartitionWorker:
+        """A partition actor crashes and is restarted as Ray restarts it: a new worker from the
+        same arguments (its state from the checkpoint directory) behind the same handle."""
+        async def restart():                 # on the gateway's loop: between two calls
+            worker = PartitionWorker(f"p{target}" if target != GLOBAL else GLOBAL,
+                                     self.key_attr, **self._worker_args)
+            self.workers[target] = worker
+            if self.server is not None:
+                self.server.service.targets[target].obj = worker
+            return worker
+        return self._run(restart())
 
     def restart_gateway(self) -> str:
         port = int(self.url.rsplit(":", 1)[1])

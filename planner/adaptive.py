@@ -39,8 +39,10 @@ class AdaptationSettings:
 class AdaptivePolicy:
     """The plan of one query and the statistics it was built with."""
 
-    def __init__(self, cq: CompiledQuery, name: str, settings: AdaptationSettings):
+    def __init__(self, cq: CompiledQuery, name: str, settings: AdaptationSettings,
+                 first_version: int = 1):
         self.cq = cq
+        self.first_version = first_version   # > 1: plans of an earlier planner are installed
         self.name = name
         self.settings = settings
         self.plan: Plan | None = None
@@ -52,7 +54,8 @@ class AdaptivePolicy:
         """A new plan to install, or None to keep the current one."""
         s = self.settings
         if self.plan is None:
-            self.plan = make_plan(self.cq, stats, s.algorithm, s.alpha, version=1, name=self.name)
+            self.plan = make_plan(self.cq, stats, s.algorithm, s.alpha,
+                                  version=self.first_version, name=self.name)
             self.reference = stats
             return self.plan
         if s.algorithm == TREE_NFA or not s.adaptive:

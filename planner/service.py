@@ -29,14 +29,22 @@ class PlannerService:
 
     # ---------------------------------------------------------------- queries
     def register(self, name: str, query, params: dict | None = None,
-                 settings: AdaptationSettings | None = None, partitioned: bool = False):
-        """Start planning query ``name`` (text or Query AST)."""
+                 settings: AdaptationSettings | None = None, partitioned: bool = False,
+                 first_version: int = 1):
+        """Start planning query ``name`` (text or Query AST). ``first_version``: the version
+        of its first plan (a restarted planner continues after the plans installed before,
+        which the actors would otherwise ignore as older)."""
         if name in self._policies:
             raise PlanningError(f"query {name!r} is already planned")
         cq = compile_query(query, params)
-        self._policies[name] = AdaptivePolicy(cq, name, settings or self.settings)
+        self._policies[name] = AdaptivePolicy(cq, name, settings or self.settings,
+                                              first_version)
         self._partitioned[name] = partitioned
         self._selectivity[name] = SelectivityEstimator()
+
+    def queries(self) -> list:
+        """The queries being planned."""
+        return list(self._policies)
 
     def unregister(self, name: str):
         self._policies.pop(name, None)

@@ -33,6 +33,20 @@ def add_parser(commands) -> None:
                             "$XDG_STATE_HOME/raycep/registry.sqlite, i.e. "
                             "~/.local/state/raycep/registry.sqlite: the same whatever "
                             "directory raycep serve starts in)")
+    serve.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                       help="where the partition actors keep their checkpoints and write-ahead "
+                            "logs, so a crashed actor comes back with its state (default: "
+                            "next to the registry, REGISTRY-checkpoints)")
+    serve.add_argument("--checkpoint-every", type=int, default=100_000, metavar="N",
+                       help="events an actor takes between two checkpoints (default 100000)")
+    serve.add_argument("--checkpoint-seconds", type=float, default=60.0, metavar="S",
+                       help="... or seconds, whichever comes first (default 60)")
+    serve.add_argument("--fsync", action="store_true",
+                       help="sync each logged batch to disk before acknowledging it (survives "
+                            "a machine's power loss, not only a process crash; slower)")
+    serve.add_argument("--no-checkpoints", action="store_true",
+                       help="keep state in memory only: a crashed actor stays down and its "
+                            "events and matches are lost")
     serve.add_argument("--matches-jsonl", default=None, metavar="FILE",
                        help="also append every match to this JSON-lines file")
     serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
@@ -65,6 +79,7 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 def run_serve(args) -> int:
     from gateway.server.registry import default_registry_path
+    from actors.recovery import CheckpointSettings, claim
     from gateway.runtime import RayCluster
     from gateway.server.service import GatewaySettings
     args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
@@ -78,15 +93,31 @@ def run_serve(args) -> int:
         option = str(exc).split(" ", 1)[0]
         err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
         return 2
+    checkpoint = None
+    if not args.no_checkpoints:
+        if args.checkpoint_every < 1 or not args.checkpoint_seconds > 0:
+            err("error: --checkpoint-every must be >= 1 and --checkpoint-seconds > 0")
+            return 2
+        checkpoint = CheckpointSettings(
+            os.path.abspath(args.checkpoint_dir or
+                            os.path.splitext(args.registry)[0] + "-checkpoints"),
+            args.checkpoint_every, args.checkpoint_seconds, args.fsync)
+        try:
+            claim(checkpoint.directory, args.partitions, args.key)
+        except CepError as exc:
+            err(f"error: --checkpoint-dir: {exc}")
+            return 2
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
-                         disorder=disorder_settings(args), mode=args.disorder_mode)
+                         disorder=disorder_settings(args), mode=args.disorder_mode,
+                         checkpoint=checkpoint)
     note(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
     url = cluster.start()
     # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
     # would print a native stack dump instead
     signal.signal(signal.SIGTERM, _terminated)
-    print(f"raycep gateway listening on {url} (registry {args.registry}"
+    print(f"raycep gateway listening on {url} (registry {args.registry}; "
+          f"{'checkpoints in ' + checkpoint.directory if checkpoint else 'no checkpoints'}"
           f"{', token required' if args.token else ''}); Ctrl-C or SIGTERM stops", flush=True)
     try:
         while True:

@@ -162,6 +162,7 @@ class GatewayService:
         self._scopes: dict = {}            # query id -> "keyed" | "global"
         self._types: dict = {}             # query id -> frozenset of types (None: any)
         self._acks = {t: 0 for t in self.targets}
+        self._plan_versions: dict = {}     # query -> latest plan version installed
         self._drain_locks = {t: asyncio.Lock() for t in self.targets}
         self._drain_errors: dict = {}      # target -> last drain error (logged once)
         self._batch_ids = itertools.count(1)
@@ -267,7 +268,8 @@ class GatewayService:
         if self.planner is None:
             return
         try:
-            await self._call("planner", "register", qid, query, params, None, scope == "keyed")
+            await self._call("planner", "register", qid, query, params, None, scope == "keyed",
+                             self._plan_versions.get(qid, 0) + 1)
         except CepError as exc:
             if "already planned" not in str(exc):
                 raise
@@ -595,6 +597,7 @@ class GatewayService:
         unreachable actor is left out of the round (logged); the others go on."""
         if self.planner is None:
             return {}
+        await self._converge_planner()
         targets = list(self.targets)
         reports = await asyncio.gather(*(self._call(t, "report") for t in targets),
                                        return_exceptions=True)
@@ -613,6 +616,20 @@ class GatewayService:
         await self.install_plans(changed)
         return changed
 
+    async def _converge_planner(self) -> None:
+        """Register with the planner the queries it does not know: after a planner restart
+        (its state is statistics and plans, rebuilt from the next reports), its plans then
+        continue after the versions the actors have."""
+        known = set(await self._call("planner", "queries"))
+        missing = [rec for rec in self.registry.all()
+                   if rec.id in self._scopes and rec.id not in known]
+        for rec in missing:
+            await self._plan_register(rec.id, self._parse_one(rec.text), rec.params,
+                                      self._scopes[rec.id])
+        if missing:
+            log.warning("the planner had lost %d queries (restarted?): registered again",
+                        len(missing))
+
     async def install_plans(self, plans: dict) -> None:
         """``set_plan`` on the actors of each query of ``plans`` (``replan``'s result), all at
         once; an actor that fails is logged and does not stop the others."""
@@ -621,6 +638,8 @@ class GatewayService:
         results = await asyncio.gather(*(
             self._call(t, "set_plan", qid, p["order"], p["version"]) for t, qid, p in calls),
             return_exceptions=True)
+        for qid, p in plans.items():
+            self._plan_versions[qid] = max(self._plan_versions.get(qid, 0), p["version"])
         for (target, qid, p), r in zip(calls, results):
             if isinstance(r, BaseException):
                 log.warning("cannot install plan v%s of %s on %s: %s", p["version"], qid,
