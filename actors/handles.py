@@ -96,6 +96,21 @@ class RayHandle:
         import ray
         ray.kill(self.actor)
 
+    def alive(self, method: str, timeout: float = 5.0) -> bool | None:
+        """True when ``method`` (a cheap one) answers, False when the actor is dead for good
+        (killed, crashed and not restarted), None when it is busy or restarting."""
+        import ray
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+        try:
+            ray.get(getattr(self.actor, method).remote(), timeout=timeout)
+            return True
+        except GetTimeoutError:
+            return None
+        except ActorDiedError:
+            return False
+        except RayActorError:             # unavailable: being restarted
+            return None
+
     def __getstate__(self):
         return self.actor
 

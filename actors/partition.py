@@ -34,6 +34,7 @@ too, so batches refused and sent again are processed in their order.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict, deque
 from itertools import islice
@@ -262,7 +263,7 @@ class PartitionWorker:
                    plans={name: {"order": list(m.order) if m.order else None,
                                  "version": m.version}
                           for name, m in self.engine.managers.items()},
-                   recoveries=self.recoveries, recovery=self.recovery,
+                   recoveries=self.recoveries, recovery=self.recovery, pid=os.getpid(),
                    checkpoint=self.durable.stats() if self.durable is not None else None)
         return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import replace
 
 from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
@@ -83,6 +84,27 @@ class RayCluster:
             parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings))
         self.url = self.gateway.get("start")
         return self.url
+
+    def heal(self) -> bool:
+        """Start a new gateway if the gateway actor died (its process was killed, its node
+        lost): on the same registry, port and sink; it re-attaches to the actors and drains
+        what they hold. ``raycep serve`` calls this every second. True when it restarted."""
+        if self.gateway is None or self.gateway.alive("address") is not False:
+            return False
+        import ray
+        port = int(self.url.rsplit(":", 1)[1]) if self.url else self.settings.port
+        self.settings = replace(self.settings, port=port)
+        self.gateway.kill()
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:           # Ray frees a dead actor's name soon after
+            try:
+                ray.get_actor(GATEWAY, namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.1)
+        _wait_until_free(self.settings.host, port)
+        self.start_gateway()
+        return True
 
     def restart_gateway(self) -> str:
         """Kill the gateway actor and start a new one on the same registry (and port, when a
@@ -186,7 +208,6 @@ class InProcessCluster:
 
 def _wait_until_free(host: str, port: int, timeout: float = 10.0):
     import socket
-    import time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:

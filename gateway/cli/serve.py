@@ -120,8 +120,10 @@ def run_serve(args) -> int:
           f"{'checkpoints in ' + checkpoint.directory if checkpoint else 'no checkpoints'}"
           f"{', token required' if args.token else ''}); Ctrl-C or SIGTERM stops", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        while True:                   # the gateway comes back if its actor dies
+            time.sleep(1.0)
+            if cluster.heal():
+                note(f"the gateway had died: a new one listens on {cluster.url}")
     except (KeyboardInterrupt, _Terminated) as exc:
         note(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
     finally:

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -655,6 +656,7 @@ class GatewayService:
         actors = await self._actor_stats(list(self.targets))
         late = self.store.stats(LATE) if LATE in self.store.queries() else {}
         return {"gateway": {"events": self.events_in, "bad_rows": self.bad_rows,
+                            "pid": os.getpid(),
                             "orphan_matches": self.store.orphans,
                             "late_events": late.get("total", 0)},
                 "actors": {str(t): {k: v for k, v in st.items() if k != "queries"}

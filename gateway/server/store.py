@@ -52,6 +52,29 @@ def _line(record: dict) -> str:
         return json.dumps(record, sort_keys=True, default=str) + "\n"
 
 
+#: records of the JSONL sink whose ids the store remembers (read back at start): more than the
+#: records a gateway can have written but not yet acknowledged (a drain page per actor)
+SINK_MEMORY = 200_000
+
+
+def _sink_tail(path: str, count: int) -> list:
+    """Identities of the last ``count`` records of a JSONL sink (a torn last line skipped)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - count * 2048))          # generous: a record is ~0.3-2 KiB
+        lines = f.read().splitlines()[-count:]
+    out = []
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue                                 # a line cut by a crash, or the first
+        if isinstance(record, dict):                 # line read from its middle
+            out.append(_identity(record))
+    return out
+
+
 class MatchStore:
     """Bounded per-query match streams with integer cursors (policy: drop oldest)."""
 
@@ -72,6 +95,13 @@ class MatchStore:
         #: the cursor after which a newly opened stream starts (the gateway passes its start
         #: time in ms x 1000, so cursors keep growing across gateway restarts)
         self.cursor_base = cursor_base
+        # identities of the last SINK_MEMORY records in the sink, read back from its tail when
+        # the gateway starts: a gateway that died between writing records and acknowledging
+        # them to their actor receives them again, and the sink must not hold them twice
+        self._written: deque = deque()
+        self._written_ids: set = set()
+        if jsonl_path is not None and os.path.isfile(jsonl_path):
+            self._remember(_sink_tail(jsonl_path, SINK_MEMORY))
 
     # -- streams -------------------------------------------------------------------------
     def open(self, query: str) -> None:
@@ -110,7 +140,7 @@ class MatchStore:
         for record in records:
             match_id = _identity(record)
             if match_id is not None:
-                if match_id in stream.ids or match_id in seen:
+                if match_id in stream.ids or match_id in seen or match_id in self._written_ids:
                     continue
                 seen.add(match_id)
             cursor += 1
@@ -119,6 +149,8 @@ class MatchStore:
             fresh.append(stored)
         if fresh:
             self._write_sink(fresh)
+            if self.jsonl_path is not None:
+                self._remember(seen)
         stream.duplicates += len(records) - len(fresh)
         if not fresh:
             return 0
@@ -154,6 +186,16 @@ class MatchStore:
             self._sink = open(self.jsonl_path, "a", encoding="utf-8")
         self._sink.write("".join(_line(r) for r in records))
         self._sink.flush()
+
+    def _remember(self, identities) -> None:
+        """Keep the identities of the last SINK_MEMORY records written to the sink."""
+        written, ids = self._written, self._written_ids
+        for identity in identities:
+            if identity is not None and identity not in ids:
+                written.append(identity)
+                ids.add(identity)
+        while len(written) > SINK_MEMORY:
+            ids.discard(written.popleft())
 
     def close_sink(self) -> None:
         """Close the JSONL sink (it reopens in append mode on the next put)."""
