@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -65,12 +66,13 @@ class MatchPage:
 
 class Client:
     def __init__(self, address: str = DEFAULT_ADDRESS, token: str | None = None,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, retry_for: float = 30.0):
         if "://" not in address:
             address = "http://" + address
         self.address = address.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.retry_for = retry_for              # seconds send() retries an unreachable gateway
         self.source = f"client-{os.getpid()}"
         self._run = uuid.uuid4().hex[:12]       # batch ids: <run>:<n>, unique per Client
         self._batches = itertools.count(1)
@@ -165,10 +167,26 @@ class Client:
                 return {"events": 0, "duplicates": 0, "late": 0, "partitions": {},
                         "matches": 0, "truncated_triggers": 0, "bad_rows": bad}
         batch = encode_batch(evs, source or self.source, f"{self._run}:{next(self._batches)}")
-        ack = self._request("POST", "/v1/events", raw=batch)
+        ack = self._send_batch(batch)
         if bad:
             ack["bad_rows"] = bad + list(ack.get("bad_rows", ()))
         return ack
+
+    def _send_batch(self, batch: bytes) -> dict:
+        """POST one batch; while the gateway (or an actor behind it) is unreachable or
+        overloaded, send the same batch again with backoff for up to ``retry_for`` seconds
+        (a restarted gateway or actor recognises it by its id: nothing is applied twice)."""
+        deadline = time.monotonic() + self.retry_for
+        pause = 0.1
+        while True:
+            try:
+                return self._request("POST", "/v1/events", raw=batch)
+            except (UnavailableError, OverloadedError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("client.send: %s; sending the batch again in %.1f s", exc, pause)
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
 
     def advance(self, watermark: float, force: bool = False) -> dict:
         """No event with ``ts <= watermark`` will come: releases deferred matches.
@@ -288,9 +306,11 @@ def _lines(resp, address: str, query: str):
 
 
 def connect(address: str = DEFAULT_ADDRESS, token: str | None = None,
-            timeout: float = 60.0) -> Client:
-    """A client for the gateway at ``address``; checks it answers (and accepts the token)."""
-    client = Client(address, token, timeout)
+            timeout: float = 60.0, retry_for: float = 30.0) -> Client:
+    """A client for the gateway at ``address``; checks it answers (and accepts the token).
+    ``retry_for``: seconds ``send`` keeps retrying a batch while the gateway is unreachable
+    (0: fail at once)."""
+    client = Client(address, token, timeout, retry_for)
     client.health()
     return client
 

@@ -165,3 +165,32 @@ def test_serve_refuses_a_checkpoint_dir_of_another_shape(tmp_path, capsys):
                        str(tmp_path / "ck"), "--partitions", "2", "--port", "0"])
     assert status == 2
     assert "--checkpoint-dir" in capsys.readouterr().err
+
+
+def test_a_batch_sent_again_after_a_gateway_and_actor_restart_is_not_applied_twice(tmp_path):
+    """What Client.send does when its request failed: the same batch (same id) again; the
+    actors recognise it, also after the gateway and a partition actor were restarted."""
+    from cluster_helpers import http
+    _, events = tick_rows(2_000)
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
+                               plan_every=0)
+    cluster = InProcessCluster(2, "symbol", settings, checkpoint=CheckpointSettings(
+        str(tmp_path / "checkpoints"), every_events=500))
+    try:
+        client = connect(cluster.start())
+        for q in QUERIES:
+            client.register(q.text, name=q.name)
+        batch = encode_batch(events, "producer-1", "batch-7")
+        post = {"Content-Type": "application/msgpack"}
+        status, _, first = http("POST", cluster.url + "/v1/events", batch, post)
+        assert status == 200 and first["redelivered"] == 0
+        cluster.restart_partition(0)
+        client = connect(cluster.restart_gateway())
+        status, _, again = http("POST", cluster.url + "/v1/events", batch, post)
+        assert status == 200 and again["redelivered"] == len(first["partitions"]) == 2
+        assert sum(again["partitions"].values()) == 0 and again["matches"] == 0
+        actors = client.stats()["actors"]
+        assert actors["0"]["events"] + actors["1"]["events"] == 2_000
+        assert actors["0"]["recoveries"] == 1
+    finally:
+        cluster.stop()

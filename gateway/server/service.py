@@ -406,10 +406,12 @@ class GatewayService:
             if header["schema_version"] == 1:
                 routed = self.routing.route_rows(rows)
                 if routed is not None:
-                    return await self._forward(routed, len(rows), header["source"])
+                    return await self._forward(routed, len(rows), header["source"],
+                                               header["batch_id"])
             batch, problems = decode_batch(header, errors="collect")
-            events, source = list(batch.events), batch.source
+            events, source, batch_id = list(batch.events), batch.source, batch.batch_id
         else:
+            batch_id = None
             rows = body.get("events") if isinstance(body, dict) else body
             if not isinstance(rows, list):
                 raise IngestError("expected a list of events or {\"events\": [...]}")
@@ -421,17 +423,18 @@ class GatewayService:
                     events.append(make_event(row, i, self.key_attr))
                 except IngestError as exc:
                     problems.append(exc)
-        ack = await self.ingest(events, source)
+        ack = await self.ingest(events, source, batch_id)
         ack["bad_rows"] = [str(p) for p in problems]
         self.bad_rows += len(problems)
         return ack
 
-    async def _forward(self, routed: dict, n_rows: int, source: str) -> dict:
+    async def _forward(self, routed: dict, n_rows: int, source: str,
+                       batch_id: str | None = None) -> dict:
         """Send the rows of ``RoutingTable.route_rows`` to their actors as they came; the acknowledgement
         of ``ingest``, bad rows named by their index in the request (once, also when a row
         went to two actors)."""
-        bid = next(self._batch_ids)
-        payloads = {t: encode_rows(rows, source, f"{self._started}:{bid}:{t}")
+        bid = self._actor_batch_id(batch_id)
+        payloads = {t: encode_rows(rows, source, f"{bid}:{t}")
                     for t, (rows, _) in routed.items()}
         acks = await self._dispatch(payloads)
         bad: dict = {}
@@ -445,16 +448,25 @@ class GatewayService:
         return self._merge(list(routed), acks, good, [str(e) for _, e in sorted(
             bad.items(), key=lambda item: -1 if item[0] is None else item[0])])
 
-    async def ingest(self, events: list, source: str = "gateway") -> dict:
+    def _actor_batch_id(self, batch_id: str | None) -> str:
+        """The id of a request's batches to the actors: from the sender's batch id when it
+        gave one, so a batch sent again (to this or a restarted gateway) is recognised by
+        the actors and not applied twice; else a new one."""
+        if batch_id is not None:
+            return f"b:{batch_id}"
+        return f"{self._started}:{next(self._batch_ids)}"
+
+    async def ingest(self, events: list, source: str = "gateway",
+                     batch_id: str | None = None) -> dict:
         """Route ``events`` to their actors (the same routing Spark jobs use), wait for the
         acknowledgements, and move the resulting matches to the store (and sink): the reply
         comes when every match of the request is there. An actor that refuses its batch
         (backpressure: its match outbox is over its limit) is drained and asked again for up
         to ``settings.overload_wait`` seconds, then OverloadedError (503) is raised."""
         routed = self.routing.route(events)
-        bid = next(self._batch_ids)
+        bid = self._actor_batch_id(batch_id)
         acks = await self._dispatch({
-            t: encode_batch(routed[t], source, f"{self._started}:{bid}:{t}") for t in routed})
+            t: encode_batch(routed[t], source, f"{bid}:{t}") for t in routed})
         self.events_in += len(events)
         return self._merge(list(routed), acks, len(events),
                            [r for a in acks for r in a["bad_rows"]])
@@ -495,6 +507,8 @@ class GatewayService:
                 "matches": sum(a["queued"] + len(a["matches"]) - a.get("late", 0)
                                for a in acks),
                 "truncated_triggers": sum(a.get("truncated", 0) for a in acks),
+                # actors that had this batch already (a retry): they applied nothing again
+                "redelivered": sum(1 for a in acks if a.get("redelivered")),
                 "bad_rows": bad_rows}
 
     async def advance(self, watermark: float, force: bool = False) -> dict:
