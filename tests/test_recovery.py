@@ -194,3 +194,28 @@ def test_a_batch_sent_again_after_a_gateway_and_actor_restart_is_not_applied_twi
         assert actors["0"]["recoveries"] == 1
     finally:
         cluster.stop()
+
+
+def test_a_restarted_planner_gets_the_queries_again_and_its_plans_are_installed(tmp_path):
+    from planner.service import PlannerService
+    rows, _ = tick_rows(3_000)
+    cluster = InProcessCluster(2, "symbol", GatewaySettings(port=0, registry_path=None,
+                                                            plan_every=0))
+    try:
+        client = connect(cluster.start())
+        for q in QUERIES:
+            client.register(q.text, name=q.name)
+        client.send(rows[:1_500])
+        service = cluster.server.service
+        cluster._run(service.plan_round())
+        before = {q["id"]: q["plan"]["version"] for q in client.queries()}
+        assert all(v >= 1 for v in before.values())
+        service.planner.obj = PlannerService()          # the planner restarted: no state
+        client.send(rows[1_500:])
+        installed = cluster._run(service.plan_round())   # registers again, then plans
+        assert set(service.planner.obj.queries()) == {q.name for q in QUERIES}
+        assert installed and all(p["version"] > before[q] for q, p in installed.items())
+        after = {q["id"]: q["plan"]["version"] for q in client.queries()}
+        assert all(after[q] == installed[q]["version"] for q in installed)
+    finally:
+        cluster.stop()
