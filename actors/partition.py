@@ -41,7 +41,7 @@ from itertools import islice
 
 import orjson
 
-from actors.recovery import DurableLog
+from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
 from cep.engine import Engine
@@ -65,7 +65,8 @@ class PartitionWorker:
                  outbox: bool = False, outbox_capacity: int = 100_000,
                  disorder: DisorderSettings | None = None, mode: str | None = None,
                  sharing: bool = True, checkpoint_dir: str | None = None,
-                 checkpoint_every: int = 100_000, checkpoint_seconds: float = 60.0,
+                 checkpoint_every: int = CHECKPOINT_EVERY,
+                 checkpoint_seconds: float = CHECKPOINT_SECONDS,
                  fsync: bool = False):
         self.partition = partition
         self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing)

@@ -36,6 +36,11 @@ _HEAD = struct.Struct("<II")          # payload length, crc32 of the payload
 CHECKPOINT = "checkpoint"
 WAL = "wal"
 MANIFEST = "cluster.json"
+#: default interval between two checkpoints of an actor: events taken, or seconds. The state
+#: written is the windows' contents, not the stream, so a checkpoint is cheap (~15 ms for the
+#: sample queries) and a short interval keeps the log a restarted actor replays short
+CHECKPOINT_EVERY = 20_000
+CHECKPOINT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,8 @@ class CheckpointSettings:
     """Where and how often the partition actors save their state (``raycep serve
     --checkpoint-dir DIR --checkpoint-every N --checkpoint-seconds S --fsync``)."""
     directory: str
-    every_events: int = 100_000
-    every_seconds: float = 60.0
+    every_events: int = CHECKPOINT_EVERY
+    every_seconds: float = CHECKPOINT_SECONDS
     fsync: bool = False
 
     def worker_options(self) -> dict:
@@ -81,8 +86,8 @@ def claim(directory: str, partitions: int, key_attr) -> None:
 class DurableLog:
     """The checkpoint and WAL of one partition under ``directory``."""
 
-    def __init__(self, directory: str, partition: str, every_events: int = 100_000,
-                 every_seconds: float = 60.0, fsync: bool = False):
+    def __init__(self, directory: str, partition: str, every_events: int = CHECKPOINT_EVERY,
+                 every_seconds: float = CHECKPOINT_SECONDS, fsync: bool = False):
         if every_events < 1 or every_seconds <= 0:
             raise ValueError("checkpoint intervals must be positive (events >= 1, seconds > 0)")
         self.directory = os.path.join(os.fspath(directory), str(partition))
@@ -201,4 +206,5 @@ def _sync_directory(path: str) -> None:
         os.close(fd)
 
 
-__all__ = ["CheckpointSettings", "DurableLog", "claim"]
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "CheckpointSettings", "DurableLog",
+           "claim"]

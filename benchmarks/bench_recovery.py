@@ -5,7 +5,7 @@ and the Python client sending generated ticks with the three sample queries.
     python3 -m benchmarks.bench_recovery [--rows 100000] [--batch 2000] [--repeat 2]
 
 * Throughput: the same run without checkpoints (``--no-checkpoints``), with the default
-  interval (100,000 events or 60 s per actor) and with a checkpoint every 10,000 events,
+  interval (20,000 events or 10 s per actor) and with a checkpoint every 5,000 events,
   alternated ``--repeat`` times; events/s is rows / wall time of the sends (each send returns
   when its matches are stored). The actors' checkpoint pauses come from their stats.
 * Recovery: partition actor 0's process is killed with SIGKILL after half the batches; the
@@ -31,8 +31,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = (("no checkpoints", ["--no-checkpoints"]),
-           ("default (100k events / 60 s)", []),
-           ("every 10k events", ["--checkpoint-every", "10000"]))
+           ("default (20k events / 10 s)", []),
+           ("every 5k events", ["--checkpoint-every", "5000"]))
 
 
 def free_port() -> int:

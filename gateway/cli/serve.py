@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 from cep.errors import CepError
 from gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
 
@@ -37,10 +38,12 @@ def add_parser(commands) -> None:
                        help="where the partition actors keep their checkpoints and write-ahead "
                             "logs, so a crashed actor comes back with its state (default: "
                             "next to the registry, REGISTRY-checkpoints)")
-    serve.add_argument("--checkpoint-every", type=int, default=100_000, metavar="N",
-                       help="events an actor takes between two checkpoints (default 100000)")
-    serve.add_argument("--checkpoint-seconds", type=float, default=60.0, metavar="S",
-                       help="... or seconds, whichever comes first (default 60)")
+    serve.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, metavar="N",
+                       help=f"events an actor takes between two checkpoints (default "
+                            f"{CHECKPOINT_EVERY})")
+    serve.add_argument("--checkpoint-seconds", type=float, default=CHECKPOINT_SECONDS,
+                       metavar="S", help=f"... or seconds, whichever comes first (default "
+                                         f"{CHECKPOINT_SECONDS:g})")
     serve.add_argument("--fsync", action="store_true",
                        help="sync each logged batch to disk before acknowledging it (survives "
                             "a machine's power loss, not only a process crash; slower)")
