@@ -129,9 +129,12 @@ class DurableLog:
             while at + _HEAD.size <= len(data):
                 size, crc = _HEAD.unpack_from(data, at)
                 payload = data[at + _HEAD.size:at + _HEAD.size + size]
-                if len(payload) < size or zlib.crc32(payload) != crc:
-                    break                                    # torn by a crash: never answered
-                records.append(pickle.loads(payload))
+                if not size or len(payload) < size or zlib.crc32(payload) != crc:
+                    break                 # torn by a crash (or zeros a file system left after
+                try:                      # a power loss): never answered, cut off
+                    records.append(pickle.loads(payload))
+                except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+                    break
                 at += _HEAD.size + size
             if at < len(data):
                 with open(wal, "r+b") as f:

@@ -435,7 +435,8 @@ class Engine:
         self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
-            "events": list(self.index.events()), "front": self._front,
+            "events": list(self.index.events()), "evicted": self.index.evicted_events(),
+            "front": self._front,
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),
             "settings": self.disorder.settings, "mode": self.mode,
@@ -467,6 +468,7 @@ class Engine:
         engine._reindex()
         for ev in snap["events"]:
             engine.index.insert(ev)
+        engine.index.remember_evicted(snap.get("evicted", ()))
         engine.clock = snap["clock"]
         engine._front = snap["front"]
         engine.disorder.restore(snap["disorder"])

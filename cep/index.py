@@ -419,6 +419,16 @@ class SharedEventIndex:
         eid = ev.id
         return any(e.id == eid for e in buf.range(ev.ts, ev.ts))
 
+    def evicted_events(self) -> list:
+        """The remembered evicted events (lists, oldest first): part of a snapshot, so a
+        restored index still recognises a late copy of one (``seen_before``)."""
+        return list(self._gone)
+
+    def remember_evicted(self, lists) -> None:
+        """Take back ``evicted_events()`` of a snapshot."""
+        self._gone = deque(lists)
+        self._gone_n = sum(map(len, self._gone))
+
     def seen_before(self, ev: Event) -> bool:
         """Whether ``ev`` is buffered or among the remembered evicted events (see
         ``_fingerprint``: by id, or by content for an evicted event whose id was derived).
