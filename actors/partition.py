@@ -268,10 +268,11 @@ class PartitionWorker:
                    checkpoint=self.durable.stats() if self.durable is not None else None)
         return out
 
-    def snapshot(self) -> dict:
+    def snapshot(self, evicted: bool = True) -> dict:
         """The worker's state (engine snapshot, outbox, remembered batch ids, counters), to
-        continue elsewhere with ``PartitionWorker.restore``; picklable."""
-        return {"partition": self.partition, "engine": self.engine.snapshot(),
+        continue elsewhere with ``PartitionWorker.restore``; picklable. ``evicted=False``:
+        without the remembered evicted events (a checkpoint writes them apart)."""
+        return {"partition": self.partition, "engine": self.engine.snapshot(evicted),
                 "recent": list(self._recent), "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
                 "outbox": list(self.outbox) if self.outbox is not None else None,
@@ -316,18 +317,23 @@ class PartitionWorker:
         """Write a checkpoint now (None without a checkpoint directory)."""
         if self.durable is None:
             return None
-        return self.durable.checkpoint(self.snapshot())
+        index = self.engine.index
+        live_from, total = index.evicted_span()
+        _, new = index.evicted_events(self.durable.evicted_written)
+        return self.durable.checkpoint(self.snapshot(evicted=False),
+                                       (live_from, total - len(new), new, total))
 
     def _recover(self) -> None:
         """Load the checkpoint and replay the log after it: the state of the last answer.
         A replayed batch or advance yields the records it logged (not recomputed ones), so the
         outbox's sequence numbers are those the gateway has acknowledged."""
         started = time.perf_counter()
-        snap, records = self.durable.load()
+        snap, records, evicted = self.durable.load()
         if snap is None and not records:
             return
         if snap is not None:
             self._adopt(snap, self.engine.settings)
+            self.engine.index.remember_evicted(*evicted)
         self._replaying = True
         try:
             for _, op, args, outputs in records:

@@ -35,6 +35,7 @@ from cep.errors import RecoveryError
 _HEAD = struct.Struct("<II")          # payload length, crc32 of the payload
 CHECKPOINT = "checkpoint"
 WAL = "wal"
+EVICTED = "evicted"
 MANIFEST = "cluster.json"
 #: default interval between two checkpoints of an actor: events taken, or seconds. The state
 #: written is the windows' contents, not the stream, so a checkpoint is cheap (~15 ms for the
@@ -101,13 +102,15 @@ class DurableLog:
         self.checkpoints = 0
         self.last_checkpoint: dict | None = None   # {"at", "seq", "bytes", "seconds"}
         self.wal_bytes = 0
+        self.evicted_written = 0          # lists of evicted events in the EVICTED file
+        self._evicted_dead = 0            # records in that file (live or not) since rewritten
 
     # ---------------------------------------------------------------- reading
     def load(self) -> tuple:
-        """``(snapshot or None, [(seq, op, args, outputs), ...] to replay)``; a torn last
-        record is cut off the log."""
+        """``(snapshot or None, [(seq, op, args, outputs), ...] to replay, (first number,
+        lists of evicted events) of the snapshot)``; a torn last record is cut off the log."""
         path = os.path.join(self.directory, CHECKPOINT)
-        snap, done = None, 0
+        snap, done, evicted = None, 0, (0, [])
         if os.path.exists(path):
             try:
                 with open(path, "rb") as f:
@@ -118,30 +121,28 @@ class DurableLog:
                 raise RecoveryError(f"{path} holds the state of partition "
                                     f"{stored.get('partition')!r}, not {self.partition!r}")
             snap, done = stored["state"], stored["seq"]
+            evicted = self._load_evicted(*stored.get("evicted", (0, 0)))
             self.last_checkpoint = {"at": stored.get("at"), "seq": done,
                                     "bytes": os.path.getsize(path), "seconds": None}
-        records = []
-        wal = os.path.join(self.directory, WAL)
-        if os.path.exists(wal):
-            with open(wal, "rb") as f:
-                data = f.read()
-            at = 0
-            while at + _HEAD.size <= len(data):
-                size, crc = _HEAD.unpack_from(data, at)
-                payload = data[at + _HEAD.size:at + _HEAD.size + size]
-                if not size or len(payload) < size or zlib.crc32(payload) != crc:
-                    break                 # torn by a crash (or zeros a file system left after
-                try:                      # a power loss): never answered, cut off
-                    records.append(pickle.loads(payload))
-                except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-                    break
-                at += _HEAD.size + size
-            if at < len(data):
-                with open(wal, "r+b") as f:
-                    f.truncate(at)
-            self.wal_bytes = at
+        if snap is None and os.path.exists(os.path.join(self.directory, EVICTED)):
+            os.remove(os.path.join(self.directory, EVICTED))   # of a checkpoint never written
+        records, self.wal_bytes = _read_records(os.path.join(self.directory, WAL), cut=True)
         self.seq = max([done] + [r[0] for r in records])
-        return snap, [r for r in records if r[0] > done]
+        return snap, [r for r in records if r[0] > done], evicted
+
+    def _load_evicted(self, first: int, total: int) -> tuple:
+        """The lists of evicted events numbered ``first`` .. ``total - 1`` from the EVICTED
+        file, which is rewritten to hold just those."""
+        path = os.path.join(self.directory, EVICTED)
+        found, _ = _read_records(path)
+        by_number = {number: events for number, events in found}   # a later write wins
+        lists = [by_number[n] for n in range(first, total) if n in by_number]
+        if len(lists) != total - first:
+            raise RecoveryError(f"{path} lacks evicted events the checkpoint needs "
+                                f"(lists {first}..{total - 1}, found {len(lists)})")
+        self._rewrite_evicted([(first + i, events) for i, events in enumerate(lists)])
+        self.evicted_written = total
+        return first, lists
 
     # ---------------------------------------------------------------- writing
     def log(self, op: str, args: tuple, outputs=None, events: int = 0) -> None:
@@ -149,30 +150,46 @@ class DurableLog:
         if self._wal is None:
             self._wal = open(os.path.join(self.directory, WAL), "ab")
         self.seq += 1
-        payload = pickle.dumps((self.seq, op, args, outputs), protocol=5)
-        self._wal.write(_HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
+        record = _record((self.seq, op, args, outputs))
+        self._wal.write(record)
         self._wal.flush()
         if self.fsync:
             os.fsync(self._wal.fileno())
-        self.wal_bytes += _HEAD.size + len(payload)
+        self.wal_bytes += len(record)
         self.since_events += events
 
     def due(self) -> bool:
         return self.since_events >= self.every_events or \
             (self.wal_bytes and time.monotonic() - self.since >= self.every_seconds)
 
-    def checkpoint(self, state: dict) -> dict:
-        """Write ``state`` as the checkpoint of everything logged so far; start a new log."""
+    def checkpoint(self, state: dict, evicted: tuple = (0, 0, [], 0)) -> dict:
+        """Write ``state`` as the checkpoint of everything logged so far; start a new log.
+        ``evicted``: ``(first live, first new, new lists, total)`` of the engine's remembered
+        evicted events: the lists not written yet are appended to the EVICTED file (so a
+        checkpoint writes the events evicted since the previous one, not all it remembers),
+        and the checkpoint names the span ``first live .. total - 1`` it needs."""
         started = time.perf_counter()
+        live_from, new_from, new, total = evicted
+        if new:
+            with open(os.path.join(self.directory, EVICTED), "ab") as f:
+                f.write(b"".join(_record((new_from + i, events))
+                                 for i, events in enumerate(new)))
+                f.flush()
+                os.fsync(f.fileno())
+            self._evicted_dead += len(new)
+        self.evicted_written = total
         path = os.path.join(self.directory, CHECKPOINT)
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             pickle.dump({"partition": self.partition, "seq": self.seq, "at": time.time(),
-                         "state": state}, f, protocol=5)
+                         "evicted": (live_from, total), "state": state}, f, protocol=5)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _sync_directory(self.directory)
+        if self._evicted_dead > 2 * max(64, total - live_from):   # mostly forgotten lists
+            found, _ = _read_records(os.path.join(self.directory, EVICTED))
+            self._rewrite_evicted([r for r in found if live_from <= r[0] < total])
         if self._wal is not None:
             self._wal.close()
         self._wal = open(os.path.join(self.directory, WAL), "wb")     # the new, empty log
@@ -184,6 +201,15 @@ class DurableLog:
                                 "seconds": round(time.perf_counter() - started, 4)}
         return self.last_checkpoint
 
+    def _rewrite_evicted(self, records: list) -> None:
+        path = os.path.join(self.directory, EVICTED)
+        with open(path + ".tmp", "wb") as f:
+            f.write(b"".join(map(_record, records)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        self._evicted_dead = len(records)
+
     def close(self) -> None:
         if self._wal is not None:
             self._wal.close()
@@ -193,6 +219,37 @@ class DurableLog:
         return {"directory": self.directory, "checkpoints": self.checkpoints,
                 "last_checkpoint": self.last_checkpoint, "wal_bytes": self.wal_bytes,
                 "events_since_checkpoint": self.since_events}
+
+
+def _record(value) -> bytes:
+    """One framed record: payload length, crc32, pickle."""
+    payload = pickle.dumps(value, protocol=5)
+    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _read_records(path: str, cut: bool = False) -> tuple:
+    """``(values, bytes read)`` of the whole records of a file, up to the first torn one (a
+    crash mid-write, or zeros a file system left after a power loss: never answered);
+    ``cut``: the file is truncated there."""
+    if not os.path.exists(path):
+        return [], 0
+    with open(path, "rb") as f:
+        data = f.read()
+    values, at = [], 0
+    while at + _HEAD.size <= len(data):
+        size, crc = _HEAD.unpack_from(data, at)
+        payload = data[at + _HEAD.size:at + _HEAD.size + size]
+        if not size or len(payload) < size or zlib.crc32(payload) != crc:
+            break
+        try:
+            values.append(pickle.loads(payload))
+        except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+            break
+        at += _HEAD.size + size
+    if cut and at < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(at)
+    return values, at
 
 
 def _sync_directory(path: str) -> None:

@@ -430,12 +430,16 @@ class Engine:
                 {"name": m.name, "queries": [m.name], "varying": []}
                 for m in self._evaluators.values()]
 
-    def snapshot(self) -> dict:
-        """Everything needed to continue elsewhere: events, queries, plans, pending matches."""
+    def snapshot(self, evicted: bool = True) -> dict:
+        """Everything needed to continue elsewhere: events, queries, plans, pending matches,
+        and (``evicted``) the remembered evicted events, or only how many lists of them
+        there were (``evicted_lists``: a checkpoint keeps them apart, actors/recovery.py)."""
         self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
-            "events": list(self.index.events()), "evicted": self.index.evicted_events(),
+            "events": list(self.index.events()),
+            "evicted": self.index.evicted_events() if evicted else None,
+            "evicted_lists": self.index.gone_lists,
             "front": self._front,
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),
@@ -468,7 +472,8 @@ class Engine:
         engine._reindex()
         for ev in snap["events"]:
             engine.index.insert(ev)
-        engine.index.remember_evicted(snap.get("evicted", ()))
+        if snap.get("evicted") is not None:
+            engine.index.remember_evicted(*snap["evicted"])
         engine.clock = snap["clock"]
         engine._front = snap["front"]
         engine.disorder.restore(snap["disorder"])

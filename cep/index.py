@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import attrgetter, eq
 
 from cep.event import Event
@@ -258,6 +258,7 @@ class SharedEventIndex:
         self.remember_ids = remember_ids
         self._gone: deque = deque()       # lists of evicted events, oldest first
         self._gone_n = 0
+        self.gone_lists = 0               # lists ever added to _gone (numbers them)
         self.keep_all = True              # also index keyed events under ALL
         self.keep_keys = True             # index keyed events under their key (while some
                                           # query reads per key, or keep_all is off)
@@ -406,6 +407,7 @@ class SharedEventIndex:
         for events in sink:
             self._gone.append(events)
             self._gone_n += len(events)
+        self.gone_lists += len(sink)
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
             self._gone_n -= len(self._gone.popleft())
         return dropped
@@ -419,15 +421,24 @@ class SharedEventIndex:
         eid = ev.id
         return any(e.id == eid for e in buf.range(ev.ts, ev.ts))
 
-    def evicted_events(self) -> list:
-        """The remembered evicted events (lists, oldest first): part of a snapshot, so a
-        restored index still recognises a late copy of one (``seen_before``)."""
-        return list(self._gone)
+    def evicted_events(self, since: int = 0) -> tuple:
+        """``(number of the first, [lists])``: the remembered evicted events (lists of
+        events, oldest first, numbered in the order they were evicted) from list number
+        ``since`` on. Part of a snapshot, so a restored index still recognises a late copy of
+        one (``seen_before``); a checkpoint writes only the lists it has not written yet."""
+        first = self.gone_lists - len(self._gone)
+        skip = max(0, since - first)
+        return max(first, since), list(islice(self._gone, skip, None))
 
-    def remember_evicted(self, lists) -> None:
-        """Take back ``evicted_events()`` of a snapshot."""
+    def evicted_span(self) -> tuple:
+        """``(number of the first remembered list of evicted events, lists ever evicted)``."""
+        return self.gone_lists - len(self._gone), self.gone_lists
+
+    def remember_evicted(self, first: int, lists) -> None:
+        """Take back the evicted events of a snapshot (``evicted_events()``, all of them)."""
         self._gone = deque(lists)
         self._gone_n = sum(map(len, self._gone))
+        self.gone_lists = first + len(self._gone)
 
     def seen_before(self, ev: Event) -> bool:
         """Whether ``ev`` is buffered or among the remembered evicted events (see

@@ -173,15 +173,18 @@ class Client:
         return ack
 
     def _send_batch(self, batch: bytes) -> dict:
-        """POST one batch; while the gateway (or an actor behind it) is unreachable or
-        overloaded, send the same batch again with backoff for up to ``retry_for`` seconds
-        (a restarted gateway or actor recognises it by its id: nothing is applied twice)."""
+        """POST one batch; while the gateway (or an actor behind it) is unreachable, send the
+        same batch again with backoff for up to ``retry_for`` seconds (a restarted gateway or
+        actor recognises it by its id: nothing is applied twice). OverloadedError is raised
+        at once: the gateway has already drained and retried for its ``overload_wait``."""
         deadline = time.monotonic() + self.retry_for
         pause = 0.1
         while True:
             try:
                 return self._request("POST", "/v1/events", raw=batch)
-            except (UnavailableError, OverloadedError) as exc:
+            except OverloadedError:
+                raise
+            except UnavailableError as exc:
                 if time.monotonic() + pause > deadline:
                     raise
                 log.warning("client.send: %s; sending the batch again in %.1f s", exc, pause)

@@ -537,8 +537,13 @@ class GatewayService:
                     f"serve --max-advance-ahead; send force (\"force\": true, "
                     f"client.advance(w, force=True), raycep advance --force) to advance anyway",
                     field="watermark")
-        await asyncio.gather(*(self._call(t, "advance", w) for t in self.targets))
-        moved = sum(await asyncio.gather(*(self.drain(t) for t in self.targets)))
+        async def advance_one(target) -> int:
+            # under the drain lock: the background drain loop cannot move the released
+            # matches in between, so the reply counts them
+            async with self._drain_locks[target]:
+                await self._call(target, "advance", w)
+                return await self._drain_locked(target)
+        moved = sum(await asyncio.gather(*map(advance_one, self.targets)))
         return {"watermark": w, "matches": moved}
 
     # ---------------------------------------------------------------- matches
@@ -547,18 +552,21 @@ class GatewayService:
         number of records moved. A page is acknowledged by the next drain call, after it is
         stored (the last one by a call without records), so the outbox ends empty: what it
         holds is never in the store yet, which is what its limit (backpressure) counts."""
-        moved = 0
         async with self._drain_locks[target]:
-            while True:
-                page = await self._call(target, "drain", self._acks[target],
-                                        self.settings.drain_limit)
-                self.put_matches([orjson.loads(r) for r in page["records"]])
-                moved += len(page["records"])
-                self._acks[target] = page["last"]
-                if not page["pending"]:
-                    if page["records"]:
-                        await self._call(target, "drain", self._acks[target], 0)
-                    return moved
+            return await self._drain_locked(target)
+
+    async def _drain_locked(self, target) -> int:
+        moved = 0
+        while True:
+            page = await self._call(target, "drain", self._acks[target],
+                                    self.settings.drain_limit)
+            self.put_matches([orjson.loads(r) for r in page["records"]])
+            moved += len(page["records"])
+            self._acks[target] = page["last"]
+            if not page["pending"]:
+                if page["records"]:
+                    await self._call(target, "drain", self._acks[target], 0)
+                return moved
 
     async def acknowledge(self):
         """Acknowledge what was stored (a graceful stop), so the next gateway does not receive
