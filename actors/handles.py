@@ -17,6 +17,7 @@ of the cluster's actors are here too (``NAMESPACE``, ``actor_name``, ``PLANNER``
 from __future__ import annotations
 
 from actors.routing import GLOBAL, RoutingTable
+from cep.errors import UnavailableError
 
 #: the Ray namespace of a raycep cluster's named actors
 NAMESPACE = "raycep"
@@ -129,11 +130,18 @@ def as_handle(x):
 
 
 def result(pending, timeout: float | None = None):
-    """The value of a submitted call (``ray.get`` for a Ray ObjectRef)."""
+    """The value of a submitted call (``ray.get`` for a Ray ObjectRef); UnavailableError
+    when it has not come within ``timeout`` seconds (an actor down and not back, or
+    restarting for longer)."""
     if isinstance(pending, Done):
         return pending.result()
     import ray
-    return ray.get(pending, timeout=timeout)
+    from ray.exceptions import GetTimeoutError
+    try:
+        return ray.get(pending, timeout=timeout)
+    except GetTimeoutError:
+        raise UnavailableError(f"an actor did not answer within {timeout:g} s (down, or "
+                               f"restarting for longer)") from None
 
 
 def actor_class(cls, **options):

@@ -41,15 +41,18 @@ class Lane:
     Every batch names its predecessor (``ingest(data, after)``), so when the actor refuses a
     batch (its outbox is full) it refuses the ones behind it too; the lane then sends them all
     again in order after a pause (``backoff`` seconds, doubling up to 1 s), and raises the
-    OverloadedError when the actor still refuses after ``retry_for`` seconds."""
+    OverloadedError when the actor still refuses after ``retry_for`` seconds. A batch the
+    actor does not answer within ``wait_for`` seconds raises UnavailableError (a Ray actor
+    that died is restarted and the batch retried by Ray meanwhile, see gateway/runtime.py)."""
 
     def __init__(self, handle, max_in_flight: int = 8, on_ack=None, retry_for: float = 60.0,
-                 backoff: float = 0.05):
+                 backoff: float = 0.05, wait_for: float = 120.0):
         self.handle = as_handle(handle)
         self.max_in_flight = max(1, max_in_flight)
         self.on_ack = on_ack or (lambda ack: None)
         self.retry_for = retry_for
         self.backoff = backoff
+        self.wait_for = wait_for
         self.refusals = 0                    # refused batches sent again
         self._flight: deque = deque()        # (ref, data, batch_id, after), oldest first
         self._last = None                    # id of the last batch pushed
@@ -74,7 +77,7 @@ class Lane:
         deadline, delay = None, self.backoff
         while True:
             try:
-                ack = _result(self._flight[0][0])
+                ack = _result(self._flight[0][0], self.wait_for)
             except Exception as exc:
                 refused = _overloaded(exc)
                 if refused is None:

@@ -84,3 +84,26 @@ def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling
     for r in records:
         got[r["query"]].add(r["id"])
     assert got == local_ids(events)                      # == raycep local: nothing lost
+
+
+def test_a_batch_an_actor_does_not_answer_in_time_raises_unavailable(ray_session):
+    """The bulk producers' deadline (actors/producer.py Lane ``wait_for``): an actor that
+    does not answer (down and not back) is named as unavailable, not waited for forever."""
+    from actors.handles import RayHandle, actor_class
+    from actors.producer import Lane
+    from cep.errors import UnavailableError
+
+    class Stuck:
+        def ingest(self, data, after=None):
+            time.sleep(30)
+
+    actor = actor_class(Stuck, num_cpus=0).remote()
+    try:
+        lane = Lane(RayHandle(actor), wait_for=0.5)
+        lane.push(b"batch", "b1")
+        started = time.monotonic()
+        with pytest.raises(UnavailableError, match="did not answer within 0.5 s"):
+            lane.flush()
+        assert time.monotonic() - started < 20
+    finally:
+        ray.kill(actor)
