@@ -86,6 +86,7 @@ class PartitionWorker:
         self.recoveries = 0                          # restarts that restored saved state
         self.recovery: dict | None = None            # the last one: replayed, seconds
         self._replay = None                          # outputs of a logged change being replayed
+        self._replaying = False                      # (while recovering: nothing is logged)
         self.durable = None
         if checkpoint_dir is not None:
             self.durable = DurableLog(checkpoint_dir, partition, checkpoint_every,
@@ -310,8 +311,6 @@ class PartitionWorker:
         self.durable.log(op, args, outputs, events)
         if self.durable.due():
             self.checkpoint()
-
-    _replaying = False
 
     def checkpoint(self) -> dict | None:
         """Write a checkpoint now (None without a checkpoint directory)."""
