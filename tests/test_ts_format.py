@@ -118,6 +118,7 @@ def test_seconds_stay_the_default_and_an_unknown_format_is_a_usage_error(capsys,
     path.write_text("type,ts,x\nA,2026-11-23T10:00:01Z,1\n")
     status, _, err = run_local(capsys, "--query", SEQ_AB, "--events", path)
     assert status == 2 and "event time must be a number (seconds)" in err
+    assert "--ts-format iso" in err                      # says how to read such times
     status, _, err = run_local(capsys, "--query", SEQ_AB, "--events", path,
                                "--ts-format", "minutes")
     assert status == 2

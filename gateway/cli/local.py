@@ -209,9 +209,13 @@ def run_local(args) -> int:
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     if stopped is not None:
+        hint = ""
+        if "event time must be a number (seconds), got '" in str(stopped):
+            hint = ("; event times written as dates or in ms: --ts-format iso, ms, or a "
+                    "pattern such as '%Y-%m-%d %H:%M:%S'")
         err(f"bad input: {stopped}; stopped there after {n_events} events (the matches "
              f"found up to there are written; matches still waiting for a window to close "
-             f"are not); --skip-bad-rows skips such rows and goes on")
+             f"are not); --skip-bad-rows skips such rows and goes on{hint}")
         return 2
     return 0
 
