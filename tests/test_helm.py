@@ -45,6 +45,8 @@ VALUE_SETS = {
     "nodeport": {"service": {"type": "NodePort", "port": 80, "nodePort": 30470}},
     "loadbalancer": {"service": {"type": "LoadBalancer", "annotations": {"a/b": "c"}}},
     "no-persistence": {"persistence": {"enabled": False}},
+    "shared-checkpoints": {"checkpoints": {"volume": {"persistentVolumeClaim": {
+        "claimName": "raycep-checkpoints"}}, "mountPath": "/ckpt"}},
     "existing-secret-no-ray-auth": {"gateway": {"existingSecret": "my-token"},
                                     "ray": {"auth": "disabled", "shmSize": ""},
                                     "ingestion": {"enabled": True}},
@@ -257,6 +259,27 @@ def test_defaults(chart):
     assert "kubectl port-forward -n streams svc/cep-raycep 8470:8470" in notes
     assert "from gateway.client import connect" in notes
     assert f"kubectl get secret {FULLNAME} -n {NAMESPACE}" in notes
+
+
+def test_checkpoints_go_to_the_head_volume_or_a_volume_every_pod_mounts(chart):
+    """raycep serve --checkpoint-dir (README "Failures"): by default on the head's data
+    volume; with checkpoints.volume, that volume on the head and every worker, so an actor
+    restarted on another pod finds its state."""
+    objects, _ = render(chart, {})
+    head, _ = head_container(objects)
+    assert env_of(head)["RAYCEP_CHECKPOINT_DIR"] == "/var/lib/raycep/checkpoints"
+    objects, _ = render(chart, VALUE_SETS["shared-checkpoints"])
+    head, head_pod = head_container(objects)
+    assert env_of(head)["RAYCEP_CHECKPOINT_DIR"] == "/ckpt"
+    assert {"name": "checkpoints", "mountPath": "/ckpt"} in head["volumeMounts"]
+    volumes = {v["name"]: v for v in head_pod["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "raycep-checkpoints"
+    for group in one(objects, "RayCluster")["spec"]["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        assert {"name": "checkpoints", "mountPath": "/ckpt"} in pod["containers"][0]["volumeMounts"]
+        assert "checkpoints" in {v["name"] for v in pod["volumes"]}
+    script = (CHART / "files" / "start-head.sh").read_text()
+    assert '--checkpoint-dir "${RAYCEP_CHECKPOINT_DIR:-' in script
 
 
 def test_disorder_settings_reach_raycep_serve(chart):

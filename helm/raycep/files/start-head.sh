@@ -17,7 +17,7 @@ done
 serve=(raycep serve --address auto --host 0.0.0.0 --port "$RAYCEP_PORT"
        --partitions "$RAYCEP_PARTITIONS" --match-capacity "$RAYCEP_MATCH_CAPACITY"
        --registry "$RAYCEP_DATA_DIR/registry.sqlite"
-       --checkpoint-dir "$RAYCEP_DATA_DIR/checkpoints"
+       --checkpoint-dir "${RAYCEP_CHECKPOINT_DIR:-$RAYCEP_DATA_DIR/checkpoints}"
        --disorder-mode "${RAYCEP_DISORDER_MODE:-optimistic}" --slack "${RAYCEP_SLACK:-0}"
        --alpha "${RAYCEP_ALPHA:-2.5}")
 [ -n "${RAYCEP_KEY:-}" ] && serve+=(--key "$RAYCEP_KEY")

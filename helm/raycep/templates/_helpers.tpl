@@ -138,6 +138,10 @@ affinity:
 - name: ingest-data
   {{- toYaml .Values.ingestion.dataVolume | nindent 2 }}
 {{- end }}
+{{- if .Values.checkpoints.volume }}
+- name: checkpoints
+  {{- toYaml .Values.checkpoints.volume | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{- define "raycep.rayMounts" -}}
@@ -150,4 +154,17 @@ affinity:
   mountPath: {{ .Values.ingestion.mountPath }}
   readOnly: true
 {{- end }}
+{{- if .Values.checkpoints.volume }}
+- name: checkpoints
+  mountPath: {{ .Values.checkpoints.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/* The actors' checkpoint directory (raycep serve --checkpoint-dir) */}}
+{{- define "raycep.checkpointDir" -}}
+{{- if .Values.checkpoints.volume -}}
+{{ .Values.checkpoints.mountPath }}
+{{- else -}}
+{{ include "raycep.dataDir" . }}/checkpoints
+{{- end -}}
 {{- end }}
