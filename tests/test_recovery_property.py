@@ -53,7 +53,7 @@ from cep.parser import parse_query
 
 from strategies import events_text, queries, query_and_stream, query_text
 from test_disorder import disorder, max_delay_of
-from test_sharing import variant_sets
+from test_sharing import Member, variant_sets
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 MODES = ("optimistic", "pessimistic")
@@ -62,16 +62,9 @@ PARTITION = "p0"
 
 # =========================================================================== drawing
 
-@dataclasses.dataclass
-class Member:
-    name: str
-    query: A.Query
-    params: dict
-    order: tuple | None
-    mode: str | None              # None: the worker's default mode
-
-    def positive(self) -> list:
-        return [v.name for v in A.event_vars(self.query.pattern) if not v.negated]
+def positive(query: A.Query) -> list:
+    """The names of the query's positive variables (what a plan order permutes)."""
+    return [v.name for v in A.event_vars(query.pattern) if not v.negated]
 
 
 @dataclasses.dataclass
@@ -111,8 +104,7 @@ def recovery_runs(draw):
         # variants of one query: evaluated as one shared group (test_sharing)
         case = draw(variant_sets(keyed=keyed, out_of_order=True, allow_restore=False),
                     label="variant set")
-        members = [Member(m.name, m.query, m.params, m.order, m.mode)
-                   for m in case.members[:4]]
+        members = case.members[:4]           # their added/removed are not used here
         events, arrivals, slack = case.events, case.arrivals, case.slack
     else:
         first, params, events = draw(query_and_stream(keyed=keyed), label="first query")
@@ -124,8 +116,7 @@ def recovery_runs(draw):
         for k, (q, p) in enumerate(drawn):
             q = dataclasses.replace(q, strategy=draw(st.sampled_from(A.STRATEGIES),
                                                      label="strategy"))
-            positive = [v.name for v in A.event_vars(q.pattern) if not v.negated]
-            order = (tuple(draw(st.permutations(positive), label="order"))
+            order = (tuple(draw(st.permutations(positive(q)), label="order"))
                      if draw(st.booleans(), label="forced order?") else None)
             mode = draw(st.sampled_from((None,) + MODES), label="query mode")
             members.append(Member(f"q{k}", q, p, order, mode))
@@ -176,7 +167,7 @@ def recovery_runs(draw):
                    if added[i] <= k and (removed[i] is None or removed[i] > k)]
         if present and draw(st.integers(0, 5), label="set_plan?") == 0:
             i = draw(st.sampled_from(present), label="plan of")
-            order = (tuple(draw(st.permutations(members[i].positive()), label="plan order"))
+            order = (tuple(draw(st.permutations(positive(members[i].query)), label="plan order"))
                      if draw(st.integers(0, 4), label="Tree-NFA plan?") else None)
             version += 1
             ops.append(("plan", i, order, draw(st.sampled_from([version, None]),
