@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import socket
@@ -107,18 +106,6 @@ def run(rows: list, batch: int, queries: list, extra: list, kill_at: int | None 
     return out
 
 
-def local_ids(events, queries) -> dict:
-    from cep.engine import Engine
-    from cep.match import match_id
-    engine = Engine(key_attr="symbol")
-    for q in queries:
-        engine.add_query(q, name=q.name)
-    got = {q.name: set() for q in queries}
-    for m in engine.process_many(list(events)) + engine.advance(math.inf):
-        got[m.query].add(match_id(m))
-    return got
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -127,6 +114,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from make_ticks import write_csv
+    from cep.engine import reference_match_ids
     from cep.parser import parse_queries
     from cep.sources import read_events
     path = os.path.join(tempfile.mkdtemp(), "ticks.csv")
@@ -155,7 +143,7 @@ def main(argv=None) -> int:
               f"{best / base:.2f}x | {runs[-1]['checkpoints']} | "
               f"{max(pauses) if pauses else '-'} |")
     res = run(rows, args.batch, queries, [], kill_at=len(rows) // args.batch // 2)
-    expected = local_ids(events, queries)
+    expected = reference_match_ids(queries, events, "symbol")
     got = {q.name: set() for q in queries}
     for rec in res["sink"]:
         got[rec["query"]].add(rec["id"])

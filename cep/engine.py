@@ -484,3 +484,17 @@ class Engine:
         engine.index.inserted = snap["events_seen"]
         engine._busy = {m for m in engine._optimistic if m.busy}
         return engine
+
+
+def reference_match_ids(queries, events, key_attr: str | None = None) -> dict:
+    """``{query name: set of match ids}`` of named ``queries`` (parsed) over ``events`` in one
+    Engine, the end of the stream closing every window: what ``raycep local`` finds, the
+    reference the cluster's output is checked against (``raycep demo``, tests, benchmarks)."""
+    from cep.match import match_id
+    engine = Engine(key_attr=key_attr)
+    for q in queries:
+        engine.add_query(q, name=q.name)
+    out = {q.name: set() for q in queries}
+    for m in engine.process_many(list(events)) + engine.advance(math.inf):
+        out[m.query].add(match_id(m))
+    return out

@@ -2,7 +2,6 @@
 write-ahead log, through the public interfaces (InProcessCluster + Client over HTTP, the JSONL
 sink), and the checkpoint store's own guarantees (torn log record, another cluster's state)."""
 import json
-import math
 import os
 import pathlib
 
@@ -11,9 +10,8 @@ import pytest
 from actors.partition import PartitionWorker
 from actors.recovery import CheckpointSettings, DurableLog, claim
 from cep.codec import encode_batch
-from cep.engine import Engine
+from cep.engine import reference_match_ids
 from cep.errors import RecoveryError
-from cep.match import match_id
 from cep.parser import parse_queries
 from cep.sources import read_events
 from gateway.client import connect
@@ -26,15 +24,8 @@ QUERIES = parse_queries((ROOT / "examples" / "queries.cep").read_text())
 
 
 def local_ids(events) -> dict:
-    """{query: match ids} of the sample queries over ``events`` in one Engine (as raycep
-    local finds them, the stream's end closing every window)."""
-    engine = Engine(key_attr="symbol")
-    for q in QUERIES:
-        engine.add_query(q, name=q.name)
-    out = {q.name: set() for q in QUERIES}
-    for m in engine.process_many(list(events)) + engine.advance(math.inf):
-        out[m.query].add(match_id(m))
-    return out
+    """{query: match ids} of the sample queries over ``events``, as raycep local finds them."""
+    return reference_match_ids(QUERIES, events, "symbol")
 
 
 def sink_records(path) -> list:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -164,17 +163,9 @@ def _settle(client, timeout: float = 30.0):
 def _verify(client, queries, removed, events, key) -> bool:
     """Run the kept queries over the same events in one in-process Engine and compare the
     match ids with what the cluster stored."""
-    from cep.match import match_id
-    from cep.engine import Engine
-    engine = Engine(key_attr=key)
+    from cep.engine import reference_match_ids
     kept = [q for _, q in queries if q.name != removed]
-    for q in kept:
-        engine.add_query(q, name=q.name)
-    expected = {q.name: set() for q in kept}
-    for m in engine.process_many(list(events)):
-        expected[m.query].add(match_id(m))
-    for m in engine.advance(math.inf):
-        expected[m.query].add(match_id(m))
+    expected = reference_match_ids(kept, events, key)
     ok = True
     for q in kept:
         got, since = set(), 0
