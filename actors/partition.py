@@ -318,9 +318,9 @@ class PartitionWorker:
             return None
         index = self.engine.index
         live_from, total = index.evicted_span()
-        _, new = index.evicted_events(self.durable.evicted_written)
+        new_from, new = index.evicted_events(self.durable.evicted_written)
         return self.durable.checkpoint(self.snapshot(evicted=False),
-                                       (live_from, total - len(new), new, total))
+                                       (live_from, new_from, new, total))
 
     def _recover(self) -> None:
         """Load the checkpoint and replay the log after it: the state of the last answer.

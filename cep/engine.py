@@ -432,14 +432,13 @@ class Engine:
 
     def snapshot(self, evicted: bool = True) -> dict:
         """Everything needed to continue elsewhere: events, queries, plans, pending matches,
-        and (``evicted``) the remembered evicted events, or only how many lists of them
-        there were (``evicted_lists``: a checkpoint keeps them apart, actors/recovery.py)."""
+        and (``evicted``) the remembered evicted events (a checkpoint keeps them apart,
+        actors/recovery.py)."""
         self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
             "events": list(self.index.events()),
             "evicted": self.index.evicted_events() if evicted else None,
-            "evicted_lists": self.index.gone_lists,
             "front": self._front,
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),

@@ -219,3 +219,27 @@ def test_wait_returns_false_when_query_closed():
     woke, open_queries = asyncio.run(main())
     assert woke is False and open_queries == []       # woken by the close
     assert asyncio.run(store.wait("unknown", since=0, timeout=1.0)) is False
+
+
+def test_a_new_store_on_the_same_sink_does_not_write_its_records_again(tmp_path):
+    """A restarted gateway receives the matches its predecessor wrote but had not yet
+    acknowledged: the sink's tail is read back, so they are not written twice; a line torn
+    by the crash stays a line of its own."""
+    sink = tmp_path / "matches.jsonl"
+    first = MatchStore(jsonl_path=str(sink))
+    first.open("q")
+    first.put("q", [{"id": f"m{i}", "query": "q"} for i in range(5)]
+              + [{"id": "m0", "query": "q", "retracted": True}])
+    first.close_sink()
+    with open(sink, "a", encoding="utf-8") as f:
+        f.write('{"id": "torn", "qu')                    # a line cut by the crash
+    again = MatchStore(jsonl_path=str(sink))
+    again.open("q")
+    assert again.put("q", [{"id": "m3", "query": "q"},
+                           {"id": "m0", "query": "q", "retracted": True},
+                           {"id": "m5", "query": "q"}]) == 1
+    again.close_sink()
+    lines = sink.read_text(encoding="utf-8").splitlines()
+    assert lines[-2] == '{"id": "torn", "qu'
+    assert [json.loads(line)["id"] for line in lines[:-2] + lines[-1:]] == \
+        ["m0", "m1", "m2", "m3", "m4", "m0", "m5"]

@@ -644,6 +644,8 @@ class GatewayService:
         (its state is statistics and plans, rebuilt from the next reports), its plans then
         continue after the versions the actors have."""
         known = set(await self._call("planner", "queries"))
+        if known >= self._scopes.keys():
+            return                                   # the usual case: no registry read
         missing = [rec for rec in self.registry.all()
                    if rec.id in self._scopes and rec.id not in known]
         for rec in missing:

@@ -57,13 +57,27 @@ def _line(record: dict) -> str:
 SINK_MEMORY = 200_000
 
 
+def _ends_torn(path: str) -> bool:
+    """Whether a file is not empty and does not end with a line end."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 def _sink_tail(path: str, count: int) -> list:
     """Identities of the last ``count`` records of a JSONL sink (a torn last line skipped)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - count * 2048))          # generous: a record is ~0.3-2 KiB
-        lines = f.read().splitlines()[-count:]
+    with open(path, "rb") as f:                      # read back from the end, 1 MiB at a
+        at = f.seek(0, os.SEEK_END)                  # time, until ``count`` whole lines
+        blocks, ends = [], 0
+        while at > 0 and ends <= count:
+            step = min(at, 1 << 20)
+            at -= step
+            f.seek(at)
+            blocks.append(f.read(step))
+            ends += blocks[-1].count(b"\n")
+        lines = b"".join(reversed(blocks)).splitlines()[-count:]
     out = []
     for line in lines:
         try:
@@ -184,6 +198,8 @@ class MatchStore:
             if parent:
                 os.makedirs(parent, exist_ok=True)
             self._sink = open(self.jsonl_path, "a", encoding="utf-8")
+            if _ends_torn(self.jsonl_path):          # a line cut by a crash: end it, so the
+                self._sink.write("\n")              # next record is a line of its own
         self._sink.write("".join(_line(r) for r in records))
         self._sink.flush()
 
