@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,16 +33,9 @@ CONFIGS = (("no checkpoints", ["--no-checkpoints"]),
            ("every 5k events", ["--checkpoint-every", "5000"]))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(workdir: str, extra: list):
-    """Start ``raycep serve``; returns (process, url) once it listens."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--partitions",
+    """Start ``raycep serve`` (any free port); returns (process, url) once it listens."""
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--partitions",
            "2", "--key", "symbol", "--registry", os.path.join(workdir, "registry.sqlite"),
            "--checkpoint-dir", os.path.join(workdir, "checkpoints"),
            "--matches-jsonl", os.path.join(workdir, "matches.jsonl"), *extra]
@@ -53,7 +45,7 @@ def serve(workdir: str, extra: list):
     if "listening on" not in line:
         proc.kill()
         raise SystemExit(f"raycep serve did not start: {line!r}")
-    return proc, f"http://127.0.0.1:{port}"
+    return proc, line.split("listening on ", 1)[1].split()[0]
 
 
 def stop(proc) -> None:
