@@ -91,10 +91,16 @@ class RayCluster:
         what they hold. ``raycep serve`` calls this every second. True when it restarted."""
         if self.gateway is None or self.gateway.alive("address") is not False:
             return False
+        self.restart_gateway()
+        return True
+
+    def restart_gateway(self) -> str:
+        """Kill the gateway actor and start a new one on the same registry (and port, when a
+        fixed one is configured)."""
         import ray
         port = int(self.url.rsplit(":", 1)[1]) if self.url else self.settings.port
-        self.settings = replace(self.settings, port=port)
         self.gateway.kill()
+        self.settings = replace(self.settings, port=port)
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:           # Ray frees a dead actor's name soon after
             try:
@@ -102,16 +108,6 @@ class RayCluster:
             except ValueError:
                 break
             time.sleep(0.1)
-        _wait_until_free(self.settings.host, port)
-        self.start_gateway()
-        return True
-
-    def restart_gateway(self) -> str:
-        """Kill the gateway actor and start a new one on the same registry (and port, when a
-        fixed one is configured)."""
-        port = int(self.url.rsplit(":", 1)[1]) if self.url else self.settings.port
-        self.gateway.kill()
-        self.settings = replace(self.settings, port=port)
         _wait_until_free(self.settings.host, port)
         return self.start_gateway()
 
