@@ -159,6 +159,16 @@ def connect_ray(address: str | None = None, namespace: str = NAMESPACE, **kwargs
     return True
 
 
+def node_id() -> str | None:
+    """The Ray node this process runs on (an actor's stats name it), None outside Ray. Ray is
+    imported only when it already is: a process that never used Ray does not pay for it."""
+    import sys
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
 def connected_address() -> str | None:
     """The address of the Ray this process is connected to (None: not connected)."""
     import ray

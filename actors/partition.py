@@ -41,6 +41,7 @@ from itertools import islice
 
 import orjson
 
+from actors.handles import node_id
 from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
 from cep.codec import decode_batch
 from cep.disorder import DisorderSettings, LateEvent
@@ -266,6 +267,7 @@ class PartitionWorker:
                                  "version": m.version}
                           for name, m in self.engine.managers.items()},
                    recoveries=self.recoveries, recovery=self.recovery, pid=os.getpid(),
+                   node=node_id(),
                    checkpoint=self.durable.stats() if self.durable is not None else None)
         return out
 

@@ -25,6 +25,22 @@ from gateway.server.service import GatewaySettings
 from planner.service import PlannerService
 
 
+def spread(count: int) -> list:
+    """Where ``count`` actors go: round robin over the alive nodes other than this one (the
+    worker pods on Kubernetes; this node, the head, keeps the gateway), nodes without CPUs
+    last, this node only when it is alone. Soft: an actor restarted after its node was lost
+    goes to any node alive. (Ray's "SPREAD" leaves CPU-less actors on one node: ray#27577.)"""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    here = ray.get_runtime_context().get_node_id()
+    nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
+                   key=lambda n: (n["NodeID"] == here,
+                                  n.get("Resources", {}).get("CPU", 0) <= 0, n["NodeID"]))
+    others = [n["NodeID"] for n in nodes if n["NodeID"] != here] or [here]
+    return [NodeAffinitySchedulingStrategy(others[i % len(others)], soft=True)
+            for i in range(count)]
+
+
 class RayCluster:
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
@@ -59,9 +75,11 @@ class RayCluster:
         # get UnavailableError rather than an actor that silently lost its queries and events
         restarts = {"max_restarts": -1, "max_task_retries": -1} if durable else {}
         Worker = actor_class(PartitionWorker, num_cpus=0)
-        for t in list(range(self.partitions)) + [GLOBAL]:
+        targets = list(range(self.partitions)) + [GLOBAL]
+        for t, place in zip(targets, spread(len(targets))):
             self.handles[t] = RayHandle(Worker.options(
-                name=actor_name(t), namespace=NAMESPACE, get_if_exists=True, **restarts).remote(
+                name=actor_name(t), namespace=NAMESPACE, get_if_exists=True,
+                scheduling_strategy=place, **restarts).remote(
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
                 disorder=self.disorder, mode=self.mode, **durable))
         # the planner's state is soft (statistics, current plans): a restarted planner is
