@@ -173,7 +173,7 @@ class Cluster:
         # network here (each pod has its own address on Kubernetes)
         cmd = ["ray", "start", "--block", f"--address=127.0.0.1:{GCS_PORT}",
                "--dashboard-agent-listen-port=0", *start_params(self.worker_params)]
-        run(["podman", "rm", "-f", name], check=False)
+        run(["podman", "rm", "-f", "-i", name], check=False)
         self.container(name, *self.worker_cmd,
                        {**self.ray_env, "KUBERAY_GEN_RAY_START_CMD": shlex.join(cmd)},
                        self.worker_mounts)
@@ -213,7 +213,7 @@ class Cluster:
 
     def stop(self) -> None:
         names = [f"{PREFIX}-submitter", *self.workers, f"{PREFIX}-head"]
-        run(["podman", "rm", "-f", "-t", "5", *names], check=False)
+        run(["podman", "rm", "-f", "-i", "-t", "5", *names], check=False)
 
 
 def logs(name: str, lines: int = 40) -> str:
@@ -439,8 +439,8 @@ def main(argv=None) -> int:
     image_id, digest, size = inspect.stdout.split()
     report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "image": args.image,
               "id": image_id[:12], "digest": digest, "size_mb": round(int(size) / 2**20)}
-    run(["podman", "rm", "-f", f"{PREFIX}-head", f"{PREFIX}-worker-1", f"{PREFIX}-worker-2",
-         f"{PREFIX}-submitter"], check=False)
+    run(["podman", "rm", "-f", "-i", f"{PREFIX}-head", f"{PREFIX}-worker-1",
+         f"{PREFIX}-worker-2", f"{PREFIX}-submitter"], check=False)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"{PREFIX}-", dir="/var/tmp"))
     os.chmod(work, 0o755)
     say(f"image {args.image} ({report['id']}, {report['size_mb']} MiB); work dir {work}")

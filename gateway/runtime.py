@@ -25,15 +25,52 @@ from gateway.server.service import GatewaySettings
 from planner.service import PlannerService
 
 
+def alive_nodes() -> list:
+    import ray
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def wait_for_nodes(count: int, timeout: float, progress) -> int:
+    """Wait until the Ray cluster has ``count`` alive nodes (worker pods join after the head)
+    or ``timeout`` s passed; the number of nodes there are."""
+    deadline = time.monotonic() + timeout
+    told = None
+    while (have := len(alive_nodes())) < count:
+        now = time.monotonic()
+        if now >= deadline:
+            progress(f"only {have} of {count} Ray nodes after {timeout:g} s: starting on them")
+            return have
+        if told is None or now - told >= 10.0:
+            progress(f"waiting for Ray nodes: {have} of {count}")
+            told = now
+        time.sleep(0.5)
+    if told is not None:
+        # a node the GCS calls alive is not yet known to every scheduler, which would put an
+        # actor with a soft affinity to it elsewhere: a task pinned to each node tells when
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        probe = ray.remote(num_cpus=0)(_node)
+        ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote() for n in alive_nodes()],
+            timeout=max(deadline - time.monotonic(), 10.0))
+    return have
+
+
+def _node() -> str:
+    import ray
+    return ray.get_runtime_context().get_node_id()
+
+
 def spread(count: int) -> list:
     """Where ``count`` actors go: round robin over the alive nodes other than this one (the
     worker pods on Kubernetes; this node, the head, keeps the gateway), nodes without CPUs
     last, this node only when it is alone. Soft: an actor restarted after its node was lost
-    goes to any node alive. (Ray's "SPREAD" leaves CPU-less actors on one node: ray#27577.)"""
+    goes to any node alive. (Ray's "SPREAD" leaves CPU-less actors on one node: ray#27577.)
+    The actors must ask for some resource, else Ray ignores the affinity."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     here = ray.get_runtime_context().get_node_id()
-    nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
+    nodes = sorted(alive_nodes(),
                    key=lambda n: (n["NodeID"] == here,
                                   n.get("Resources", {}).get("CPU", 0) <= 0, n["NodeID"]))
     others = [n["NodeID"] for n in nodes if n["NodeID"] != here] or [here]
@@ -61,11 +98,14 @@ class RayCluster:
         self.url = None
         self._owns_ray = False
 
-    def start(self) -> str:
-        """Start (or join) Ray, create the actors, start the gateway; returns its URL."""
+    def start(self, min_nodes: int = 1, nodes_timeout: float = 300.0, progress=None) -> str:
+        """Start (or join) Ray, create the actors, start the gateway; returns its URL. With
+        ``min_nodes``, first wait (up to ``nodes_timeout`` s, ``progress(text)`` told every
+        10 s) until the cluster has that many nodes, so the actors are spread over them."""
         self._owns_ray = connect_ray(
             self.address, include_dashboard=False, log_to_driver=False,
             num_cpus=self.num_cpus if not self.address else None, configure_logging=False)
+        wait_for_nodes(min_nodes, nodes_timeout, progress or (lambda text: None))
         if self.checkpoint is not None:
             claim(self.checkpoint.directory, self.partitions, self.key_attr)
         durable = self.checkpoint.worker_options() if self.checkpoint is not None else {}
@@ -74,7 +114,9 @@ class RayCluster:
         # retried on it (batch ids make them idempotent); without, it stays dead and callers
         # get UnavailableError rather than an actor that silently lost its queries and events
         restarts = {"max_restarts": -1, "max_task_retries": -1} if durable else {}
-        Worker = actor_class(PartitionWorker, num_cpus=0)
+        # no CPU (Spark executors and tasks keep every core), but 1 MiB of memory: Ray places
+        # an actor that asks for nothing at all on a random node, ignoring a soft affinity
+        Worker = actor_class(PartitionWorker, num_cpus=0, memory=2**20)
         targets = list(range(self.partitions)) + [GLOBAL]
         for t, place in zip(targets, spread(len(targets))):
             self.handles[t] = RayHandle(Worker.options(

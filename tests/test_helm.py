@@ -282,6 +282,17 @@ def test_checkpoints_go_to_the_head_volume_or_a_volume_every_pod_mounts(chart):
     assert '--checkpoint-dir "${RAYCEP_CHECKPOINT_DIR:-' in script
 
 
+def test_the_gateway_waits_for_the_head_and_every_worker_replica(chart):
+    """raycep serve --wait-for-nodes: the partition actors are placed once the workers have
+    joined (else every one would stay on the head, which starts first)."""
+    for name, nodes in (("defaults", "3"), ("two-groups", "5")):
+        objects, _ = render(chart, VALUE_SETS[name])
+        head, _ = head_container(objects)
+        assert env_of(head)["RAYCEP_WAIT_FOR_NODES"] == nodes, name
+    script = (CHART / "files" / "start-head.sh").read_text()
+    assert '--wait-for-nodes "${RAYCEP_WAIT_FOR_NODES:-1}"' in script
+
+
 def test_disorder_settings_reach_raycep_serve(chart):
     objects, _ = render(chart, {"gateway": {"disorderMode": "pessimistic", "slack": 2.5}})
     head, _ = head_container(objects)

@@ -1,12 +1,13 @@
 """A lost node, through the real Ray runtime (marked ``ray``): a Ray cluster of a head and two
 worker nodes on this machine (``ray.cluster_utils.Cluster``, each node its own raylet and
-processes); the partition actors are spread over the nodes; the worker node running a partition
-actor is removed without grace (its raylet and workers killed, as when a pod's node is lost)
+processes), the second joining while raycep starts (it waits for it); the partition actors are
+spread over the workers; the worker node running partition actor 0 is removed without grace (its raylet and workers killed, as when a pod's node is lost)
 while the client sends the sample ticks. Ray restarts the actor on a node that is alive, where
 it restores its checkpoint from the shared directory and replays its log; the JSONL sink ends
 with exactly ``raycep local``'s matches, each once."""
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
@@ -25,9 +26,10 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture()
 def nodes():
+    """A head and one worker node; the test adds the second worker while raycep starts."""
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    workers = [cluster.add_node(num_cpus=1)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="raycep", log_to_driver=False)
     yield cluster, workers
@@ -48,15 +50,21 @@ def test_actors_are_spread_and_a_lost_node_loses_no_match(nodes, tmp_path):
                                plan_every=0.5, matches_jsonl=str(sink))
     raycep = RayCluster(2, "symbol", settings, address=cluster.address, checkpoint=
                         CheckpointSettings(str(tmp_path / "checkpoints"), every_events=2_000))
+    told = []
     try:
-        client = connect(raycep.start(), retry_for=120.0)
+        with ThreadPoolExecutor(1) as pool:
+            starting = pool.submit(raycep.start, min_nodes=3, nodes_timeout=120,
+                                   progress=told.append)
+            time.sleep(2.0)
+            workers.append(cluster.add_node(num_cpus=1))     # a worker pod that starts late
+            client = connect(starting.result(), retry_for=120.0)
+        assert told and told[0] == "waiting for Ray nodes: 2 of 3"
         placed = partition_nodes(client)
-        assert len(placed) == 3                               # p0, p1 and the global actor
-        assert len(set(placed.values())) >= 2, placed          # spread over the nodes
         worker_ids = {w.node_id: w for w in workers}
-        on_workers = {name: node for name, node in placed.items() if node in worker_ids}
-        assert on_workers, placed
-        victim_actor, victim_node = sorted(on_workers.items())[0]
+        assert len(worker_ids) == 2
+        # p0, p1 and the global actor: on the two workers (round robin), none on the head
+        assert set(placed) == {"0", "1", "global"} and set(placed.values()) == set(worker_ids)
+        victim_actor, victim_node = "0", placed["0"]
         for q in QUERIES:
             client.register(q.text, name=q.name)
         batches = [rows[i:i + 500] for i in range(0, len(rows), 500)]

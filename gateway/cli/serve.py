@@ -60,6 +60,14 @@ def add_parser(commands) -> None:
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
+    serve.add_argument("--wait-for-nodes", type=int, default=1, metavar="N",
+                       help="wait until the Ray cluster has N nodes (workers join after the "
+                            "head), so the partition actors are spread over them; they go "
+                            "round robin to the nodes other than this one (default 1: start "
+                            "at once)")
+    serve.add_argument("--wait-for-nodes-timeout", type=float, default=300.0, metavar="S",
+                       help="... for at most S seconds, then start on the nodes there are "
+                            "(default 300)")
     # defaults None: GatewaySettings has them (not imported here: every `raycep` command
     # builds this parser, and gateway.server.service pulls in asyncio and the actors)
     serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
@@ -96,6 +104,9 @@ def run_serve(args) -> int:
         option = str(exc).split(" ", 1)[0]
         err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
         return 2
+    if args.wait_for_nodes < 1 or not args.wait_for_nodes_timeout >= 0:
+        err("error: --wait-for-nodes must be >= 1 and --wait-for-nodes-timeout >= 0")
+        return 2
     checkpoint = None
     if not args.no_checkpoints:
         if args.checkpoint_every < 1 or not args.checkpoint_seconds > 0:
@@ -115,7 +126,7 @@ def run_serve(args) -> int:
                          checkpoint=checkpoint)
     note(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
-    url = cluster.start()
+    url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)
     # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
     # would print a native stack dump instead
     signal.signal(signal.SIGTERM, _terminated)

@@ -19,7 +19,7 @@ serve=(raycep serve --address auto --host 0.0.0.0 --port "$RAYCEP_PORT"
        --registry "$RAYCEP_DATA_DIR/registry.sqlite"
        --checkpoint-dir "${RAYCEP_CHECKPOINT_DIR:-$RAYCEP_DATA_DIR/checkpoints}"
        --disorder-mode "${RAYCEP_DISORDER_MODE:-optimistic}" --slack "${RAYCEP_SLACK:-0}"
-       --alpha "${RAYCEP_ALPHA:-2.5}")
+       --alpha "${RAYCEP_ALPHA:-2.5}" --wait-for-nodes "${RAYCEP_WAIT_FOR_NODES:-1}")
 [ -n "${RAYCEP_KEY:-}" ] && serve+=(--key "$RAYCEP_KEY")
 [ "${RAYCEP_MATCHES_JSONL:-false}" = "true" ] && serve+=(--matches-jsonl "$RAYCEP_DATA_DIR/matches.jsonl")
 echo "[raycep] ${serve[*]}"

@@ -60,6 +60,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-data" (include "raycep.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
 
+{{/* The Ray nodes of the cluster: the head and the replicas of every worker group. */}}
+{{- define "raycep.nodes" -}}
+{{- $n := 1 }}
+{{- range .Values.workerGroups }}{{ $n = add $n .replicas }}{{ end }}
+{{- $n }}
+{{- end }}
+
 {{/* Where the head pod mounts the registry volume and the ConfigMap. */}}
 {{- define "raycep.dataDir" -}}/var/lib/raycep{{- end }}
 {{- define "raycep.configDir" -}}/etc/raycep{{- end }}
