@@ -443,7 +443,7 @@ def step_ingest(image: str, work: pathlib.Path, report: dict) -> None:
         summary = next((json.loads(x) for x in reversed(tail) if x.startswith("{")), {})
         report["ingest_summary"] = {k: summary.get(k) for k in
                                     ("rows", "events_sent", "dead_letters", "events_per_s",
-                                     "seconds", "startup_seconds")}
+                                     "seconds", "spark_startup_seconds")}
         say(f"ingest: job exit {done.returncode} after {report['ingest_job_s']} s; "
             f"summary {report['ingest_summary']}")
         if done.returncode != 0:
