@@ -311,6 +311,10 @@ def test_serve_limits_are_checked_before_anything_starts(capsys):
     assert cli.main(["serve", "--outbox-capacity", "0"]) == 2
     err = capsys.readouterr().err
     assert "--outbox-capacity" in err and "integer >= 1" in err
+    for option, value in (("--wait-for-nodes", "0"), ("--wait-for-nodes-timeout", "-1")):
+        assert cli.main(["serve", option, value]) == 2
+        err = capsys.readouterr().err
+        assert "--wait-for-nodes" in err and "Traceback" not in err
     # advance: a watermark that is not a finite number never reaches a gateway
     assert cli.main(["advance", "Infinity", "--gateway", "http://127.0.0.1:9"]) == 2
     assert "finite number" in capsys.readouterr().err

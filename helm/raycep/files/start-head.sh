@@ -14,7 +14,10 @@ until ray health-check --address "127.0.0.1:${RAYCEP_GCS_PORT}" >/dev/null 2>&1;
     sleep 2
 done
 
-serve=(raycep serve --address auto --host 0.0.0.0 --port "$RAYCEP_PORT"
+# the GCS address, not "auto": auto looks for a file `ray start` writes after the GCS answers
+# the health check, and a gateway started in between found no Ray (seen in
+# deploy/container-smoke.sh); with the address, Ray waits for this node's raylet
+serve=(raycep serve --address "127.0.0.1:${RAYCEP_GCS_PORT}" --host 0.0.0.0 --port "$RAYCEP_PORT"
        --partitions "$RAYCEP_PARTITIONS" --match-capacity "$RAYCEP_MATCH_CAPACITY"
        --registry "$RAYCEP_DATA_DIR/registry.sqlite"
        --checkpoint-dir "${RAYCEP_CHECKPOINT_DIR:-$RAYCEP_DATA_DIR/checkpoints}"
