@@ -107,3 +107,46 @@ def test_a_batch_an_actor_does_not_answer_in_time_raises_unavailable(ray_session
         assert time.monotonic() - started < 20
     finally:
         ray.kill(actor)
+
+
+def test_the_bulk_producer_rides_over_a_killed_partition_actor(ray_session, tmp_path):
+    """The Spark path's producer (actors/producer.py, the demo's and Spark jobs' pusher) calls
+    the actors directly: when partition actor 0's process is killed mid-stream, Ray restarts
+    the actor and retries the calls made meanwhile on it; batch ids make the retries
+    idempotent. The sink ends with exactly raycep local's matches, each once."""
+    from actors.handles import named_handles
+    from actors.producer import Producer
+    from actors.routing import RoutingTable
+
+    _, events = tick_rows()
+    sink = tmp_path / "matches.jsonl"
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
+                               plan_every=0.5, matches_jsonl=str(sink))
+    cluster = RayCluster(2, "symbol", settings, checkpoint=CheckpointSettings(
+        str(tmp_path / "checkpoints"), every_events=2_000))
+    try:
+        client = connect(cluster.start())
+        for q in QUERIES:
+            client.register(q.text, name=q.name)
+        routing = lambda: RoutingTable.from_dict(client.routing())   # noqa: E731
+        producer = Producer(named_handles(routing()), routing, source="spark-kill",
+                            max_in_flight=4)
+        for n, start in enumerate(range(0, len(events), 500), start=1):
+            producer.send(events[start:start + 500])
+            if n == 15:
+                os.kill(client.stats()["actors"]["0"]["pid"], signal.SIGKILL)
+        summary = producer.flush()
+        client.advance(max(e.ts for e in events) + 100.0, force=True)
+        settle(client)
+        stats = client.stats()["actors"]
+    finally:
+        cluster.stop()
+    assert summary["events"] == len(events) and not summary["bad_rows"]
+    assert stats["0"]["recoveries"] == 1
+    records = [json.loads(line) for line in sink.read_text().splitlines()]
+    identities = [(r["id"], bool(r.get("retracted"))) for r in records]
+    assert len(identities) == len(set(identities))
+    got = {q.name: set() for q in QUERIES}
+    for r in records:
+        got[r["query"]].add(r["id"])
+    assert got == local_ids(events)
