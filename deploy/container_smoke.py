@@ -109,10 +109,9 @@ class Cluster:
     """The chart's RayCluster (and RayJob) played by podman containers."""
 
     def __init__(self, image: str, objects: list, work: pathlib.Path, workers: int):
-        self.image, self.objects, self.work = image, objects, work
+        self.image = image
         self.secrets = secrets_of(objects)
         spec = kind(objects, "RayCluster")["spec"]
-        self.spec = spec
         ray_auth = spec.get("authOptions", {}).get("secretName")
         self.ray_env = {"RAY_AUTH_MODE": "token",
                         "RAY_AUTH_TOKEN": self.secrets[ray_auth]["auth_token"]} if ray_auth else {}
@@ -187,10 +186,10 @@ class Cluster:
             try:
                 return connect(self.url, token=self.token, retry_for=180.0)
             except UnavailableError:
-                for c in [f"{PREFIX}-head"]:
-                    if "running" not in run(["podman", "inspect", "-f", "{{.State.Status}}", c],
-                                            check=False).stdout:
-                        raise SystemExit(f"[smoke] {c} stopped:\n{logs(c)}")
+                head = f"{PREFIX}-head"
+                if "running" not in run(["podman", "inspect", "-f", "{{.State.Status}}", head],
+                                        check=False).stdout:
+                    raise SystemExit(f"[smoke] {head} stopped:\n{logs(head)}")
                 if time.monotonic() > deadline:
                     raise SystemExit(f"[smoke] no gateway at {self.url} after {wait:.0f} s:\n"
                                      f"{logs(PREFIX + '-head')}")
@@ -218,8 +217,9 @@ class Cluster:
 
 
 def logs(name: str, lines: int = 40) -> str:
-    return run(["podman", "logs", "--tail", str(lines), name], check=False).stdout + \
-        run(["podman", "logs", "--tail", str(lines), name], check=False).stderr
+    """The container's last lines, stdout and stderr."""
+    done = run(["podman", "logs", "--tail", str(lines), name], check=False)
+    return done.stdout + done.stderr
 
 
 # --------------------------------------------------------------------------- the checks
@@ -289,7 +289,7 @@ def compare(label: str, got: dict, want: dict) -> bool:
 
 # --------------------------------------------------------------------------- the steps
 
-def step_demo(image: str, report: dict) -> None:
+def step_demo(image: str, work: pathlib.Path, report: dict) -> None:
     started = time.monotonic()
     run(["podman", "run", "--rm", "--network", "host", image, "--help"])
     report["container_start_s"] = round(time.monotonic() - started, 2)
@@ -462,6 +462,9 @@ def step_ingest(image: str, work: pathlib.Path, report: dict) -> None:
         cluster.stop()
 
 
+STEPS = {"demo": step_demo, "client": step_client, "ingest": step_ingest}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -471,7 +474,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
-    unknown = set(steps) - {"demo", "client", "ingest"}
+    unknown = set(steps) - set(STEPS)
     if unknown:
         ap.error(f"unknown step(s): {', '.join(sorted(unknown))}")
     inspect = run(["podman", "image", "inspect", "--format", "{{.Id}} {{.Digest}} {{.Size}}",
@@ -488,8 +491,7 @@ def main(argv=None) -> int:
     say(f"image {args.image} ({report['id']}, {report['size_mb']} MiB); work dir {work}")
     try:
         for step in steps:
-            {"demo": step_demo, "client": step_client, "ingest": step_ingest}[step](
-                *((args.image, report) if step == "demo" else (args.image, work, report)))
+            STEPS[step](args.image, work, report)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

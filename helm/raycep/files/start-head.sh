@@ -37,7 +37,7 @@ python3 "$RAYCEP_CONFIG_DIR/register_queries.py" "http://127.0.0.1:$RAYCEP_PORT"
     "$RAYCEP_CONFIG_DIR/queries.cep" "$ready" &
 
 # pod termination: stop the gateway first (it acknowledges what it drained), then Ray
-# shellcheck disable=SC2329  # called by the trap
+# shellcheck disable=SC2317,SC2329  # called by the trap
 stop() {
     kill -INT "$gateway_pid" 2>/dev/null
     for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$gateway_pid" 2>/dev/null || break; sleep 1; done
