@@ -23,13 +23,15 @@ from test_recovery_ray import settle
 
 pytestmark = pytest.mark.ray
 
+STORE = 128 * 2**20              # object store per node: three on one machine
+
 
 @pytest.fixture()
 def nodes():
     """A head and one worker node; the test adds the second worker while raycep starts."""
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=1)]
+        "num_cpus": 1, "include_dashboard": False, "object_store_memory": STORE})
+    workers = [cluster.add_node(num_cpus=1, object_store_memory=STORE)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="raycep", log_to_driver=False)
     yield cluster, workers
@@ -56,7 +58,7 @@ def test_actors_are_spread_and_a_lost_node_loses_no_match(nodes, tmp_path):
             starting = pool.submit(raycep.start, min_nodes=3, nodes_timeout=120,
                                    progress=told.append)
             time.sleep(2.0)
-            workers.append(cluster.add_node(num_cpus=1))     # a worker pod that starts late
+            workers.append(cluster.add_node(num_cpus=1, object_store_memory=STORE))  # joins late
             client = connect(starting.result(), retry_for=120.0)
         assert told and told[0] == "waiting for Ray nodes: 2 of 3"
         placed = partition_nodes(client)
