@@ -394,7 +394,8 @@ def restart(cluster: Cluster, resend: list, want: dict) -> bool:
     dups = sum(client.send(batch)["duplicates"] for batch in resend)
     settle(client)
     actors = client.stats()["actors"]
-    restored = {a: bool((s.get("recovery") or {}).get("from_checkpoint")) for a, s in actors.items()}
+    restored = {a: bool((s.get("recovery") or {}).get("from_checkpoint"))
+                for a, s in actors.items()}
     sink = cluster.dirs["data"] / "matches.jsonl"
     records, distinct = sink_check(sink)
     got = {}
@@ -428,7 +429,8 @@ def step_ingest(image: str, work: pathlib.Path, report: dict) -> None:
             time.sleep(2)
         # KubeRay's submitter (K8sJobMode): `ray job submit` against the head's dashboard
         cmd = ["ray", "job", "submit", "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
-               "--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(job["entrypoint"])]
+               "--runtime-env-json", json.dumps(runtime_env), "--",
+               *shlex.split(job["entrypoint"])]
         env = env_of(submitter, cluster.secrets) if submitter else cluster.ray_env
         flags = ["podman", "run", "--name", f"{PREFIX}-submitter", "--network", "host",
                  "--user", "1000:1000", "--entrypoint", cmd[0]]

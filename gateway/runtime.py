@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 
 from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
-                            actor_name, connect_ray)
+                            actor_name, connect_ray, node_id)
 from actors.partition import PartitionWorker
 from actors.recovery import CheckpointSettings, claim
 from actors.routing import GLOBAL
@@ -49,31 +49,26 @@ def wait_for_nodes(count: int, timeout: float, progress) -> int:
         # actor with a soft affinity to it elsewhere: a task pinned to each node tells when
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        probe = ray.remote(num_cpus=0)(_node)
+        probe = ray.remote(num_cpus=0)(node_id)
         ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
             n["NodeID"], soft=False)).remote() for n in alive_nodes()],
             timeout=max(deadline - time.monotonic(), 10.0))
     return have
 
 
-def _node() -> str:
-    import ray
-    return ray.get_runtime_context().get_node_id()
-
-
 def spread(count: int) -> list:
     """Where ``count`` actors go: round robin over the alive nodes other than this one (the
-    worker pods on Kubernetes; this node, the head, keeps the gateway), nodes without CPUs
-    last, this node only when it is alone. Soft: an actor restarted after its node was lost
-    goes to any node alive. (Ray's "SPREAD" leaves CPU-less actors on one node: ray#27577.)
-    The actors must ask for some resource, else Ray ignores the affinity."""
+    worker pods on Kubernetes; this node, the head, keeps the gateway), those with CPUs when
+    there are any (a node started with no CPUs is meant to stay idle), this node only when it
+    is alone. Soft: an actor restarted after its node was lost goes to any node alive. (Ray's
+    "SPREAD" leaves CPU-less actors on one node: ray#27577.) The actors must ask for some
+    resource, else Ray ignores the affinity."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     here = ray.get_runtime_context().get_node_id()
-    nodes = sorted(alive_nodes(),
-                   key=lambda n: (n["NodeID"] == here,
-                                  n.get("Resources", {}).get("CPU", 0) <= 0, n["NodeID"]))
-    others = [n["NodeID"] for n in nodes if n["NodeID"] != here] or [here]
+    nodes = sorted((n for n in alive_nodes() if n["NodeID"] != here), key=lambda n: n["NodeID"])
+    busy = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("CPU", 0) > 0]
+    others = busy or [n["NodeID"] for n in nodes] or [here]
     return [NodeAffinitySchedulingStrategy(others[i % len(others)], soft=True)
             for i in range(count)]
 

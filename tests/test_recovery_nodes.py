@@ -1,7 +1,8 @@
 """A lost node, through the real Ray runtime (marked ``ray``): a Ray cluster of a head and two
 worker nodes on this machine (``ray.cluster_utils.Cluster``, each node its own raylet and
 processes), the second joining while raycep starts (it waits for it); the partition actors are
-spread over the workers; the worker node running partition actor 0 is removed without grace (its raylet and workers killed, as when a pod's node is lost)
+spread over the workers; the worker node running partition actor 0 is removed without grace
+(its raylet and workers killed, as when a pod's node is lost)
 while the client sends the sample ticks. Ray restarts the actor on a node that is alive, where
 it restores its checkpoint from the shared directory and replays its log; the JSONL sink ends
 with exactly ``raycep local``'s matches, each once."""
