@@ -34,13 +34,13 @@ while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
         --core-only) CORE_ONLY=true; shift; continue ;;
+        --tag|--base|--mirror) [ $# -ge 2 ] || die "$1 needs a value" ;;
+        *) usage >&2; die "unknown option $1" ;;
     esac
-    [ $# -ge 2 ] || die "$1 needs a value"
     case "$1" in
         --tag) TAG=$2 ;;
         --base) BASE=$2 ;;
         --mirror) MIRROR=$2 ;;
-        *) usage >&2; die "unknown option $1" ;;
     esac
     shift 2
 done
