@@ -33,6 +33,17 @@ def sink_records(path) -> list:
         return [json.loads(line) for line in f]
 
 
+def sink_ids(records) -> dict:
+    """{query: match ids} of the sink's records, having checked that every match id (and every
+    retraction) is there once."""
+    identities = [(r["id"], bool(r.get("retracted"))) for r in records]
+    assert len(identities) == len(set(identities))      # every match id once in the sink
+    got = {q.name: set() for q in QUERIES}
+    for r in records:
+        got[r["query"]].add(r["id"])
+    return got
+
+
 def run_cluster(tmp_path, rows, crash_after=(), checkpoint_every=1_000, restart_gateway=()):
     """The sample queries on a 2-partition InProcessCluster with checkpoints and a JSONL sink;
     ``rows`` sent with the client in batches of 500; partition 0 crashes (and is restarted
@@ -69,11 +80,7 @@ def tick_rows(limit=None) -> list:
 def test_a_crashed_partition_comes_back_and_no_match_is_lost_or_doubled(tmp_path):
     rows, events = tick_rows()
     records, stats = run_cluster(tmp_path, rows, crash_after=(15, 16, 31))
-    ids = [(r["id"], bool(r.get("retracted"))) for r in records]
-    assert len(ids) == len(set(ids))                     # every match id once in the sink
-    got = {q.name: set() for q in QUERIES}
-    for r in records:
-        got[r["query"]].add(r["id"])
+    got = sink_ids(records)
     expected = local_ids(events)
     assert sum(map(len, expected.values())) > 100
     assert got == expected                               # == raycep local, nothing lost
@@ -105,12 +112,7 @@ def test_a_restarted_whole_cluster_continues_from_its_checkpoints(tmp_path):
                 client.advance(max(r["ts"] for r in rows) + 100.0, force=True)
         finally:
             cluster.stop()
-    records = sink_records(tmp_path / "matches.jsonl")
-    got = {q.name: set() for q in QUERIES}
-    for r in records:
-        got[r["query"]].add(r["id"])
-    assert got == local_ids(events)
-    assert len(records) == len({(r["id"], bool(r.get("retracted"))) for r in records})
+    assert sink_ids(sink_records(tmp_path / "matches.jsonl")) == local_ids(events)
 
 
 def test_a_torn_last_log_record_is_cut_off_and_the_rest_replayed(tmp_path):

@@ -6,7 +6,6 @@ spread over the workers; the worker node running partition actor 0 is removed wi
 while the client sends the sample ticks. Ray restarts the actor on a node that is alive, where
 it restores its checkpoint from the shared directory and replays its log; the JSONL sink ends
 with exactly ``raycep local``'s matches, each once."""
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,13 +13,10 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from actors.recovery import CheckpointSettings
 from gateway.client import connect
-from gateway.runtime import RayCluster
-from gateway.server.service import GatewaySettings
 
-from test_recovery import QUERIES, local_ids, tick_rows
-from test_recovery_ray import settle
+from test_recovery import QUERIES, local_ids, sink_ids, sink_records, tick_rows
+from test_recovery_ray import durable_cluster, settle
 
 pytestmark = pytest.mark.ray
 
@@ -48,11 +44,7 @@ def partition_nodes(client) -> dict:
 def test_actors_are_spread_and_a_lost_node_loses_no_match(nodes, tmp_path):
     cluster, workers = nodes
     rows, events = tick_rows()
-    sink = tmp_path / "matches.jsonl"
-    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
-                               plan_every=0.5, matches_jsonl=str(sink))
-    raycep = RayCluster(2, "symbol", settings, address=cluster.address, checkpoint=
-                        CheckpointSettings(str(tmp_path / "checkpoints"), every_events=2_000))
+    raycep, sink = durable_cluster(tmp_path, address=cluster.address)
     told = []
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -84,10 +76,4 @@ def test_actors_are_spread_and_a_lost_node_loses_no_match(nodes, tmp_path):
         raycep.stop()
     assert after[victim_actor] != victim_node                 # restarted on a node alive
     assert stats[victim_actor]["recoveries"] >= 1
-    records = [json.loads(line) for line in sink.read_text().splitlines()]
-    identities = [(r["id"], bool(r.get("retracted"))) for r in records]
-    assert len(identities) == len(set(identities))          # every match id once in the sink
-    got = {q.name: set() for q in QUERIES}
-    for r in records:
-        got[r["query"]].add(r["id"])
-    assert got == local_ids(events)                          # == raycep local: nothing lost
+    assert sink_ids(sink_records(sink)) == local_ids(events)     # == raycep local, each once

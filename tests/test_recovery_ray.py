@@ -4,7 +4,6 @@ ticks; the cluster comes back by itself (Ray restarts the partition actor, which
 checkpoint and replays its log; ``RayCluster.heal`` starts a new gateway, as ``raycep serve``
 does every second) and the JSONL sink ends with exactly ``raycep local``'s matches, each once.
 """
-import json
 import os
 import signal
 import time
@@ -17,7 +16,7 @@ from gateway.client import connect
 from gateway.runtime import RayCluster
 from gateway.server.service import GatewaySettings
 
-from test_recovery import QUERIES, local_ids, tick_rows
+from test_recovery import QUERIES, local_ids, sink_ids, sink_records, tick_rows
 
 pytestmark = pytest.mark.ray
 
@@ -27,6 +26,16 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
     yield
     ray.shutdown()
+
+
+def durable_cluster(tmp_path, address=None):
+    """(a 2-partition RayCluster keyed by symbol with checkpoints and a JSONL sink, the sink's
+    path): the set-up of every fault-injection test."""
+    sink = tmp_path / "matches.jsonl"
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
+                               plan_every=0.5, matches_jsonl=str(sink))
+    return RayCluster(2, "symbol", settings, address=address, checkpoint=CheckpointSettings(
+        str(tmp_path / "checkpoints"), every_events=2_000)), sink
 
 
 def settle(client, timeout=60.0):
@@ -41,11 +50,7 @@ def settle(client, timeout=60.0):
 def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling(
         ray_session, tmp_path):
     rows, events = tick_rows()
-    sink = tmp_path / "matches.jsonl"
-    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
-                               plan_every=0.5, matches_jsonl=str(sink))
-    cluster = RayCluster(2, "symbol", settings, checkpoint=CheckpointSettings(
-        str(tmp_path / "checkpoints"), every_events=2_000))
+    cluster, sink = durable_cluster(tmp_path)
     recovery = {}
     try:
         client = connect(cluster.start())
@@ -77,13 +82,7 @@ def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling
     print(f"recovery: {recovery}")
     assert stats["0"]["recoveries"] == 1 and stats["0"]["recovery"]["from_checkpoint"]
     assert stats["0"]["pid"] != pid
-    records = [json.loads(line) for line in sink.read_text().splitlines()]
-    identities = [(r["id"], bool(r.get("retracted"))) for r in records]
-    assert len(identities) == len(set(identities))      # every match id once in the sink
-    got = {q.name: set() for q in QUERIES}
-    for r in records:
-        got[r["query"]].add(r["id"])
-    assert got == local_ids(events)                      # == raycep local: nothing lost
+    assert sink_ids(sink_records(sink)) == local_ids(events)     # == raycep local, each once
 
 
 def test_a_batch_an_actor_does_not_answer_in_time_raises_unavailable(ray_session):
@@ -119,11 +118,7 @@ def test_the_bulk_producer_rides_over_a_killed_partition_actor(ray_session, tmp_
     from actors.routing import RoutingTable
 
     _, events = tick_rows()
-    sink = tmp_path / "matches.jsonl"
-    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
-                               plan_every=0.5, matches_jsonl=str(sink))
-    cluster = RayCluster(2, "symbol", settings, checkpoint=CheckpointSettings(
-        str(tmp_path / "checkpoints"), every_events=2_000))
+    cluster, sink = durable_cluster(tmp_path)
     try:
         client = connect(cluster.start())
         for q in QUERIES:
@@ -143,10 +138,4 @@ def test_the_bulk_producer_rides_over_a_killed_partition_actor(ray_session, tmp_
         cluster.stop()
     assert summary["events"] == len(events) and not summary["bad_rows"]
     assert stats["0"]["recoveries"] == 1
-    records = [json.loads(line) for line in sink.read_text().splitlines()]
-    identities = [(r["id"], bool(r.get("retracted"))) for r in records]
-    assert len(identities) == len(set(identities))
-    got = {q.name: set() for q in QUERIES}
-    for r in records:
-        got[r["query"]].add(r["id"])
-    assert got == local_ids(events)
+    assert sink_ids(sink_records(sink)) == local_ids(events)
