@@ -77,10 +77,7 @@ def run(rows: list, batch: int, queries: list, extra: list, kill_at: int | None 
             client.send(part)
         wall = time.perf_counter() - started
         client.advance(max(r["ts"] for r in rows) + 100.0, force=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(
-                a.get("outbox") for a in client.stats()["actors"].values()):
-            time.sleep(0.1)
+        client.drained(60.0)
         actors = client.stats()["actors"]
         out.update(events_per_s=round(len(rows) / wall), wall_s=round(wall, 2))
         cps = [a["checkpoint"] for a in actors.values() if a.get("checkpoint")]

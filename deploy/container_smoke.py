@@ -271,12 +271,8 @@ def sink_check(path: pathlib.Path) -> tuple[int, int]:
 
 
 def settle(client, timeout=120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(not a.get("outbox") for a in client.stats()["actors"].values()):
-            return
-        time.sleep(0.5)
-    raise SystemExit("[smoke] the actors' outboxes did not drain")
+    if not client.drained(timeout, every=0.5):
+        raise SystemExit("[smoke] the actors' outboxes did not drain")
 
 
 def compare(label: str, got: dict, want: dict) -> bool:

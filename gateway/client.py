@@ -228,6 +228,17 @@ class Client:
     def stats(self) -> dict:
         return self._request("GET", "/v1/stats")
 
+    def drained(self, timeout: float = 60.0, every: float = 0.1) -> bool:
+        """Wait until every actor has handed its matches to the gateway (their outboxes are
+        empty, e.g. after ``advance``), for up to ``timeout`` seconds; True when they did."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if all(not a.get("outbox") for a in self.stats()["actors"].values()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(every)
+
     def subscribe(self, query: str, since: int = 0):
         """Iterate over the matches of ``query`` as they arrive (Server-Sent Events), and the
         retractions (records with ``"retracted": true``) of optimistic queries. Ends

@@ -212,3 +212,25 @@ def test_a_restarted_planner_gets_the_queries_again_and_its_plans_are_installed(
         assert all(after[q] == installed[q]["version"] for q in installed)
     finally:
         cluster.stop()
+
+
+def test_client_drained_waits_until_the_actors_handed_over_their_matches(tmp_path):
+    """Client.drained: True once every actor's outbox is empty, i.e. each match the actors
+    found is in the gateway's store (read back through the API)."""
+    _, events = tick_rows(3_000)
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "registry.sqlite"),
+                               plan_every=0)
+    cluster = InProcessCluster(2, "symbol", settings)
+    try:
+        client = connect(cluster.start())
+        for q in QUERIES:
+            client.register(q.text, name=q.name)
+        client.send(events)
+        client.advance(max(e.ts for e in events) + 100.0, force=True)
+        assert client.drained(30.0)
+        assert all(not a.get("outbox") for a in client.stats()["actors"].values())
+        stored = {q.name: {m["id"] for m in client.matches(q.name, limit=10_000).matches}
+                  for q in QUERIES}
+    finally:
+        cluster.stop()
+    assert stored == local_ids(events)

@@ -16,7 +16,7 @@ from ray.cluster_utils import Cluster
 from gateway.client import connect
 
 from test_recovery import QUERIES, local_ids, sink_ids, sink_records, tick_rows
-from test_recovery_ray import durable_cluster, settle
+from test_recovery_ray import durable_cluster
 
 pytestmark = pytest.mark.ray
 
@@ -69,7 +69,7 @@ def test_actors_are_spread_and_a_lost_node_loses_no_match(nodes, tmp_path):
             if n == 15:
                 cluster.remove_node(worker_ids[victim_node], allow_graceful=False)
         client.advance(max(r["ts"] for r in rows) + 100.0, force=True)
-        settle(client)
+        client.drained()
         stats = client.stats()["actors"]
         after = partition_nodes(client)
     finally:

@@ -38,15 +38,6 @@ def durable_cluster(tmp_path, address=None):
         str(tmp_path / "checkpoints"), every_events=2_000)), sink
 
 
-def settle(client, timeout=60.0):
-    """Wait until every actor's outbox is drained into the gateway."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(not a.get("outbox") for a in client.stats()["actors"].values()):
-            return
-        time.sleep(0.1)
-
-
 def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling(
         ray_session, tmp_path):
     rows, events = tick_rows()
@@ -75,7 +66,7 @@ def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling
                 client = connect(cluster.url)
                 recovery["gateway"] = time.monotonic() - killed
         client.advance(max(r["ts"] for r in rows) + 100.0, force=True)
-        settle(client)
+        client.drained()
         stats = client.stats()["actors"]
     finally:
         cluster.stop()
@@ -132,7 +123,7 @@ def test_the_bulk_producer_rides_over_a_killed_partition_actor(ray_session, tmp_
                 os.kill(client.stats()["actors"]["0"]["pid"], signal.SIGKILL)
         summary = producer.flush()
         client.advance(max(e.ts for e in events) + 100.0, force=True)
-        settle(client)
+        client.drained()
         stats = client.stats()["actors"]
     finally:
         cluster.stop()

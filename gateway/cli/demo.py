@@ -104,7 +104,7 @@ def run_demo(args) -> int:
         # window may be longer than the gateway's --max-advance-ahead)
         client.advance(max(ev.ts for ev in events) + 1.0 + max(
             compile_query(q).window for _, q in queries), force=True)
-        _settle(client)
+        client.drained(30.0, every=0.05)
         wall = time.monotonic() - t1
         rows = client.queries()
         print()
@@ -148,16 +148,6 @@ def _printer(name: str, shown: dict, lock, limit: int):
                   + (" (further matches counted, not printed)" if shown[name] == limit else ""),
                   flush=True)
     return show
-
-
-def _settle(client, timeout: float = 30.0):
-    """Wait until every actor's outbox has been drained into the gateway's store."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        actors = client.stats()["actors"]
-        if all(not a.get("outbox") for a in actors.values()):
-            return
-        time.sleep(0.05)
 
 
 def _verify(client, queries, removed, events, key) -> bool:
