@@ -145,7 +145,7 @@ class PartitionWorker:
         the triggers whose matches hit the per-trigger cap (the rest were not enumerated).
         """
         box = self.outbox
-        decoded, problems = decode_batch(batch, errors="collect")
+        decoded, problems = decode_batch(batch, errors="collect", columns=True)
         ident = (decoded.source, decoded.batch_id)
         if ident in self._recent:
             self.redelivered += 1
@@ -165,8 +165,13 @@ class PartitionWorker:
         dup0 = engine.duplicates
         capped0 = self._truncated()
         source = decoded.source
-        self.rates.observe_many(decoded.events)
-        matches = engine.process_many(decoded.events, source)
+        rows = decoded.events
+        if isinstance(rows, tuple):
+            self.rates.observe_many(rows)
+            matches = engine.process_many(list(rows), source)
+        else:                                   # a column batch: Events only where used
+            self.rates.observe_runs(rows.types, rows.times)
+            matches = engine.process_columns(rows, source=source)
         self._recent[ident] = None
         if len(self._recent) > self.remember_batches:
             self._recent.popitem(last=False)

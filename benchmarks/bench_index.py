@@ -1,4 +1,4 @@
-"""The index's time buffer (cep.index.TimeBuffer, a chunked sorted list) against
+"""The index's time buffer (cep.index.TimeBuffer, flat sorted lists) against
 sortedcontainers.SortedKeyList on the operations the engine performs, to decide whether the
 design's ``sortedcontainers`` should replace the hand-rolled buffer (issue 16).
 

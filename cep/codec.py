@@ -162,9 +162,11 @@ def _packs(value) -> bool:
 
 # --------------------------------------------------------------------------- decoding
 
-def decode_batch(data, errors: str = "raise"):
+def decode_batch(data, errors: str = "raise", columns: bool = False):
     """Unpack and validate a batch: its bytes, or its msgpack map already unpacked (a
     receiver that had to look into the body first need not unpack it twice).
+    ``columns=True``: a version-2 batch's ``events`` is a cep.batch.ColumnBatch (Events made
+    on demand: ``Engine.process_columns``) instead of a tuple of Events.
 
     ``errors="raise"`` (default): return a Batch; the first malformed row raises IngestError
     naming the row index and field. ``errors="collect"``: return ``(Batch, [IngestError, ...])``
@@ -174,8 +176,9 @@ def decode_batch(data, errors: str = "raise"):
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     header, rows = _decode_header(data)
     if header["schema_version"] == 2:
-        events, problems = _decode_columns(rows, errors)
-        batch = Batch(2, header["source"], header["batch_id"], tuple(events))
+        events, problems = _decode_columns(rows, errors, columns)
+        batch = Batch(2, header["source"], header["batch_id"],
+                      events if columns else tuple(events))
         return (batch, problems) if errors == "collect" else batch
     events, problems = [], []
     for index, row in enumerate(rows):
@@ -233,17 +236,19 @@ def _decode_header(data) -> tuple:
     return body, rows
 
 
-def _decode_columns(data, errors: str) -> tuple:
-    """Events and row errors of a version-2 body (Arrow IPC stream bytes), built in bulk."""
+def _decode_columns(data, errors: str, columns: bool = False) -> tuple:
+    """Events (``columns``: a ColumnBatch) and row errors of a version-2 body (Arrow IPC
+    stream bytes), built in bulk."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
-    from cep.columns import build_events
+    from cep.columns import build_columns, build_events
     try:
         table = ipc.open_stream(pa.py_buffer(data)).read_all()
     except (pa.ArrowException, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise IngestError(f"not an Arrow IPC stream: {reason}", field="arrow") from None
-    events, problems = build_events(table, fallback=decode_row, text_times=False)
+    build = build_columns if columns else build_events
+    events, problems = build(table, fallback=decode_row, text_times=False)
     if problems and errors == "raise":
         raise problems[0][1]
     return events, [err for _, err in problems]

@@ -7,6 +7,8 @@ vectorised pass), events are built from whole columns (one ``to_pylist`` per col
 zip), and only the rows a check flags are rebuilt as a mapping and passed to ``make_event`` (or
 ``cep.codec.decode_row`` for the wire), which accepts them or raises the IngestError the
 row-by-row path raises. So a table gives the same events, ids and errors as its rows would.
+``build_columns`` keeps the good rows as a ``cep.batch.ColumnBatch`` instead (attribute
+columns stay Arrow until asked for, Events are made per row on demand).
 
 A table has the columns ``type``, ``ts``, optional ``id``, ``key`` and ``attrs`` (a map of
 further attributes, as in make_event), every other column is an attribute; null = absent.
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
-from itertools import compress, repeat
+from itertools import compress
 
 import msgpack
 import numpy as np
@@ -35,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
+from cep.batch import ColumnBatch
 from cep.errors import IngestError
 from cep.event import Event, make_event
 from cep.timestamps import event_time
@@ -444,7 +447,9 @@ def _text_values(arr) -> list:
     if arr.null_count:
         texts.append(None)
         index = np.where(valid_mask(encoded.indices), index, len(texts) - 1)
-    return list(map(texts.__getitem__, index.tolist()))
+    distinct = np.empty(len(texts), dtype=object)
+    distinct[:] = texts
+    return distinct.take(index).tolist()
 
 
 def _union_values(arr, key: bool) -> _Column:
@@ -514,12 +519,31 @@ def events_from_table(table, key_attr: str | None = None, on_error=None,
 
 def build_events(table, key_attr: str | None = None, *, rows=None, first_row: int = 0,
                  fallback=None, text_times: bool = True) -> tuple:
-    """``(events, problems)`` of ``table``: the good rows' events in row order and
+    """``(events, problems)``: the Events of ``build_columns`` (same arguments), in row
+    order, and its problems."""
+    batch, problems = build_columns(table, key_attr, rows=rows, first_row=first_row,
+                                    fallback=fallback, text_times=text_times)
+    # Only acyclic objects are made here: the collector need not run a pass per 700 of them
+    # (a third of the time on a large heap).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return batch.events(), problems
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: int = 0,
+                  fallback=None, text_times: bool = True) -> tuple:
+    """``(batch, problems)`` of ``table``: a ``cep.batch.ColumnBatch`` of the good rows in
+    row order (attribute columns kept as Arrow, decoded when the batch needs them) and
     ``[(position, IngestError), ...]`` for the bad ones. The row index an error names is
     ``rows[position]`` (e.g. file line numbers) or ``first_row + position``. ``fallback(row,
     index)`` builds the event of a flagged row from its mapping (default: make_event with
-    ``key_attr``; the codec passes its ``decode_row``). ``text_times=False``: an event time
-    given as text is not a number (the wire's rule), so such rows go to the fallback."""
+    ``key_attr``; the codec passes its ``decode_row``): the batch keeps that Event.
+    ``text_times=False``: an event time given as text is not a number (the wire's rule), so
+    such rows go to the fallback."""
     if fallback is None:
         def fallback(row, index):
             return make_event(row, index, key_attr)
@@ -529,9 +553,9 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
         twice = next(name for name in names if names.count(name) > 1)
         raise IngestError(f"column {twice!r} appears twice", field=twice)
     if n == 0:
-        return [], []
+        return ColumnBatch([], []), []
     arrays = {name: _array(table.column(i)) for i, name in enumerate(names)}
-    raw: dict = {}                                   # name -> values, for the fallback rows
+    raw: dict = {}          # name -> values or the Arrow column, for the flagged rows
     bad = np.zeros(n, dtype=bool)
     key_is_field = key_attr is None or key_attr == "key"
 
@@ -557,7 +581,7 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
         if not _is_text(arr.type):
             bad |= np.array([v is not None for v in id_values], dtype=bool)
 
-    attr_names, attr_columns, sparse = [], [], []
+    attr_names, attr_columns, attr_nulls = [], [], []
     key_values = None
     key_name = "key" if key_is_field else key_attr
     if key_attr in _ROLES or key_attr == "attrs":
@@ -566,8 +590,8 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
         if name in _ROLES:
             continue
         is_key = name == key_name
-        col = column_values(arr, key=is_key)
-        raw[name] = col.values
+        col = _checked(arr, is_key)
+        column = raw[name] = col.values if col.values is not None else arr
         if col.flags is not None:
             bad |= col.flags
         if name == "attrs":
@@ -580,58 +604,85 @@ def build_events(table, key_attr: str | None = None, *, rows=None, first_row: in
                 bad[col.nulls] = True                # the key attribute is missing
             if key_is_field:
                 continue
-        if col.nulls is not None:
-            sparse.append((name, col.nulls))
         attr_names.append(name)
-        attr_columns.append(col.values)
+        attr_columns.append(column)
+        attr_nulls.append(col.nulls)
     if key_attr is not None and key_name not in arrays:
         bad[:] = True
 
-    columns = [type_values if type_values is not None else repeat(None, n),
-               ts_values if ts_values is not None else repeat(None, n), None,
-               key_values if key_values is not None else repeat(None, n),
-               id_values if id_values is not None else repeat(None, n)]
-    # Only acyclic objects are made here: the collector need not run a pass per 700 of them
-    # (a third of the time on a large heap).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        if attr_columns:
-            attrs = list(map(dict, map(zip, repeat(attr_names, n), zip(*attr_columns))))
-            for name, nulls in sparse:
-                for i in nulls.tolist():
-                    del attrs[i][name]
+    flagged = np.flatnonzero(bad)
+    if len(flagged) * 16 > n:            # many rows to rebuild: decode the columns now, once
+        raw = {name: v if isinstance(v, list) else column_values(v).values
+               for name, v in raw.items()}
+        attr_columns = [raw[name] for name in attr_names]
+    overrides, problems = _fallback_rows(flagged, raw, rows, first_row, fallback) \
+        if len(flagged) else ({}, [])
+    absent = [np.bincount(nulls, minlength=n) > 0 if nulls is not None else None
+              for nulls in attr_nulls]
+    lists = [type_values if type_values is not None else [None] * n,
+             ts_values if ts_values is not None else [None] * n, key_values, id_values]
+    if problems:                                     # the batch holds the other rows
+        keep = np.ones(n, dtype=bool)
+        keep[[p for p, _ in problems]] = False
+        kept = keep.tolist()
+        lists = [list(compress(c, kept)) if c is not None else None for c in lists]
+        taken = arrow_array(keep)
+        attr_columns = [list(compress(c, kept)) if isinstance(c, list) else c.filter(taken)
+                        for c in attr_columns]
+        absent = [m[keep] if m is not None else None for m in absent]
+        row_of = np.cumsum(keep) - 1
+        overrides = {int(row_of[p]): ev for p, ev in overrides.items()}
+    batch = ColumnBatch(*lists, attr_names, attr_columns, absent, overrides)
+    return batch, problems
+
+
+def _checked(arr, key: bool = False) -> _Column:
+    """``column_values(arr, key)``, but a column of plain values (text, integers, booleans,
+    floats, bytes; not a key) is not decoded: its ``values`` are None, its flags and nulls
+    come from Arrow."""
+    t = arr.type
+    if key or pa.types.is_union(t):
+        return column_values(arr, key)
+    plain = _is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or \
+        pa.types.is_null(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    if not plain and not pa.types.is_floating(t):
+        return column_values(arr, key)          # every present value goes to make_event
+    nulls = np.flatnonzero(~valid_mask(arr)) if arr.null_count else None
+    flags = None
+    if pa.types.is_floating(t):
+        flags = true_mask(pc.invert(pc.is_finite(arr)))
+        flags = flags if flags.any() else None
+    return _Column(None, flags, nulls)
+
+
+def _fallback_rows(flagged, raw: dict, rows, first_row: int, fallback) -> tuple:
+    """``({position: Event}, [(position, IngestError)])`` of the flagged rows, each rebuilt
+    as a mapping (type, ts, id, then the other columns in table order; null = absent) and
+    passed to ``fallback``."""
+    positions = flagged.tolist()
+    picked = None
+    columns = []
+    for name, values in raw.items():
+        if not isinstance(values, list):             # an Arrow column: decode these rows
+            if picked is None:
+                picked = arrow_array(flagged)
+            values = column_values(values.take(picked)).values
         else:
-            attrs = [{} for _ in range(n)]
-        columns[2] = attrs
-        if not bad.any():
-            return list(map(Event, *columns)), []
-        good = (~bad).tolist()
-        good_events = list(map(Event, *(compress(c, good) for c in columns)))
-    finally:
-        if collecting:
-            gc.enable()
-    events, problems = [], []
-    taken = previous = 0
-    order = list(raw)              # type, ts, id, then the other columns in table order
-    for position in np.flatnonzero(bad).tolist():
-        span = position - previous
-        if span:
-            events.extend(good_events[taken:taken + span])
-            taken += span
-        previous = position + 1
+            values = list(map(values.__getitem__, positions))
+        columns.append((name, values))
+    made, problems = {}, []
+    for k, position in enumerate(positions):
         row = {}
-        for name in order:
-            value = raw[name][position]
+        for name, values in columns:
+            value = values[k]
             if value is not None:
                 row[name] = None if value is _NULL else value
         index = int(rows[position]) if rows is not None else first_row + position
         try:
-            events.append(fallback(row, index))
+            made[position] = fallback(row, index)
         except IngestError as err:
             problems.append((position, err))
-    events.extend(good_events[taken:])
-    return events, problems
+    return made, problems
 
 
 def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
@@ -642,13 +693,14 @@ def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
         return None
     t = arr.type
     if pa.types.is_floating(t):
-        values = raw["ts"] = arr.to_pylist()
+        values = arr.to_pylist()
+        raw["ts"] = values if pa.types.is_float64(t) else arr
         bad |= ~true_mask(pc.is_finite(arr))
         if not pa.types.is_float64(t):
             values = [None if v is None else float(v) for v in values]
         return values
     if pa.types.is_integer(t):
-        raw["ts"] = arr.to_pylist()
+        raw["ts"] = arr
         ints = to_numpy(arr)
         if arr.null_count:
             present = valid_mask(arr)
@@ -658,7 +710,7 @@ def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
             return [float(v) for v in ints.tolist()]
         return ints.astype(np.float64).tolist()
     if _is_text(t) and not strict:
-        raw["ts"] = arr.to_pylist()
+        raw["ts"] = arr
         fast = _match(arr, _TS_FAST)
         if not fast.any():
             bad[:] = True
@@ -747,5 +799,6 @@ def _epoch_seconds(arr) -> pa.Array:
     return arrow_array([None if v is None else v / per_second for v in values], pa.float64())
 
 
-__all__ = ["events_from_table", "build_events", "convert_times", "table_from_events", "typed_column",
-           "typed_table", "column_values", "column_from_values", "strip_text", "arrow_array"]
+__all__ = ["events_from_table", "build_events", "build_columns", "convert_times",
+           "table_from_events", "typed_column", "typed_table", "column_values",
+           "column_from_values", "strip_text", "arrow_array"]

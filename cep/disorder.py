@@ -172,6 +172,19 @@ class DisorderTracker:
         if wm > self.watermark:
             self.watermark = wm
 
+    def on_time_groups(self, source: str, groups: dict, last: float):
+        """``on_time_run`` for a run given as ``{type: (rows, times)}`` whose last event time
+        is ``last``."""
+        streams = self.streams
+        for etype, (rows, times) in groups.items():
+            s = streams.get((source, etype)) or self._stream(source, etype)
+            s.events += len(rows)
+            if times[-1] > s.max_ts:
+                s.max_ts = times[-1]
+        wm = last - self.slack
+        if wm > self.watermark:
+            self.watermark = wm
+
     def out_of_order(self, ts: float, source: str, etype: str, clock: float,
                      floor: float = -math.inf, why: str = ""):
         """Score an event behind the clock; returns None (use it) or a LateEvent's fields

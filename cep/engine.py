@@ -64,7 +64,8 @@ class Engine:
         self._pessimistic: list = []      # managers released by the watermark
         self._optimistic: list = []
         self.clock = -math.inf
-        self._front: Event | None = None  # the last event in (ts, id) order
+        self._front = None                # the last event in (ts, id) order, or its
+                                          # (column batch, row): see .front
         self._released = -math.inf        # the watermark the pessimistic managers have seen
         self._kept_from = -math.inf       # the index may lack events a window before this
         self._promised = -math.inf        # advance(w): nothing at or before w comes any more
@@ -155,6 +156,9 @@ class Engine:
         self._pessimistic = [m for m in managers if m.pessimistic]
         self._optimistic = [m for m in managers if not m.pessimistic]
         self._rank = {m: k for k, m in enumerate(self._optimistic)}
+        # whether a trigger's evaluation may read events after it (negation at the end of a
+        # pattern, SLIDE): then rows are not indexed ahead of the triggers (process_columns)
+        self._reads_ahead = any(m.has_deferred or m.cq.slide for m in managers)
         for m in managers:
             if None in m.trigger_types:
                 self._any.append(m)
@@ -190,7 +194,7 @@ class Engine:
             self._refresh()
         ts = event.ts
         if ts > self.clock or (ts == self.clock and self._front is not None
-                               and event.id > self._front.id):
+                               and event.id > self.front.id):
             self.disorder.on_time(ts, source, event.type)
             if not self.index.insert(event):
                 return []                 # a copy of the last event (counted by the index)
@@ -248,6 +252,110 @@ class Engine:
                 out.extend(self.process(events[stop], source))
                 i = stop + 1
         return out
+
+    def process_columns(self, batch, lo: int = 0, hi: int | None = None,
+                        source: str = DEFAULT_SOURCE) -> list:
+        """``process_many`` of rows ``lo`` to ``hi - 1`` of column batch ``batch``
+        (cep.batch.ColumnBatch): the same outputs in the same order and the same state after.
+        The rows of a bulk run are indexed as (batch, row) without an Event; an Event is made
+        for a row processed on its own (a trigger, a tie, one behind the clock) or read by a
+        query (issue 14: Events only for the rows that are used)."""
+        if hi is None:
+            hi = len(batch)
+        if self._stale:
+            self._refresh()
+        if self._pessimistic or self._any:
+            return self.process_many(batch.events(range(lo, hi)), source)
+        types, times = batch.types, batch.times
+        part = times[lo:hi]
+        triggers = list(compress(range(lo, hi), map(self._by_type.__contains__, types[lo:hi])))
+        behind = list(compress(range(lo + 1, hi), map(le, part[1:], part)))   # not after
+        stops = set(triggers)                                                # the last
+        stops.update(behind)
+        out: list = []
+        index = self.index
+        i = lo
+        if not behind and lo < hi and times[lo] > self.clock \
+                and not self._busy and not self._reads_ahead and index.keep_all \
+                and not index.keep_any:
+            i = self._ahead(batch, lo, hi, triggers, source, out)
+        for stop in (*sorted(s for s in stops if s >= i), hi):
+            while i < stop:
+                if self._busy or times[i] <= self.clock:     # see every clock step / behind it
+                    out.extend(self.process(batch.event(i), source))
+                    i += 1
+                    continue
+                end = min(stop, i + EVICT_EVERY - index.inserted % EVICT_EVERY)
+                groups = batch.groups(i, end)
+                index.extend_rows(batch, groups)
+                self.disorder.on_time_groups(source, groups, times[end - 1])
+                self.clock = times[end - 1]
+                self._front = (batch, end - 1)          # made when needed (.front)
+                if not index.inserted % EVICT_EVERY:
+                    self.evict()
+                i = end
+            if stop < hi:
+                out.extend(self.process(batch.event(stop), source))
+                i = stop + 1
+        return out
+
+    def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list) -> int:
+        """``process_columns`` of rows ``lo`` to ``hi - 1`` (in order after the clock, event
+        times increasing, no manager waiting for the clock) with every non-trigger row indexed
+        at once, ahead of the triggers: an evaluation reads events up to its trigger's time
+        only, so it cannot see the rows after it. Before each trigger (and each eviction) the
+        clock, the watermark and the count of inserted events are set to what they are after
+        the rows before it. When a manager starts waiting for the clock, the rows after the
+        trigger are taken back and the caller goes on from the next row; returns that row."""
+        ahead = {t: g for t, g in batch.groups(lo, hi).items() if t not in self._by_type}
+        if not ahead:
+            return lo
+        index, disorder, times = self.index, self.disorder, batch.times
+        inserted = index.inserted
+        index.extend_rows(batch, ahead)
+        index.inserted = inserted                         # counted as each is reached
+        made = batch.events(triggers)                     # in bulk: each is processed
+        pos = lo
+        for k, r in enumerate((*triggers, hi)):
+            n = r - pos                                   # rows indexed ahead before r
+            if n:
+                first = EVICT_EVERY - inserted % EVICT_EVERY
+                for j in range(first, n + 1, EVICT_EVERY):
+                    self._advance_to(pos + j - 1, times, inserted + j)
+                    self.evict()
+                inserted += n
+                self._advance_to(r - 1, times, inserted)
+                self._front = (batch, r - 1)
+            if r == hi:
+                pos = hi
+                break
+            out.extend(self.process(made[k], source))
+            inserted = index.inserted
+            pos = r + 1
+            if self._busy:                                # the rest goes row by row
+                index.truncate_after(ahead, times[r])
+                break
+        done = ahead if pos == hi else \
+            {t: g for t, g in batch.groups(lo, pos).items() if t in ahead}
+        if done:
+            disorder.on_time_groups(source, done, times[pos - 1])
+        return pos
+
+    def _advance_to(self, row: int, times: list, inserted: int):
+        """Clock, watermark and inserted count as after in-order row ``row``."""
+        self.clock = ts = times[row]
+        wm = ts - self.disorder.slack
+        if wm > self.disorder.watermark:
+            self.disorder.watermark = wm
+        self.index.inserted = inserted
+
+    @property
+    def front(self) -> Event | None:
+        """The last event in (ts, id) order (None before the first)."""
+        front = self._front
+        if front.__class__ is tuple:
+            front = self._front = front[0].event(front[1])
+        return front
 
     def _in_order(self, busy: set) -> list:
         """The waiting managers in registration order (a set's order follows memory
@@ -439,7 +547,7 @@ class Engine:
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
             "events": list(self.index.events()),
             "evicted": self.index.evicted_events() if evicted else None,
-            "front": self._front,
+            "front": self.front,
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),
             "settings": self.disorder.settings, "mode": self.mode,

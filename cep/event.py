@@ -69,41 +69,85 @@ class Event:
     def json(self) -> bytes:
         """``to_dict()`` as compact JSON bytes, computed once per event: a match line is
         assembled from these fragments (cep.output), so an event in many matches is serialised
-        once. Values JSON cannot carry (bytes) are written as their ``str()``."""
-        data = self._json
-        if data is None:
-            try:
-                data = orjson.dumps(self.to_dict(), default=str)
-            except (TypeError, orjson.JSONEncodeError):     # e.g. an int orjson does not take
-                data = json.dumps(self.to_dict(), default=str, separators=(",", ":"),
-                                  ensure_ascii=False).encode()
-            self._json = data
-        return data
+        once. Values JSON cannot carry (bytes) are written as their ``str()``. Computed by
+        ``prepare_json``, which does it for many events at once."""
+        if self._json is None:
+            prepare_json((self,))
+        return self._json
 
     def to_dict(self) -> dict:
         """JSON-friendly form: id, type, ts, key (if any) and the attributes at top level
         (an attribute named ``key`` is shown, not the partition key, which is then the value
         of another attribute)."""
-        out = {"id": self.id, "type": self.type, "ts": self.ts}
-        if self.key is not None and "key" not in self.attrs:
-            out["key"] = self.key
-        for name, value in self.attrs.items():
+        return _record(self.id, self.type, self.ts, self.key, self.attrs)
+
+
+def _record(eid: str, type: str, ts: float, key, attrs: dict) -> dict:
+    """``Event.to_dict()`` from the event's fields (attributes named id, type or ts are
+    not shown: the fields win)."""
+    if key is None or "key" in attrs:
+        out = {"id": eid, "type": type, "ts": ts}
+    else:
+        out = {"id": eid, "type": type, "ts": ts, "key": key}
+    if "id" in attrs or "type" in attrs or "ts" in attrs:
+        for name, value in attrs.items():
             if name not in out:
                 out[name] = value
-        return out
+    else:
+        out.update(attrs)
+    return out
 
 
-_PACKERS = threading.local()            # one msgpack Packer per thread (a Packer is not
-                                        # thread-safe; building one per call costs ~1.3 us)
+class _Local(threading.local):
+    """Per thread: one msgpack Packer (a Packer is not thread-safe; building one per call
+    costs ~1.3 us)."""
+
+    def __init__(self):
+        self.pack = msgpack.Packer(use_bin_type=True, default=str).pack
 
 
-def derive_id(type: str, ts: float, key, attrs: dict) -> str:
-    """A stable content hash (hex) of an event; identical content gives the identical id."""
-    packer = getattr(_PACKERS, "packer", None)
-    if packer is None:
-        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True, default=str)
-    body = packer.pack([type, ts, key, sorted(attrs.items())])
+_LOCAL = _Local()
+_JSON_ERRORS = (TypeError, orjson.JSONEncodeError)     # e.g. an int orjson does not take
+
+
+#: numeric kinds of an attribute value (column-wise comparisons: cep.batch, cep.index)
+ABSENT, EXACT, OTHER = 0, 1, 2
+#: ints up to this magnitude are exact in float64
+EXACT_INT = 2 ** 53
+
+
+def kind_of(value) -> int:
+    """EXACT for a float or an int that float64 holds exactly (not a bool), else OTHER."""
+    cls = value.__class__
+    if cls is float or (cls is int and -EXACT_INT <= value <= EXACT_INT):
+        return EXACT
+    return OTHER
+
+
+def derive_id(type: str, ts: float, key, attrs: dict, pack=None) -> str:
+    """A stable content hash (hex) of an event; identical content gives the identical id.
+    ``pack``: this thread's ``Packer.pack`` when the caller has it at hand (prepare_json)."""
+    body = (pack or _LOCAL.pack)([type, ts, key, sorted(attrs.items())])
     return hashlib.blake2b(body, digest_size=10).hexdigest()
+
+
+def prepare_json(events) -> None:
+    """Compute ``Event.json()`` (and the derived id, if not known yet) of every event of
+    ``events`` that has no JSON yet, in one loop (one packer, no method or property call
+    per event besides the id and the record): cep.output calls it once per chunk of matches,
+    ~10 % less time per event than ``e.json()`` one by one."""
+    pack, dumps, record = _LOCAL.pack, orjson.dumps, _record
+    for e in events:
+        if e._json is None:
+            eid, key, attrs = e._id, e.key, e.attrs
+            if eid is None:
+                eid = e._id = derive_id(e.type, e.ts, key, attrs, pack)
+            out = record(eid, e.type, e.ts, key, attrs)
+            try:
+                e._json = dumps(out, default=str)
+            except _JSON_ERRORS:
+                e._json = json.dumps(out, default=str, separators=(",", ":"),
+                                     ensure_ascii=False).encode()
 
 
 def before(x: Event, y: Event) -> bool:

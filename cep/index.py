@@ -3,23 +3,26 @@ actor, used by every pattern manager: partition key -> event type -> time-ordere
 
 Every event is stored in the buffer of its partition key and type and, while some query reads
 across partitions (``keep_all``), also in its type's buffer for all partitions (``ALL``): two
-references to one Event object. Events without a key live in the ``ALL`` buffers only. Buffers
-are chunked sorted lists: an in-order event is an append to the last chunk (amortised O(1)); a
-late event is placed by bisection and inserted into one bounded chunk (O(log n)). Duplicates
-(same type, ts and id) are dropped on insert.
+references to one Event object. Events without a key live in the ``ALL`` buffers only.
+Duplicates (same type, ts and id) are dropped on insert.
+
+A buffer is a set of parallel flat lists in (ts, id) order: an in-order event is an append
+(amortised O(1)); a late one is placed by bisection and inserted with a list insert (a memmove
+of the pointers after it: late events land near the end). Rows of a column batch
+(cep.batch.ColumnBatch, what ``raycep local`` reads) are indexed as (batch, row) and become
+Events only when something reads them (issue 14); ``select`` compares an attribute over a
+cached column of the buffer, so the rows a filter rejects never become Events.
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, islice, repeat
-from operator import attrgetter, eq
+from operator import eq, is_, is_not
 
-from cep.event import Event
+from cep.event import EXACT, Event, kind_of
 
-_TS = attrgetter("ts")
-
-CHUNK = 128
+_MISSING = object()
 
 
 class _All:
@@ -33,196 +36,280 @@ ALL = _All()
 ANY_TYPE = None
 
 
-class TimeBuffer:
-    """Events of one type (and partition) ordered by (ts, id)."""
+class _Rows:
+    """Rows in (ts, id) order as parallel lists: ``ts``, ``objs`` (the Event, or None while
+    not made) and, once a row came from a column batch, ``src``/``off`` (its batch and row
+    there). A row's Event is made through its batch (``ColumnBatch.event``), so every list
+    holding the row gets the same object."""
 
-    __slots__ = ("_chunks", "_times", "_last", "_len", "_cols")
-
-    def __init__(self):
-        self._chunks: list[list[Event]] = []
-        self._times: list[list[float]] = []
-        self._last: list[float] = []      # the largest ts of each chunk
-        self._len = 0
-        self._cols: dict = {}             # (id(chunk), attr) -> (chunk, numeric values | None)
+    __slots__ = ("_ts", "_objs", "_src", "_off")
 
     def __len__(self) -> int:
-        return self._len
+        return len(self._ts)
+
+    def _get(self, k: int) -> Event:
+        ev = self._objs[k]
+        if ev is None:
+            ev = self._objs[k] = self._src[k].event(self._off[k])
+        return ev
+
+    def _fill(self, i: int, j: int):
+        """Make the Events of rows ``i`` to ``j - 1``."""
+        self._make(list(compress(range(i, j), map(is_, self._objs[i:j], repeat(None)))))
+
+    def _make(self, missing: list):
+        """Make the Events of the rows at ``missing`` (ascending, none made yet), in bulk per
+        batch."""
+        objs, src, off = self._objs, self._src, self._off
+        k = 0
+        while k < len(missing):
+            batch = src[missing[k]]
+            end = k + 1
+            while end < len(missing) and src[missing[end]] is batch:
+                end += 1
+            rows = missing[k:end]
+            for pos, ev in zip(rows, batch.events([off[r] for r in rows])):
+                objs[pos] = ev
+            k = end
+
+    def _slice(self, i: int, j: int) -> list:
+        if self._src is not None:
+            self._fill(i, j)
+        return self._objs[i:j]
+
+
+class EvictedRows(_Rows):
+    """Rows a buffer evicted (remembered for ``seen_before``), Events made only on demand."""
+
+    def __init__(self, ts: list, objs: list, src=None, off=None):
+        self._ts, self._objs, self._src, self._off = ts, objs, src, off
+
+    def first_ts(self) -> float:
+        return self._ts[0]
+
+    def last_ts(self) -> float:
+        return self._ts[-1]
+
+    def at(self, ts: float) -> list:
+        """The events with event time ``ts``."""
+        return self._slice(bisect_left(self._ts, ts), bisect_right(self._ts, ts))
+
+    def events(self) -> list:
+        return self._slice(0, len(self._ts))
 
     def __iter__(self):
-        for chunk in self._chunks:
-            yield from chunk
+        return iter(self.events())
+
+
+class TimeBuffer(_Rows):
+    """Events of one type (and partition) ordered by (ts, id): flat lists (an in-order event
+    is an append; a late one is placed by bisection and a list insert, a memmove of the rows
+    after it), rows of column batches kept as (batch, row) until asked for, and per attribute
+    a numeric column (float64 values and kinds, cep.batch) for ``select``."""
+
+    __slots__ = ("_cols",)
+
+    def __init__(self):
+        self._ts: list = []
+        self._objs: list = []
+        self._src = None                  # batch of each row, once one came from a batch
+        self._off = None
+        self._cols: dict = {}             # attr -> [values, kinds, rows covered from the start]
+
+    def __iter__(self):
+        if self._src is not None:
+            self._fill(0, len(self._ts))
+        return iter(self._objs)
 
     def insert(self, ev: Event) -> bool:
         """Add ``ev``; False if it is a duplicate (same ts and id already present)."""
-        ts = ev.ts
-        last = self._last
-        if not last or ts > last[-1]:
-            if not self._chunks or len(self._chunks[-1]) >= CHUNK:
-                self._chunks.append([ev])
-                self._times.append([ts])
-                last.append(ts)
-            else:
-                self._chunks[-1].append(ev)
-                self._times[-1].append(ts)
-                last[-1] = ts
-            self._len += 1
+        times = self._ts
+        if not times or ev.ts > times[-1]:
+            times.append(ev.ts)
+            self._objs.append(ev)
+            if self._src is not None:
+                self._src.append(None)
+                self._off.append(0)
             return True
         return self._insert_slow(ev)
 
     def extend(self, events: list, times: list):
         """Append ``events`` (with their ``times``): in (ts, id) order, each after every
         buffered event."""
-        chunks = self._chunks
-        if chunks and len(chunks[-1]) < CHUNK:
-            room = CHUNK - len(chunks[-1])
-            chunks[-1].extend(events[:room])
-            self._times[-1].extend(times[:room])
-            self._last[-1] = self._times[-1][-1]
-        else:
-            room = 0
-        for k in range(room, len(events), CHUNK):
-            piece = times[k:k + CHUNK]
-            chunks.append(events[k:k + CHUNK])
-            self._times.append(piece)
-            self._last.append(piece[-1])
-        self._len += len(events)
+        self._ts.extend(times)
+        self._objs.extend(events)
+        if self._src is not None:
+            self._src.extend(repeat(None, len(events)))
+            self._off.extend(repeat(0, len(events)))
+
+    def extend_rows(self, batch, rows: list, times: list):
+        """Append rows ``rows`` of column batch ``batch`` (with their ``times``): in (ts, id)
+        order, each after every buffered event. No Event is made."""
+        if self._src is None:
+            n = len(self._ts)
+            self._src, self._off = [None] * n, [0] * n
+        self._ts.extend(times)
+        self._objs.extend(repeat(None, len(rows)))
+        self._src.extend(repeat(batch, len(rows)))
+        self._off.extend(rows)
 
     def _insert_slow(self, ev: Event) -> bool:
         ts, eid = ev.ts, ev.id
-        c = bisect_left(self._last, ts)
-        chunk, times = self._chunks[c], self._times[c]
+        times = self._ts
         pos = bisect_left(times, ts)
-        # walk the run of equal timestamps (possibly across chunks) ordered by id
-        while True:
-            while pos < len(chunk) and times[pos] == ts:
-                other = chunk[pos].id
-                if other == eid:
-                    return False
-                if other > eid:
-                    break
-                pos += 1
-            else:
-                if pos == len(chunk) and c + 1 < len(self._chunks) and self._times[c + 1][0] == ts:
-                    c, pos = c + 1, 0
-                    chunk, times = self._chunks[c], self._times[c]
-                    continue
-            break
-        chunk.insert(pos, ev)
+        # walk the run of equal timestamps ordered by id
+        while pos < len(times) and times[pos] == ts:
+            other = self._get(pos).id
+            if other == eid:
+                return False
+            if other > eid:
+                break
+            pos += 1
         times.insert(pos, ts)
-        if self._cols:
-            self._cols = {k: v for k, v in self._cols.items() if k[0] != id(chunk)}
-        self._last[c] = times[-1]
-        self._len += 1
-        if len(chunk) > 2 * CHUNK:
-            half = len(chunk) // 2
-            self._chunks[c:c + 1] = [chunk[:half], chunk[half:]]
-            self._times[c:c + 1] = [times[:half], times[half:]]
-            self._last[c:c + 1] = [times[half - 1], times[-1]]
+        self._objs.insert(pos, ev)
+        if self._src is not None:
+            self._src.insert(pos, None)
+            self._off.insert(pos, 0)
+        for col in self._cols.values():
+            if col[2] > pos:
+                vals, odd, _ = col
+                del vals[pos:]
+                del odd[bisect_left(odd, pos):]
+                col[2] = pos
         return True
 
     def range(self, lo: float, hi: float) -> list:
         """Events with ``lo <= ts <= hi``, in order."""
-        last = self._last
-        c = bisect_left(last, lo)
-        out: list = []
-        n = len(last)
-        while c < n:
-            times = self._times[c]
-            start = bisect_left(times, lo) if times[0] < lo else 0
-            if times[-1] <= hi:
-                out.extend(self._chunks[c][start:] if start else self._chunks[c])
-                c += 1
-                continue
-            out.extend(self._chunks[c][start:bisect_right(times, hi)])
-            break
-        return out
+        times = self._ts
+        return self._slice(bisect_left(times, lo), bisect_right(times, hi))
 
     def select(self, lo: float, hi: float, attr: str, op, value) -> tuple:
         """Events with ``lo <= ts <= hi`` whose attribute ``attr`` satisfies
-        ``op(attr, value)`` for a number ``value`` and an order operator, compared column-wise
-        in C over full chunks whose ``attr`` values are all numbers (cached per chunk).
+        ``op(attr, value)`` for a number ``value`` and an order operator, compared in C over
+        the attribute's column when every event of the range has a number there that float64
+        holds exactly (cep.batch: kind EXACT), without making Events for the others.
 
-        Returns ``(selected, in_range, unchecked)``: ``unchecked`` are the events of chunks that
-        could not be compared column-wise (the caller filters them itself).
-        """
-        last = self._last
-        c = bisect_left(last, lo)
-        n = len(last)
-        selected: list = []
-        unchecked: list = []
-        in_range = 0
-        while c < n:
-            times = self._times[c]
-            chunk = self._chunks[c]
-            start = bisect_left(times, lo) if times[0] < lo else 0
-            end = len(times) if times[-1] <= hi else bisect_right(times, hi)
-            in_range += end - start
-            if end > start:
-                vals = self._column(c, attr) if c < n - 1 else None
-                if vals is None:
-                    unchecked.extend(chunk[start:end])
-                elif start == 0 and end == len(chunk):
-                    selected.extend(compress(chunk, map(op, vals, repeat(value))))
+        Returns ``(selected, in_range, unchecked)``: ``unchecked`` are the events that could
+        not be compared that way (the caller filters them itself)."""
+        times = self._ts
+        i, j = bisect_left(times, lo), bisect_right(times, hi)
+        if j <= i:
+            return [], 0, []
+        vals, odd = self._column(attr)
+        if odd and bisect_left(odd, i) < len(odd) and odd[bisect_left(odd, i)] < j:
+            return [], j - i, self._slice(i, j)
+        if self._src is None:
+            return list(compress(self._objs[i:j], map(op, vals[i:j], repeat(value)))), \
+                j - i, []
+        return self._pick(list(compress(range(i, j), map(op, vals[i:j], repeat(value))))), \
+            j - i, []
+
+    def _pick(self, positions: list) -> list:
+        """The Events at ``positions`` (ascending), made where needed."""
+        objs = self._objs
+        got = list(map(objs.__getitem__, positions))
+        if any(map(is_, got, repeat(None))):
+            self._make(list(compress(positions, map(is_, got, repeat(None)))))
+            got = list(map(objs.__getitem__, positions))
+        return got
+
+    def _column(self, attr: str) -> tuple:
+        """``(values, odd)`` of ``attr``: a value per row (a float where the row's kind is
+        EXACT, see cep.batch) and the ascending positions of the other rows; kept per
+        attribute and extended to the rows added since the last call."""
+        n = len(self._ts)
+        col = self._cols.get(attr)
+        if col is None:
+            col = self._cols[attr] = [[], [], 0]
+        vals, odd, done = col
+        if done < n:
+            src, objs = self._src, self._objs
+            a = done
+            while a < n:
+                batch = src[a] if src is not None else None
+                b = a + 1
+                while b < n and (src[b] if src is not None else None) is batch:
+                    b += 1
+                if batch is None:
+                    for k in range(a, b):
+                        v = objs[k].attrs.get(attr, _MISSING)
+                        if v is not _MISSING and kind_of(v) == EXACT:
+                            vals.append(v)
+                        else:
+                            vals.append(0.0)
+                            odd.append(k)
                 else:
-                    selected.extend(compress(chunk[start:end],
-                                             map(op, vals[start:end], repeat(value))))
-            if end < len(times):
-                break
-            c += 1
-        return selected, in_range, unchecked
-
-    def _column(self, c: int, attr: str):
-        """The values of ``attr`` in sealed chunk ``c`` if they are all numbers (not booleans),
-        else None."""
-        chunk = self._chunks[c]
-        key = (id(chunk), attr)
-        entry = self._cols.get(key)
-        if entry is not None and entry[0] is chunk:
-            return entry[1]
-        vals = [e.attrs.get(attr) for e in chunk]
-        ok = all(v.__class__ is float or v.__class__ is int for v in vals)
-        self._cols[key] = (chunk, vals if ok else None)
-        return self._cols[key][1]
+                    bvals, bodd = batch.column(attr)
+                    rows = self._off[a:b]
+                    vals.extend(map(bvals.__getitem__, rows))
+                    if bodd:
+                        odd.extend(compress(range(a, b), map(bodd.__contains__, rows)))
+                a = b
+            col[2] = n
+        return vals, odd
 
     def count(self, lo: float, hi: float) -> int:
         """How many events have ``lo <= ts <= hi``."""
-        last = self._last
-        c = bisect_left(last, lo)
-        total, n = 0, len(last)
-        while c < n:
-            times = self._times[c]
-            start = bisect_left(times, lo) if times[0] < lo else 0
-            if times[-1] <= hi:
-                total += len(times) - start
-                c += 1
-                continue
-            total += bisect_right(times, hi) - start
-            break
-        return total
+        times = self._ts
+        return max(0, bisect_right(times, hi) - bisect_left(times, lo))
 
     def evict_before(self, cutoff: float, sink: list | None = None) -> int:
-        """Drop events with ``ts < cutoff``; returns how many. The dropped events are appended
-        to ``sink`` (as lists) if given."""
-        dropped = 0
-        while self._last and self._last[0] < cutoff:
-            dropped += len(self._chunks[0])
-            if sink is not None:
-                sink.append(self._chunks[0])
-            del self._chunks[0], self._times[0], self._last[0]
-        if self._chunks and self._times[0][0] < cutoff:
-            k = bisect_left(self._times[0], cutoff)
-            if sink is not None:
-                sink.append(self._chunks[0][:k])
-            del self._chunks[0][:k], self._times[0][:k]
-            dropped += k
-        self._len -= dropped
-        if dropped and self._cols:
-            live = {id(c) for c in self._chunks[1:]}     # the first chunk may have been cut
-            self._cols = {key: v for key, v in self._cols.items() if key[0] in live}
-        return dropped
+        """Drop events with ``ts < cutoff``; returns how many. The dropped rows are appended
+        to ``sink`` (as one EvictedRows) if given."""
+        times = self._ts
+        k = bisect_left(times, cutoff)
+        if not k:
+            return 0
+        src = self._src
+        if sink is not None:
+            sink.append(EvictedRows(times[:k], self._objs[:k],
+                                    src[:k] if src is not None else None,
+                                    self._off[:k] if src is not None else None))
+        del times[:k], self._objs[:k]
+        if src is not None:
+            del src[:k], self._off[:k]
+            if not any(map(is_not, src, repeat(None))):
+                self._src = self._off = None
+        for col in self._cols.values():
+            vals, odd, done = col
+            if done > k:
+                del vals[:k]
+                cut = bisect_left(odd, k)
+                col[1] = [p - k for p in odd[cut:]]
+                col[2] = done - k
+            else:
+                col[:] = [[], [], 0]
+        return k
+
+    def truncate_after(self, ts: float) -> None:
+        """Drop the events with an event time after ``ts``."""
+        times = self._ts
+        k = bisect_right(times, ts)
+        if k == len(times):
+            return
+        del times[k:], self._objs[k:]
+        if self._src is not None:
+            del self._src[k:], self._off[k:]
+        for col in self._cols.values():
+            if col[2] > k:
+                del col[0][k:]
+                del col[1][bisect_left(col[1], k):]
+                col[2] = k
 
     def first_ts(self):
-        return self._times[0][0] if self._times else None
+        return self._ts[0] if self._ts else None
+
+
+def _grouped(labels, items, times) -> dict:
+    """``{label: (items, times)}`` of parallel sequences, in order within each label."""
+    groups: dict = {}
+    for label, item, ts in zip(labels, items, times):
+        group = groups.get(label)
+        if group is None:
+            group = groups[label] = ([], [])
+        group[0].append(item)
+        group[1].append(ts)
+    return groups
 
 
 def _content(ev: Event) -> int:
@@ -275,14 +362,12 @@ class SharedEventIndex:
         buf = buffers.get((part, etype))
         if buf is None:
             buf = buffers[(part, etype)] = TimeBuffer()
-        last = buf._last
+        times = buf._ts
         ts = ev.ts
-        if last and ts > last[-1] and len(buf._times[-1]) < CHUNK:
-            # the common case, inlined: an in-order event appended to the last chunk
-            buf._chunks[-1].append(ev)
-            buf._times[-1].append(ts)
-            last[-1] = ts
-            buf._len += 1
+        if times and ts > times[-1] and buf._src is None:
+            # the common case, inlined: an in-order event appended
+            times.append(ts)
+            buf._objs.append(ev)
         elif not buf.insert(ev):
             self.duplicates += 1
             return False
@@ -317,16 +402,41 @@ class SharedEventIndex:
                 mask = list(map(eq, types, repeat(etype)))
                 groups[etype] = (list(compress(events, mask)), list(compress(times, mask)))
         else:
-            groups = {}
-            for ev, etype, ts in zip(events, types, times):
-                group = groups.get(etype)
-                if group is None:
-                    group = groups[etype] = ([], [])
-                group[0].append(ev)
-                group[1].append(ts)
+            groups = _grouped(types, events, times)
         for etype, (run, run_times) in groups.items():
             self._buffer(ALL, etype).extend(run, run_times)
         self.inserted += len(events)
+
+    def extend_rows(self, batch, groups: dict) -> None:
+        """``extend`` with rows of column batch ``batch`` (cep.batch), given as ``{type:
+        (rows, times)}`` (``ColumnBatch.groups``): the same buffers and order, no Event made
+        (rows of the every-type buffers, or of per-key buffers without the all-partitions
+        ones, are made and inserted one by one)."""
+        if self.keep_any or not self.keep_all:
+            rows = sorted(r for group, _ in groups.values() for r in group)
+            for ev in batch.events(rows):
+                self.insert(ev)
+            return
+        keys = batch.keys if self.keep_keys else None
+        n = 0
+        for etype, (rows, times) in groups.items():
+            self._buffer(ALL, etype).extend_rows(batch, rows, times)
+            n += len(rows)
+            if keys is not None:
+                per = _grouped(map(keys.__getitem__, rows), rows, times)
+                per.pop(None, None)                       # rows without a key
+                for key, (krows, ktimes) in per.items():
+                    self._buffer(key, etype).extend_rows(batch, krows, ktimes)
+        self.inserted += n
+
+    def truncate_after(self, types, ts: float) -> None:
+        """Drop the events of ``types`` with an event time after ``ts`` (rows indexed ahead
+        by ``Engine.process_columns`` that it then takes back)."""
+        for (_, t), buf in list(self._buffers.items()):
+            if t in types:
+                buf.truncate_after(ts)
+                if not len(buf):
+                    del self._buffers[(_, t)]
 
     def _buffer(self, part, etype) -> TimeBuffer:
         """The buffer of ``etype`` in ``part``, created when missing."""
@@ -403,10 +513,10 @@ class SharedEventIndex:
             if not len(buf):
                 del self._buffers[k]
         self.evicted += dropped
-        sink.sort(key=lambda events: events[-1].ts)      # forget the oldest first
-        for events in sink:
-            self._gone.append(events)
-            self._gone_n += len(events)
+        sink.sort(key=EvictedRows.last_ts)              # forget the oldest first
+        for rows in sink:
+            self._gone.append(rows)
+            self._gone_n += len(rows)
         self.gone_lists += len(sink)
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
             self._gone_n -= len(self._gone.popleft())
@@ -428,7 +538,7 @@ class SharedEventIndex:
         one (``seen_before``); a checkpoint writes only the lists it has not written yet."""
         first = self.gone_lists - len(self._gone)
         skip = max(0, since - first)
-        return max(first, since), list(islice(self._gone, skip, None))
+        return max(first, since), [rows.events() for rows in islice(self._gone, skip, None)]
 
     def evicted_span(self) -> tuple:
         """``(number of the first remembered list of evicted events, lists ever evicted)``."""
@@ -436,9 +546,11 @@ class SharedEventIndex:
 
     def remember_evicted(self, first: int, lists) -> None:
         """Take back the evicted events of a snapshot (``evicted_events()``, all of them)."""
-        self._gone = deque(lists)
+        lists = list(lists)
+        self._gone = deque(EvictedRows([e.ts for e in events], list(events))
+                           for events in lists if events)
         self._gone_n = sum(map(len, self._gone))
-        self.gone_lists = first + len(self._gone)
+        self.gone_lists = first + len(lists)
 
     def seen_before(self, ev: Event) -> bool:
         """Whether ``ev`` is buffered or among the remembered evicted events (see
@@ -450,13 +562,10 @@ class SharedEventIndex:
             return True
         keys = {hash(ev.id), _content(ev)}
         ts = ev.ts
-        for events in self._gone:
-            if events[0].ts <= ts <= events[-1].ts:
-                k = bisect_left(events, ts, key=_TS)
-                while k < len(events) and events[k].ts == ts:
-                    if _fingerprint(events[k]) in keys:
-                        return True
-                    k += 1
+        for rows in self._gone:
+            if rows.first_ts() <= ts <= rows.last_ts():
+                if any(_fingerprint(e) in keys for e in rows.at(ts)):
+                    return True
         return False
 
     def __len__(self) -> int:

@@ -3,21 +3,22 @@
 A match line is ``{"query":Q,"events":{VAR:EVENT,...}}`` plus optional extra fields
 (``"id"``, ``"retracted":true``). Each event is serialised once (``Event.json()``, cached on the
 event), so an event that takes part in many matches costs one serialisation, and a line is a
-``bytes`` concatenation of fragments. The evaluator emits the matches of one trigger as a batch
-that shares every binding but one (``Match.batch``): the part before and after the varying
-binding is built once per batch and reused for each of its matches.
+``bytes`` concatenation of fragments (``MatchLines.lines`` first serialises the new events of
+its matches in one loop, ``cep.event.prepare_json``). The evaluator emits the matches of one
+trigger as a batch that shares every binding but one (``Match.batch``): the part before and
+after the varying binding is built once per batch and reused for each of its matches.
 
 Output is compact JSON (orjson), keys in the order of ``Match.to_dict()``; parsing a line gives
 exactly ``match.to_dict()`` (plus the extra fields).
 """
 from __future__ import annotations
 
-from itertools import compress
-from operator import is_not, itemgetter
+from itertools import compress, repeat
+from operator import is_, is_not, itemgetter
 
 import orjson
 
-from cep.event import Event
+from cep.event import Event, prepare_json
 from cep.match import match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
@@ -107,6 +108,7 @@ class MatchLines:
             return b""
         bases = list(map(_BASE, matches))
         starts = [0, *compress(range(1, n), map(is_not, bases[1:], bases[:-1])), n]
+        _prepare(matches, bases, starts)
         out = []
         append = out.append
         for a, b in zip(starts, starts[1:]):
@@ -135,6 +137,16 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def _prepare(matches: list, bases: list, starts: list) -> None:
+    """Serialise the events of ``matches`` that have no JSON yet in one ``prepare_json``
+    call, before the lines are assembled from the cache: the varying binding of each match
+    and the values of each distinct shared bindings object (the Events; Kleene tuples go
+    through ``_value``)."""
+    events = [value for k in starts[:-1] for value in bases[k].values()]
+    events += map(_EVENT, matches)
+    prepare_json(compress(events, map(is_, map(type, events), repeat(Event))))
 
 
 def match_json(match, lines: MatchLines | None = None) -> bytes:

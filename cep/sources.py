@@ -27,7 +27,9 @@ whose lines hold no quote character is split with numpy and typed per column
 (``cep.columns``); from a quote on, Python's csv module splits the records (quoted cells may
 span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
 orjson refuses or might read differently (NaN, integers beyond 64 bits, deep nesting) is
-parsed by the standard json module, so every line reads as it always did.
+parsed by the standard json module, so every line reads as it always did. ``iter_batch_runs``
+hands out what is read in bulk as ``cep.batch.ColumnBatch`` (an Event made per row only when
+asked for), ``iter_event_runs`` as Events.
 
 A CSV or JSON Lines file of at most ``ROW_READ_BYTES`` is read row by row instead (csv module
 or orjson, then ``parse_cell`` and ``make_event`` per row, the rules the columns follow): for
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import gc
 import io
 import json
 import os
@@ -110,6 +113,20 @@ def iter_event_runs(path, key_attr: str | None = None, on_error=None, ts_unit: s
     """``iter_events`` as lists of consecutive events (the events of a block of the file
     between two bad rows): the same events, checks and errors, without a Python step per
     event (``raycep local`` hands the engine such lists)."""
+    return _event_lists(_open_runs(path, key_attr, on_error, ts_unit))
+
+
+def iter_batch_runs(path, key_attr: str | None = None, on_error=None, ts_unit: str = "s"):
+    """``iter_event_runs`` without making the Events of what is read in bulk: a block read
+    as columns (CSV, Parquet, a run of JSON lines of one shape) comes as a
+    ``cep.batch.ColumnBatch`` (Events made when asked for), what is read row by row as a list
+    of Events. The same rows, checks, errors and cuts at bad rows; ``batch.events()`` gives
+    the events of ``iter_event_runs``."""
+    return _pieces(_open_runs(path, key_attr, on_error, ts_unit))
+
+
+def _open_runs(path, key_attr, on_error, ts_unit):
+    """The file checks, then the lazy reader of ``path`` (see _runs)."""
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
     if ext == ".csv":
@@ -127,11 +144,40 @@ def iter_event_runs(path, key_attr: str | None = None, on_error=None, ts_unit: s
         raise _file_error(path, "events path is a directory, not a file")
     if reader is _parquet_chunks or os.path.getsize(path) > ROW_READ_BYTES:
         import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
-    return _event_runs(path, reader, key_attr, on_error, check_format(ts_unit))
+    return _runs(path, reader, key_attr, on_error, check_format(ts_unit))
 
 
-def _event_runs(path: str, reader, key_attr, on_error, ts_unit):
-    """Lists of the events of each chunk, with the chunk's bad rows reported in line order."""
+def _event_lists(runs):
+    """One list of Events per run of pieces."""
+    for pieces in runs:
+        if len(pieces) == 1:
+            yield _events(pieces[0])
+        else:
+            yield list(chain.from_iterable(map(_events, pieces)))
+
+
+def _pieces(runs):
+    for pieces in runs:
+        yield from pieces
+
+
+def _events(piece) -> list:
+    """The Events of a piece (a list of Events, or a ColumnBatch: made now)."""
+    if piece.__class__ is list:
+        return piece
+    # Only acyclic objects are made: the collector need not run a pass per 700 of them.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return piece.events()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _runs(path: str, reader, key_attr, on_error, ts_unit):
+    """Per chunk of the file, the rows between two bad rows as a list of pieces (ColumnBatch
+    or list of Events, see iter_batch_runs), the bad rows reported in line order."""
     unit = "row" if reader is _parquet_chunks else "line"
     try:
         handle = open(path, "rb")
@@ -146,23 +192,41 @@ def _event_runs(path: str, reader, key_attr, on_error, ts_unit):
                 return
             except OSError as exc:
                 raise _file_error(path, f"read failed: {exc}") from None
-            events, lines, problems = chunk
+            pieces, lines, problems = chunk
+            pieces = [piece for piece in pieces if len(piece)]
             if not problems:
-                if events:
-                    yield events
+                if pieces:
+                    yield pieces
                 continue
             start = 0
             for line, err in problems:
-                stop = bisect.bisect_left(lines, line) if lines is not None else start
+                stop = bisect.bisect_left(lines, line)
                 if stop > start:
-                    yield events[start:stop]
+                    yield _cut(pieces, start, stop)
                 start = stop
                 located = _located(path, line, err, unit)
                 if on_error is None:
                     raise located
                 on_error(located)
-            if start < len(events):
-                yield events[start:]
+            total = sum(map(len, pieces))
+            if start < total:
+                yield _cut(pieces, start, total)
+
+
+def _cut(pieces: list, start: int, stop: int) -> list:
+    """Rows ``start`` to ``stop - 1`` of the pieces taken one after the other."""
+    out = []
+    offset = 0
+    for piece in pieces:
+        size = len(piece)
+        a, b = max(start - offset, 0), min(stop - offset, size)
+        if a < b:
+            if a == 0 and b == size:
+                out.append(piece)
+            else:
+                out.append(piece[a:b] if piece.__class__ is list else piece.slice(a, b))
+        offset += size
+    return out
 
 
 # --------------------------------------------------------------------------- blocks of lines
@@ -215,7 +279,8 @@ def _count_lines(data: bytes) -> int:
 # --------------------------------------------------------------------------- CSV
 
 def _csv_chunks(path: str, handle, key_attr, ts_unit):
-    """``(events, their line numbers, [(line, IngestError)])`` per block of a CSV file."""
+    """``([ColumnBatch] or [events], their line numbers, [(line, IngestError)])`` per block
+    of a CSV file."""
     by_rows = _small(handle)
     blocks = _blocks(path, handle)
     header = None
@@ -245,7 +310,9 @@ def _csv_chunks(path: str, handle, key_attr, ts_unit):
         if by_rows:
             if records is None:
                 records = _QuotedRecords(data, first, blocks)
-            yield _row_events(header, *records.records(len(header)), key_attr, ts_unit)
+            events, lines, problems = _row_events(header, *records.records(len(header)),
+                                                  key_attr, ts_unit)
+            yield [events], lines, problems
             pending = records.rest
             continue
         if records is None and _simple(data):
@@ -270,18 +337,18 @@ def _small(handle) -> bool:
 
 
 def _column_events(header: list, cells: list, lines, problems: list, key_attr, ts_unit) -> tuple:
-    """``(events, line numbers, problems)`` of CSV records given as columns of text."""
+    """``([ColumnBatch], line numbers, problems)`` of CSV records given as columns of text."""
     import numpy as np
     import pyarrow as pa
-    from cep.columns import build_events, convert_times, typed_table
+    from cep.columns import build_columns, convert_times, typed_table
     table, wrong = convert_times(pa.Table.from_arrays(cells, names=header), ts_unit, lines)
-    events, bad = build_events(typed_table(table, empty_absent=True), key_attr, rows=lines)
+    batch, bad = build_columns(typed_table(table, empty_absent=True), key_attr, rows=lines)
     bad = [(p, wrong.get(p, err)) for p, err in bad]
     if bad:
         problems = sorted(problems + [(int(lines[p]), err) for p, err in bad],
                           key=lambda item: item[0])
         lines = np.delete(lines, [p for p, _ in bad])
-    return events, lines, problems
+    return [batch], lines, problems
 
 
 def _row_events(header: list, records: list, lines: list, problems: list, key_attr,
@@ -473,7 +540,8 @@ class _QuotedRecords:
 # --------------------------------------------------------------------------- JSON Lines
 
 def _jsonl_chunks(path: str, handle, key_attr, ts_unit):
-    """``(events, their line numbers, [(line, IngestError)])`` per block of a JSONL file."""
+    """``(pieces, their line numbers, [(line, IngestError)])`` per block of a JSONL file: a
+    ColumnBatch per run read as columns, a list of Events per stretch read row by row."""
     import orjson
     loads = orjson.loads
     run = None if _small(handle) else JSON_RUN          # rows of a small file: no columns
@@ -502,15 +570,15 @@ def _jsonl_chunks(path: str, handle, key_attr, ts_unit):
             else:
                 problems.append((number, IngestError(
                     f"expected a JSON object, got {_json_kind(row)}", number)))
-        events, lines_of_events = [], []
-        for start, stop in _runs(rows):
-            _json_events(rows[start:stop], numbers[start:stop], key_attr, ts_unit, events,
+        pieces, lines_of_events = [], []
+        for start, stop in _shapes(rows):
+            _json_events(rows[start:stop], numbers[start:stop], key_attr, ts_unit, pieces,
                          lines_of_events, problems, run)
         problems.sort(key=lambda item: item[0])
-        yield events, lines_of_events, problems
+        yield pieces, lines_of_events, problems
 
 
-def _runs(rows: list):
+def _shapes(rows: list):
     """``(start, stop)`` of the runs of rows with the same fields in the same order."""
     start = 0
     fields = None
@@ -524,22 +592,25 @@ def _runs(rows: list):
         yield start, len(rows)
 
 
-def _json_events(rows, numbers, key_attr, ts_unit, events, lines, problems, run) -> None:
-    """The events of a run of JSON objects with the same fields: built from columns when the
-    run is ``run`` rows or longer (cep.columns), else (or if ``run`` is None) row by row with
-    make_event."""
+def _json_events(rows, numbers, key_attr, ts_unit, pieces, lines, problems, run) -> None:
+    """The events of a run of JSON objects with the same fields, added to ``pieces``: a
+    ColumnBatch when the run is ``run`` rows or longer (cep.columns), else (or if ``run`` is
+    None) Events made row by row with make_event, added to the list ``pieces`` ends with."""
     if run is not None and len(rows) >= run:
         table = _json_table(rows)
         if table is not None:
-            from cep.columns import build_events, convert_times
+            from cep.columns import build_columns, convert_times
             table, wrong = convert_times(table, ts_unit, numbers)
-            good, bad = build_events(table, key_attr, rows=numbers)
+            batch, bad = build_columns(table, key_attr, rows=numbers)
             bad = [(p, wrong.get(p, err)) for p, err in bad]
             failed = {p for p, _ in bad}
-            events.extend(good)
+            pieces.append(batch)
             lines.extend(n for p, n in enumerate(numbers) if p not in failed)
             problems.extend((numbers[p], err) for p, err in bad)
             return
+    if not pieces or pieces[-1].__class__ is not list:
+        pieces.append([])
+    events = pieces[-1]
     for row, number in zip(rows, numbers):
         try:
             if ts_unit != "s" and row.get("ts") is not None:
@@ -592,12 +663,12 @@ def _json_row(line: bytes, number: int):
 # --------------------------------------------------------------------------- Parquet
 
 def _parquet_chunks(path: str, handle, key_attr, ts_unit):
-    """``(events, their row numbers, [(row, IngestError)])`` per record batch of a Parquet
-    file."""
+    """``([ColumnBatch], their row numbers, [(row, IngestError)])`` per record batch of a
+    Parquet file."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from cep.columns import build_events, convert_times, typed_table
+    from cep.columns import build_columns, convert_times, typed_table
     try:
         parquet = pq.ParquetFile(handle)
     except (pa.ArrowException, ValueError, OSError) as exc:
@@ -610,16 +681,18 @@ def _parquet_chunks(path: str, handle, key_attr, ts_unit):
                                 f"{', '.join(names)})", field=missing[0])
     row = 1
     try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            table, wrong = convert_times(pa.Table.from_batches([batch]), ts_unit, first_row=row)
-            events, bad = build_events(typed_table(table, empty_absent=False), key_attr,
+        for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            size = record_batch.num_rows
+            table, wrong = convert_times(pa.Table.from_batches([record_batch]), ts_unit,
+                                         first_row=row)
+            batch, bad = build_columns(typed_table(table, empty_absent=False), key_attr,
                                        first_row=row)
             bad = [(p, wrong.get(p, err)) for p, err in bad]
-            numbers = np.arange(row, row + batch.num_rows, dtype=np.int64)
+            numbers = np.arange(row, row + size, dtype=np.int64)
             if bad:
                 numbers = np.delete(numbers, [p for p, _ in bad])
-            yield events, numbers, [(err.row, err) for _, err in bad]
-            row += batch.num_rows
+            yield [batch], numbers, [(err.row, err) for _, err in bad]
+            row += size
     except pa.ArrowException as exc:
         raise _file_error(path, f"Parquet read failed after row {row - 1}: "
                                 f"{str(exc).splitlines()[0]}") from None
@@ -666,4 +739,5 @@ def _located(path: str, line: int, err: IngestError, unit: str = "line") -> Inge
     return located
 
 
-__all__ = ["read_events", "iter_events", "parse_cell", "SUPPORTED_EXTENSIONS"]
+__all__ = ["read_events", "iter_events", "iter_event_runs", "iter_batch_runs", "parse_cell",
+           "SUPPORTED_EXTENSIONS"]

@@ -104,6 +104,23 @@ class PlannedEngine:
                 self.replan()
         return out
 
+    def process_columns(self, batch, lo: int = 0, hi: int | None = None) -> list:
+        """``process_many`` of rows ``lo`` to ``hi - 1`` of a column batch
+        (``Engine.process_columns``), cut where the planner looks at the statistics."""
+        out: list = []
+        i, n = lo, len(batch) if hi is None else hi
+        while i < n:
+            take = n - i
+            if self.policies:
+                take = min(take, self.check_every - self._seen % self.check_every)
+            self.rates.observe_runs(batch.types[i:i + take], batch.times[i:i + take])
+            out.extend(self.engine.process_columns(batch, i, i + take))
+            self._seen += take
+            i += take
+            if self.policies and not self._seen % self.check_every:
+                self.replan()
+        return out
+
     def advance(self, watermark: float) -> list:
         return self.engine.advance(watermark)
 

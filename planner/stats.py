@@ -53,12 +53,16 @@ class RateTracker:
 
     def observe_many(self, events):
         """``observe`` each event in turn."""
-        if not events:
+        self.observe_runs(list(map(_TYPE, events)), list(map(_TS, events)))
+
+    def observe_runs(self, types: list, times: list):
+        """``observe`` of the events with these ``types`` and ``times``, in turn."""
+        if not types:
             return
         if self._origin is None:
-            self._origin = math.floor(events[0].ts / self.width) * self.width
-        self._types.extend(map(_TYPE, events))
-        running = accumulate(map(_TS, events), max, initial=self._max)
+            self._origin = math.floor(times[0] / self.width) * self.width
+        self._types.extend(types)
+        running = accumulate(times, max, initial=self._max)
         next(running)
         self._times.extend(running)
         self._max = self._times[-1]

@@ -1,5 +1,5 @@
-"""Bulk reading: cep.columns (typing in bulk, events from columns) and the block readers of
-cep.sources, checked against the row-by-row reader they replace.
+"""Bulk reading: cep.columns (typing in bulk, events from columns, column batches) and the
+block readers of cep.sources, checked against the row-by-row reader they replace.
 
 ``legacy_read`` below is the previous implementation of cep.sources (csv module + json module
 + make_event per row), kept here as the oracle: on random files the new reader must give the
@@ -16,12 +16,14 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cep.sources as sources
 from cep.arrow import arrow_array
-from cep.columns import build_events, column_values, strip_text, typed_column
+from cep.batch import ColumnBatch
+from cep.columns import (build_columns, build_events, column_from_values, column_values,
+                         strip_text, typed_column, typed_table)
 from cep.errors import IngestError
 from cep.event import make_event
 from cep.sources import parse_cell, read_events
@@ -505,3 +507,122 @@ def test_parquet_file_of_csv_text_reads_like_the_csv(tmp_path):
     assert _view(read_events(path, errors="collect")[0]) == \
         _view(read_events(csv_path, errors="collect")[0])
     assert ".parquet" in sources.SUPPORTED_EXTENSIONS
+
+
+# --------------------------------------------------------------------------- column batches
+
+def _numeric_kind(attrs: dict, name) -> tuple:
+    """What ColumnBatch.numeric must say of an Event's attribute: absent -> 0; a float, or an
+    int (not a bool) float64 holds exactly -> 1 with its value; anything else -> 2."""
+    if name not in attrs:
+        return 0, None
+    value = attrs[name]
+    if value.__class__ is float or (value.__class__ is int and abs(value) <= 2 ** 53):
+        return 1, float(value)
+    return 2, None
+
+
+def numeric_agrees(batch: ColumnBatch) -> list:
+    """Check ``batch.numeric(name)`` (asked before any Event is made, then after) against the
+    attributes of ``batch.events()`` for every attribute name; returns the events."""
+    early = {name: batch.numeric(name) for name in batch.names}
+    events = batch.events()
+    names = set(early) | {name for ev in events for name in ev.attrs}
+    for name in names:
+        for vals, kinds in {id(got): got for got in (early.get(name), batch.numeric(name))
+                            if got is not None}.values():
+            assert len(vals) == len(kinds) == len(events)
+            for i, ev in enumerate(events):
+                kind, value = _numeric_kind(ev.attrs, name)
+                assert kinds[i] == kind, (name, i, ev.attrs)
+                if kind == 1:
+                    assert vals[i] == value, (name, i, ev.attrs)
+    return events
+
+
+def _batch_matches_events(table, key_attr=None, **kw) -> tuple:
+    """build_columns of ``table``: the batch's rows are build_events' events (type, ts, key,
+    id, attribute order), its numeric columns agree with them; returns (events, problems)."""
+    batch, problems = build_columns(table, key_attr, **kw)
+    events, want_problems = build_events(table, key_attr, **kw)
+    assert [(p, e.row, e.field, str(e)) for p, e in problems] == \
+        [(p, e.row, e.field, str(e)) for p, e in want_problems]
+    got = numeric_agrees(batch)
+    assert _view(got) == _view(events)
+    assert len(batch) == len(events) == table.num_rows - len(problems)
+    assert batch.types == [e.type for e in events] and batch.times == [e.ts for e in events]
+    if batch.keys is None:
+        assert all(e.key is None for e in events)
+    else:
+        assert batch.keys == [e.key for e in events]
+    for i in range(0, len(batch), max(3, len(batch) // 8)):    # a slice, from scratch
+        again, _ = build_columns(table, key_attr, **kw)
+        assert _view(numeric_agrees(again.slice(i, i + 4))) == _view(events[i:i + 4])
+    return events, problems
+
+
+def _mixed_table(plain: int = 0) -> pa.Table:
+    """Six rows of columns of every kind a batch holds: plain Arrow columns with nulls, a
+    union (mixed kinds), uint64, ints beyond 2**53, JSON nulls (present null values: made
+    by make_event), lists and maps (make_event too); then ``plain`` rows of plain values
+    (the few rows make_event sees are then decoded alone)."""
+    def column(values, more):
+        return values + [more(i) for i in range(plain)]
+    return pa.table({
+        "type": column(["A", "B", "A", "A", "B", "A"], lambda i: "AB"[i % 2]),
+        "ts": pa.array(column([1, 2, 3, 4, 5, 6], lambda i: 7 + i), pa.int64()),
+        "f": pa.array(column([1.5, None, -0.0, 2.0, 3.5, 1e300], lambda i: i / 3)),
+        "i": pa.array(column([1, 2 ** 53, 2 ** 53 + 1, -2 ** 53 - 1, None, -5], lambda i: i),
+                      pa.int64()),
+        "u": pa.array(column([2 ** 64 - 1, 5, None, 2 ** 53, 2 ** 53 + 1, 0], lambda i: i),
+                      pa.uint64()),
+        "b": column([True, False, None, True, True, False], lambda i: i % 3 == 0),
+        "s": column(["x", None, "1", "", "y", "z"], lambda i: f"s{i % 4}"),
+        "by": pa.array(column([b"a", None, b"", b"c", b"d", b"e"], lambda i: b"p")),
+        "mixed": typed_column(pa.array(column(["1", "2.5", "true", "x", None, str(2 ** 60)],
+                                              lambda i: str(i)))),
+        "null": column_from_values(column([None, 1, None, 2.5, "s", True], lambda i: i),
+                                   none_is_absent=False),
+        "tags": column([[1], None, [], [2, 3], None, [4]], lambda i: None),
+        "attrs": pa.array(column([None, [("q", 1)], None, [("q", 2.5), ("r", 3)], None, None],
+                                 lambda i: None), pa.map_(pa.string(), pa.int64())),
+        "key": column(["k1", "k2", None, "k1", "k2", "k3"], lambda i: f"k{i % 3}"),
+    })
+
+
+@pytest.mark.parametrize("plain", [0, 200])
+@pytest.mark.parametrize("key_attr", [None, "key", "i", "s", "u"])
+def test_build_columns_is_build_events_and_numeric_agrees(key_attr, plain):
+    events, problems = _batch_matches_events(_mixed_table(plain), key_attr, first_row=10)
+    if key_attr == "i":
+        assert [(p, e.row, e.field) for p, e in problems] == [(4, 14, "i")]
+    if key_attr is None:
+        assert problems == [] and list(events[3].attrs) == \
+            ["f", "i", "u", "b", "s", "by", "mixed", "null", "tags", "q", "r"]
+
+
+def test_build_columns_of_a_table_without_good_rows():
+    table = pa.table({"type": ["A", None], "ts": [float("nan"), 2.0]})
+    batch, problems = build_columns(table)
+    assert len(batch) == 0 and batch.events() == [] and len(problems) == 2
+    assert len(build_columns(table.slice(0, 0))[0]) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(0, 12), st.sampled_from([None, "key", "x"]))
+def test_build_columns_of_typed_text_and_json_values(data, n, key_attr):
+    """CSV-typed columns (one kind or a union of kinds) and JSON values (nulls, nesting,
+    big integers: rows made by make_event) in one table."""
+    text = st.lists(st.one_of(cells, st.none()), min_size=n, max_size=n)
+    table = typed_table(pa.table({
+        "type": pa.array(data.draw(st.lists(type_cells, min_size=n, max_size=n))),
+        "ts": pa.array(data.draw(st.lists(ts_cells, min_size=n, max_size=n))),
+        "x": pa.array(data.draw(text), pa.string()),
+        "key": pa.array(data.draw(text), pa.string())}))
+    values = data.draw(st.lists(json_values, min_size=n, max_size=n))
+    try:
+        json_column = column_from_values(values, "j", none_is_absent=False, bigint=True)
+    except IngestError:                     # no column form (a big int in a list): row by row
+        assume(False)
+    table = table.append_column("j", json_column)
+    _batch_matches_events(table, key_attr, rows=list(range(2, n + 2)))

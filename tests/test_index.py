@@ -2,7 +2,9 @@
 import random
 
 from cep.event import Event
-from cep.index import ALL, CHUNK, SharedEventIndex, TimeBuffer
+from cep.index import ALL, SharedEventIndex, TimeBuffer
+
+CHUNK = 128     # sizes below are multiples of what used to be a chunk of the buffer
 
 
 def ev(t, ts, key=None, eid=None, **attrs):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import cep.engine
 from cep import ast as A
+from cep.batch import ColumnBatch
 from cep.disorder import DisorderSettings
 from cep.engine import Engine
 from cep.match import Retraction
@@ -68,7 +69,7 @@ def test_process_many_equals_process_of_each_event(data, keyed):
     setup, arrivals, cuts, marks, max_delay, evict_every = draw_setup(data, keyed)
     results = []
     with mock.patch.object(cep.engine, "EVICT_EVERY", evict_every):
-        for many in (False, True):
+        for many in (False, True, "columns"):
             eng = Engine(key_attr="k" if keyed else None,
                          disorder=DisorderSettings(min_slack=max_delay))
             for k, (q, p, mode) in enumerate(setup):
@@ -77,7 +78,9 @@ def test_process_many_equals_process_of_each_event(data, keyed):
             for c, chunk in enumerate(chunks(arrivals, cuts)):
                 if c in marks and chunk:
                     out += eng.advance(min(e.ts for e in chunk) - 0.5)
-                if many:
+                if many == "columns":
+                    out += eng.process_columns(ColumnBatch.from_events(chunk))
+                elif many:
                     out += eng.process_many(tuple(chunk) if c % 2 else chunk)
                 else:
                     for ev in chunk:
@@ -85,9 +88,10 @@ def test_process_many_equals_process_of_each_event(data, keyed):
             mid = state(eng)
             out += eng.advance(math.inf)
             results.append(([record(x) for x in out], mid, state(eng)))
-    assert results[0][1] == results[1][1]
-    assert results[0][2] == results[1][2]
-    assert results[0][0] == results[1][0]
+    for other in results[1:]:
+        assert results[0][1] == other[1]
+        assert results[0][2] == other[2]
+        assert results[0][0] == other[0]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=SLOW)
@@ -96,13 +100,15 @@ def test_planned_process_many_replans_at_the_same_events(data):
     setup, arrivals, cuts, _, _, _ = draw_setup(data, keyed=False)
     check_every = data.draw(st.integers(1, 7), label="check_every")
     results = []
-    for many in (False, True):
+    for many in (False, True, "columns"):
         eng = PlannedEngine(Engine(), check_every=check_every)
         for k, (q, p, _) in enumerate(setup):
             eng.add_query(q, name=f"q{k}", params=p or None, planner="adaptive:GREEDY")
         out = []
         for chunk in chunks(arrivals, cuts):
-            if many:
+            if many == "columns":
+                out += eng.process_columns(ColumnBatch.from_events(chunk))
+            elif many:
                 out += eng.process_many(chunk)
             else:
                 for ev in chunk:
@@ -110,7 +116,7 @@ def test_planned_process_many_replans_at_the_same_events(data):
         out += eng.advance(math.inf)
         results.append(([record(x) for x in out], eng.history, eng.rates.rates(),
                          eng._seen))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 def test_a_run_of_non_trigger_events_is_indexed_in_bulk_and_triggers_still_match():

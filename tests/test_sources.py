@@ -1,10 +1,13 @@
-"""Reading events from CSV and JSON Lines files."""
+"""Reading events from CSV, JSON Lines and Parquet files (as Events and as column batches)."""
 import json
 
 import pytest
+from test_columns import _view, legacy_read, numeric_agrees
 
+import cep.sources as sources
+from cep.batch import ColumnBatch
 from cep.errors import IngestError
-from cep.sources import iter_events, parse_cell, read_events
+from cep.sources import iter_batch_runs, iter_event_runs, iter_events, parse_cell, read_events
 
 
 def _write(tmp_path, name, text, encoding="utf-8"):
@@ -240,3 +243,161 @@ def test_sample_ticks_file_reads_cleanly():
     assert all(e.type == "Stock" for e in events)
     assert all(a.ts < b.ts for a, b in zip(events, events[1:]))
     assert {"symbol", "price", "volume"} <= set(events[0].attrs)
+
+
+# --------------------------------------------------------------------------- column batches
+
+def _flat(runs) -> list:
+    return [e for r in runs for e in (r.events() if isinstance(r, ColumnBatch) else r)]
+
+
+def _log(runs, path, key_attr):
+    """Events and errors in the order the reader gives them (on_error between the runs)."""
+    log = []
+    for run in runs(path, key_attr, on_error=log.append):
+        log.extend(run.events() if isinstance(run, ColumnBatch) else run)
+    return log
+
+
+def _shown(log) -> list:
+    return [(p.row, p.field, str(p), p.path) if isinstance(p, IngestError) else _view([p])[0]
+            for p in log]
+
+
+def _batches_read_as_rows(path, key_attr, want_events, want_lines, want_problems,
+                          in_bulk=True):
+    """iter_batch_runs of ``path`` gives ``want_events`` (read at ``want_lines``) and the
+    errors ``want_problems``, in line order, as iter_event_runs does; the batches' numeric
+    columns agree with their events."""
+    want = sorted([(line, ev) for line, ev in zip(want_lines, want_events)] +
+                  [(p.row, p) for p in want_problems], key=lambda item: item[0])
+    want = [item for _, item in want]
+    got = _log(iter_batch_runs, path, key_attr)
+    assert _shown(got) == _shown(want)
+    assert _shown(_log(iter_event_runs, path, key_attr)) == _shown(want)
+    # raise mode: the rows before the first bad row come out, then it is raised
+    out = []
+    runs = iter_batch_runs(path, key_attr)
+    if want_problems:
+        with pytest.raises(IngestError) as info:
+            for run in runs:
+                out.extend(run.events() if isinstance(run, ColumnBatch) else run)
+        assert (info.value.row, str(info.value)) == (want_problems[0].row,
+                                                     str(want_problems[0]))
+        first_bad = want.index(want_problems[0])
+        assert _view(out) == _view(want[:first_bad])
+    else:
+        assert _view(_flat(runs)) == _view(want_events)
+    runs = list(iter_batch_runs(path, key_attr, on_error=lambda err: None))
+    assert any(isinstance(r, ColumnBatch) for r in runs) == in_bulk
+    for run in runs:
+        if isinstance(run, ColumnBatch):
+            numeric_agrees(run)
+
+
+def _as_legacy(path, key_attr):
+    lines = []
+    events, problems = legacy_read(path, key_attr, lines)
+    return events, lines, problems
+
+
+def _ticks(n: int, seed: int, key_column: str = "key") -> str:
+    """A CSV stream with bad rows (event time, type, cell count, missing key), quoted cells
+    and mixed-kind columns here and there."""
+    import random
+    rnd = random.Random(seed)
+    lines = [f"type,ts,price,volume,{key_column},id"]
+    for i in range(n):
+        roll = rnd.random()
+        price = rnd.choice([f"{100 + i % 97 / 8:.2f}", str(i % 50), "n/a", "", "true"]) \
+            if roll < 0.2 else f"{100 + i % 97 / 8:.2f}"
+        row = [rnd.choice("ABC"), str(1_000_000 + i), price, str(100 + i % 1900),
+               f"k{i % 5}", f"e{i}" if roll < 0.1 else ""]
+        if roll > 0.997:
+            row[1] = "oops"
+        elif roll > 0.994:
+            row[0] = ""
+        elif roll > 0.991:
+            row.pop()
+        elif roll > 0.988:
+            row[4] = ""
+        elif roll > 0.986:
+            row[2] = '"1,5"'
+        lines.append(",".join(row))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("key_attr", [None, "key", "sym"])
+@pytest.mark.parametrize("block", [None, 700])
+def test_csv_batches_read_as_rows(tmp_path, monkeypatch, key_attr, block):
+    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)               # in bulk
+    if block:
+        monkeypatch.setattr(sources, "BLOCK_SIZE", block)
+    path = _write(tmp_path, "t.csv", _ticks(3000, 5, "sym" if key_attr == "sym" else "key"))
+    _batches_read_as_rows(path, key_attr, *_as_legacy(path, key_attr))
+
+
+def test_large_csv_batches_read_as_rows(tmp_path):
+    path = _write(tmp_path, "big.csv", _ticks(22_000, 7))
+    assert path.stat().st_size > sources.ROW_READ_BYTES
+    for key_attr in (None, "key"):
+        _batches_read_as_rows(path, key_attr, *_as_legacy(path, key_attr))
+
+
+def test_small_csv_is_read_row_by_row(tmp_path):
+    path = _write(tmp_path, "s.csv", _ticks(300, 3))
+    _batches_read_as_rows(path, "key", *_as_legacy(path, "key"), in_bulk=False)
+
+
+@pytest.mark.parametrize("key_attr", [None, "key", "s"])
+def test_jsonl_batches_read_as_rows(tmp_path, monkeypatch, key_attr):
+    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)
+    monkeypatch.setattr(sources, "BLOCK_SIZE", 4096)
+    lines = []
+    for i in range(400):
+        row = {"type": "AB"[i % 2], "ts": i if i % 3 else i + 0.5, "p": i / 4,
+               "s": f"k{i % 3}", "n": None if i % 5 == 0 else i, "key": i % 7}
+        if 100 <= i < 120 or i % 61 == 0:
+            row = {"ts": i, "type": "C", "s": "x"}                    # other shapes
+        if i % 53 == 7:
+            row["p"] = float("nan")                                   # a bad row
+        if i % 89 == 3:
+            row.pop("s", None)
+        lines.append(json.dumps(row))
+    lines[250] = "not json"
+    lines[251] = "[1, 2]"
+    path = _write(tmp_path, "r.jsonl", "\n".join(lines) + "\n")
+    _batches_read_as_rows(path, key_attr, *_as_legacy(path, key_attr))
+
+
+@pytest.mark.parametrize("key_attr", [None, "sym"])
+def test_parquet_batches_read_as_rows(tmp_path, monkeypatch, key_attr):
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_ingest.mapping import EventMapping
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 50)
+    n = 300
+    table = pa.table({
+        "type": [None if i % 71 == 5 else "AB"[i % 2] for i in range(n)],
+        "ts": [math.nan if i % 97 == 11 else float(i) for i in range(n)],
+        "sym": [None if i % 43 == 2 else f"k{i % 4}" for i in range(n)],
+        "price": [None if i % 7 == 0 else i / 8 for i in range(n)],
+        "text": [["42", "4.2", "x", "", "true"][i % 5] for i in range(n)],
+        "tags": [[i] if i % 9 == 0 else None for i in range(n)],
+        "id": [f"e{i}" if i % 4 == 0 else None for i in range(n)],
+    })
+    path = tmp_path / "e.parquet"
+    pq.write_table(table, path)
+    mapping = EventMapping(key_column=key_attr)
+    events, rows, problems = [], [], []
+    for i, row in enumerate(table.to_pylist(), start=1):
+        try:
+            events.append(mapping.to_event(row, i))
+            rows.append(i)
+        except IngestError as exc:
+            problems.append(sources._located(str(path), i, exc, "row"))
+    assert problems
+    _batches_read_as_rows(path, key_attr, events, rows, problems)

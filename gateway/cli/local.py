@@ -19,7 +19,7 @@ import time
 
 from cep.errors import CepError, IngestError
 from cep.output import MatchLines
-from cep.sources import SUPPORTED_EXTENSIONS, iter_event_runs
+from cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
 from cep.timestamps import FORMAT_HELP, check_format
 from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params)
@@ -108,7 +108,7 @@ def run_local(args) -> int:
             return 2
 
     bad = BadRows()
-    runs = iter_event_runs(args.events, key_attr=args.key,
+    runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
     out, close = _open_output(args.out, binary=True)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
@@ -128,9 +128,10 @@ def run_local(args) -> int:
     try:
         progress = Progress(started)
         try:
-            for chunk in chunked(runs, CHUNK_EVENTS):
-                n_events += len(chunk)
-                found = engine.process_many(chunk)
+            for run, lo, hi in chunked(runs, CHUNK_EVENTS):
+                n_events += hi - lo
+                found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
+                    if run.__class__ is list else engine.process_columns(run, lo, hi)
                 if found:
                     write(lines.lines(found))
                 if core.late:
@@ -259,13 +260,12 @@ class BadRows:
 
 
 def chunked(runs, size: int):
-    """Lists of at most ``size`` events from lists of events (``iter_event_runs``)."""
+    """``(run, lo, hi)``: pieces of at most ``size`` rows of each run (a list of events or a
+    column batch, ``iter_batch_runs``)."""
     for run in runs:
-        if len(run) <= size:
-            yield run
-        else:
-            for k in range(0, len(run), size):
-                yield run[k:k + size]
+        n = len(run)
+        for k in range(0, n, size):
+            yield run, k, min(n, k + size)
 
 
 class Progress:

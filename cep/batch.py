@@ -1,0 +1,309 @@
+"""Column batches: the rows of one input batch kept as columns, an Event made for a row only
+when something asks for it (issue 14: "Event objects materialised only for events that end up
+in a match").
+
+A row's Event is made once and kept in ``objs``, so every caller (each index buffer holding
+the row, a match, a snapshot) gets the same object: identity (``is``) is load-bearing in the
+evaluator, the corrections and the output. Attribute values are decoded from Arrow to Python
+per column on first need; comparisons over a column use ``numeric`` (float64 values and a kind
+per row) without any Event.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import compress, repeat
+from operator import eq
+
+import numpy as np
+
+from cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of
+
+def numeric_of(values) -> tuple:
+    """``(float64 values, int8 kinds)`` of Python values (None = absent, kind 0)."""
+    n = len(values)
+    kinds = np.fromiter((ABSENT if v is None else kind_of(v) for v in values),
+                        dtype=np.int8, count=n)
+    vals = np.zeros(n, dtype=np.float64)
+    exact = kinds == EXACT
+    if exact.any():
+        vals[exact] = np.fromiter(compress(values, exact.tolist()), dtype=np.float64)
+    return vals, kinds
+
+
+class ColumnBatch:
+    """Rows of one batch: ``types``, ``times``, ``keys`` and ``ids`` (lists, one entry per
+    row; ``keys``/``ids`` None when no row has one), attribute ``names`` in batch order with
+    their ``columns`` (a Python list, or a pyarrow Array decoded on first need, entry per row)
+    and ``absent`` masks (numpy bool or None: rows without that attribute). ``overrides``
+    ``{row: Event}``: rows whose Event was built another way (make_event's fallback); their
+    type, time and key come from that Event."""
+
+    __slots__ = ("types", "times", "keys", "ids", "names", "_columns", "_absent", "objs",
+                 "_numeric", "_ts", "_overrides", "_decoded", "_lists", "_rows_of")
+
+    def __init__(self, types: list, times: list, keys=None, ids=None, names=(), columns=(),
+                 absent=None, overrides=None):
+        n = len(types)
+        self.types, self.times, self.keys, self.ids = types, times, keys, ids
+        self.names = list(names)
+        self._columns = list(columns)
+        self._absent = list(absent) if absent is not None else [None] * len(self.names)
+        for j, col in enumerate(self._columns):
+            if self._absent[j] is None and not isinstance(col, list) and col.null_count:
+                from cep.arrow import valid_mask
+                self._absent[j] = ~valid_mask(col)                # null = absent
+        self.objs: list = [None] * n
+        self._overrides = sorted(overrides) if overrides else ()
+        self._decoded = None
+        self._lists: dict = {}
+        self._rows_of = None
+        self._numeric: dict = {}
+        self._ts = None
+        if overrides:
+            for row, ev in overrides.items():
+                self.objs[row] = ev
+                types[row], times[row] = ev.type, ev.ts
+                if ev.key is not None and keys is None:
+                    keys = self.keys = [None] * n
+                if keys is not None:
+                    keys[row] = ev.key
+
+    @classmethod
+    def from_events(cls, events) -> "ColumnBatch":
+        """A batch holding the content of ``events``: new Events are made from it on demand,
+        each with its attributes in the order of the original (which a content fingerprint
+        depends on: cep.index)."""
+        events = list(events)
+        names: dict = {}
+        for ev in events:
+            names.update(dict.fromkeys(ev.attrs))
+        order = {name: k for k, name in enumerate(names)}
+        overrides = {r: Event(ev.type, ev.ts, dict(ev.attrs), ev.key, ev._id)
+                     for r, ev in enumerate(events)
+                     if list(ev.attrs) != sorted(ev.attrs, key=order.__getitem__)}
+        columns, absent = [], []
+        for name in names:
+            columns.append([ev.attrs.get(name) for ev in events])
+            absent.append(np.array([name not in ev.attrs for ev in events], dtype=bool))
+        keys = [ev.key for ev in events]
+        ids = [ev._id for ev in events]
+        return cls([ev.type for ev in events], [ev.ts for ev in events],
+                   keys if any(k is not None for k in keys) else None,
+                   ids if any(i is not None for i in ids) else None, list(names), columns,
+                   absent, overrides)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    @property
+    def ts(self) -> np.ndarray:
+        """The event times as float64."""
+        if self._ts is None:
+            self._ts = np.asarray(self.times, dtype=np.float64)
+        return self._ts
+
+    def _values(self, j: int) -> list:
+        """The Python values of attribute column ``j`` (decoded once)."""
+        return self._decode()[j][1]
+
+    def _decode(self) -> list:
+        """``[(name, values, absent)]`` per attribute: Python values and absent flags (a list
+        of bools, or None)."""
+        got = self._decoded
+        if got is None:
+            from cep.columns import column_values
+            got = self._decoded = [
+                (name, col if isinstance(col, list) else column_values(col).values,
+                 absent.tolist() if absent is not None else None)
+                for name, col, absent in zip(self.names, self._columns, self._absent)]
+        return got
+
+    def event(self, i: int) -> Event:
+        """The Event of row ``i`` (made on the first call, the same object after)."""
+        ev = self.objs[i]
+        if ev is None:
+            attrs = {name: values[i] for name, values, absent in self._decoded or self._decode()
+                     if absent is None or not absent[i]}
+            ev = self.objs[i] = Event(self.types[i], self.times[i], attrs,
+                                      self.keys[i] if self.keys is not None else None,
+                                      self.ids[i] if self.ids is not None else None)
+        return ev
+
+    def events(self, rows=None) -> list:
+        """The Events of ``rows`` (positions; all rows when None), in that order."""
+        objs = self.objs
+        if rows is None:
+            n = len(objs)
+            if n and (not any(objs) or (self._overrides and objs.count(None) ==
+                                        n - len(self._overrides))):
+                made = self._make_all()                 # none made yet (but the overrides):
+                for i in self._overrides:               # all of them at once
+                    made[i] = objs[i]
+                objs[:] = made
+                return made
+            rows = range(n)
+        missing = [i for i in rows if objs[i] is None]
+        if len(missing) > 4:
+            self._make(missing)
+        elif missing:
+            for i in missing:
+                self.event(i)
+        return [objs[i] for i in rows]
+
+    def _make(self, rows: list):
+        """Make the Events of ``rows`` (none made yet) in bulk."""
+        n = len(rows)
+        decoded = self._decoded or self._decode()
+        get = [list(map(values.__getitem__, rows)) for _, values, _ in decoded]
+        if get:
+            attrs = list(map(dict, map(zip, repeat(self.names, n), zip(*get))))
+            for name, _, absent in decoded:
+                if absent is not None:
+                    for k, gone in enumerate(map(absent.__getitem__, rows)):
+                        if gone:
+                            del attrs[k][name]
+        else:
+            attrs = [{} for _ in range(n)]
+        pick = rows.__iter__
+        made = map(Event, map(self.types.__getitem__, pick()),
+                   map(self.times.__getitem__, pick()), attrs,
+                   map(self.keys.__getitem__, pick()) if self.keys is not None else repeat(None),
+                   map(self.ids.__getitem__, pick()) if self.ids is not None else repeat(None))
+        objs = self.objs
+        for i, ev in zip(rows, made):
+            objs[i] = ev
+
+    def _make_all(self) -> list:
+        """New Events of all rows, in order: ``_make`` without picking rows."""
+        n = len(self.types)
+        decoded = self._decoded or self._decode()
+        if decoded:
+            columns = [values for _, values, _ in decoded]
+            attrs = list(map(dict, map(zip, repeat(self.names, n), zip(*columns))))
+            for name, absent in zip(self.names, self._absent):
+                if absent is not None:
+                    for k in np.flatnonzero(absent).tolist():
+                        del attrs[k][name]
+        else:
+            attrs = [{} for _ in range(n)]
+        return list(map(Event, self.types, self.times, attrs,
+                        self.keys if self.keys is not None else repeat(None, n),
+                        self.ids if self.ids is not None else repeat(None, n)))
+
+    def has(self, name: str) -> bool:
+        """Whether some row has attribute ``name`` (made rows included)."""
+        if name in self.names:
+            absent = self._absent[self.names.index(name)]
+            if absent is None or not absent.all():
+                return True
+        return any(ev is not None and name in ev.attrs for ev in self.objs)
+
+    def numeric(self, name: str) -> tuple:
+        """``(values float64, kinds int8)`` of attribute ``name`` per row: kind ABSENT (the
+        row lacks it), EXACT (a float, or an int float64 holds exactly; not a bool; the value
+        is in ``values``) or OTHER (anything else: compare it as a Python value)."""
+        got = self._numeric.get(name)
+        if got is not None:
+            return got
+        n = len(self.types)
+        if name not in self.names:
+            vals, kinds = np.zeros(n), np.zeros(n, dtype=np.int8)
+        else:
+            j = self.names.index(name)
+            vals, kinds = _arrow_numeric(self._columns[j], n)
+            if vals is None:
+                self._decode()
+                vals, kinds = numeric_of(self._values(j))
+            absent = self._absent[j]
+            if absent is not None:
+                kinds[absent] = ABSENT
+        for i in self._overrides:           # a made Event is the truth for its row
+            value = self.objs[i].attrs.get(name, _MISSING)
+            if value is _MISSING:
+                kinds[i] = ABSENT
+            else:
+                k = kind_of(value)
+                kinds[i] = k
+                if k == EXACT:
+                    vals[i] = value
+        got = self._numeric[name] = (vals, kinds)
+        return got
+
+    def groups(self, lo: int, hi: int) -> dict:
+        """``{type: (rows, times)}`` of rows ``lo`` to ``hi - 1``, rows ascending, types in
+        the order they first come."""
+        by_type = self._rows_of
+        if by_type is None:
+            types, n = self.types, len(self.types)
+            by_type = self._rows_of = {
+                t: list(compress(range(n), map(eq, types, repeat(t))))
+                for t in dict.fromkeys(types)}
+        out = []
+        get = self.times.__getitem__
+        for t, rows in by_type.items():
+            a, b = bisect_left(rows, lo), bisect_left(rows, hi)
+            if b > a:
+                part = rows[a:b]
+                out.append((part[0], t, part, list(map(get, part))))
+        out.sort()                          # types in the order they first come in the run
+        return {t: (part, times) for _, t, part, times in out}
+
+    def column(self, name: str) -> tuple:
+        """``numeric(name)`` as Python lists: ``(values, odd)``, a float per row (meaningful
+        where the row's kind is EXACT) and the set of the other rows."""
+        got = self._lists.get(name)
+        if got is None:
+            vals, kinds = self.numeric(name)
+            got = self._lists[name] = (vals.tolist(), set(np.flatnonzero(kinds != EXACT).tolist()))
+        return got
+
+    def slice(self, a: int, b: int) -> "ColumnBatch":
+        """Rows ``a`` to ``b - 1`` as a batch of their own (sharing no Event cache: take rows
+        of a batch through one of its slices only)."""
+        part = ColumnBatch.__new__(ColumnBatch)
+        part.types, part.times = self.types[a:b], self.times[a:b]
+        part.keys = self.keys[a:b] if self.keys is not None else None
+        part.ids = self.ids[a:b] if self.ids is not None else None
+        part.names = self.names
+        part._columns = [c[a:b] for c in self._columns]
+        part._decoded = [(name, values[a:b], absent[a:b] if absent is not None else None)
+                         for name, values, absent in self._decoded] \
+            if self._decoded is not None else None
+        part._absent = [m[a:b] if m is not None else None for m in self._absent]
+        part.objs = self.objs[a:b]
+        part._numeric = {k: (v[a:b], t[a:b]) for k, (v, t) in self._numeric.items()}
+        part._ts = self._ts[a:b] if self._ts is not None else None
+        part._lists = {}
+        part._rows_of = None
+        part._overrides = [i - a for i in self._overrides if a <= i < b]
+        return part
+
+
+_MISSING = object()
+
+
+def _arrow_numeric(col, n: int) -> tuple:
+    """``(values, kinds)`` straight from an int/float Arrow column (nulls absent), or
+    ``(None, None)`` for anything else."""
+    if isinstance(col, list):
+        return None, None
+    import pyarrow as pa
+    from cep.arrow import to_numpy, valid_mask      # not to_numpy()/fill_null: see cep.arrow
+    t = col.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t):
+        try:
+            raw = to_numpy(col)
+        except KeyError:                             # float16: from Python values
+            return None, None
+        vals = raw.astype(np.float64)
+        kinds = np.full(n, EXACT, dtype=np.int8)
+        if pa.types.is_integer(t):
+            big = raw > np.uint64(EXACT_INT) if pa.types.is_unsigned_integer(t) else \
+                (raw > EXACT_INT) | (raw < -EXACT_INT)
+            kinds[big] = OTHER
+        if col.null_count:
+            nulls = ~valid_mask(col)
+            vals[nulls] = 0.0
+            kinds[nulls] = ABSENT
+        return vals, kinds
+    return None, None
