@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import compress, repeat
-from operator import eq
 
 import numpy as np
 
@@ -235,9 +234,12 @@ class ColumnBatch:
         by_type = self._rows_of
         if by_type is None:
             types, n = self.types, len(self.types)
-            by_type = self._rows_of = {
-                t: list(compress(range(n), map(eq, types, repeat(t))))
-                for t in dict.fromkeys(types)}
+            code = {t: k for k, t in enumerate(dict.fromkeys(types))}
+            codes = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
+            order = np.argsort(codes, kind="stable")
+            cuts = np.searchsorted(codes[order], np.arange(len(code) + 1)).tolist()
+            order = order.tolist()
+            by_type = self._rows_of = {t: order[cuts[k]:cuts[k + 1]] for t, k in code.items()}
         out = []
         get = self.times.__getitem__
         for t, rows in by_type.items():
