@@ -113,7 +113,7 @@ class ColumnBatch:
             from cep.columns import column_values
             got = self._decoded = [
                 (name, col if isinstance(col, list) else column_values(col).values,
-                 absent.tolist() if absent is not None else None)
+                 absent.tolist() if absent is not None and absent.any() else None)
                 for name, col, absent in zip(self.names, self._columns, self._absent)]
         return got
 
