@@ -92,7 +92,50 @@ def _null_scalar(arrow_type):
 
 
 def _match(arr, pattern: str) -> np.ndarray:
-    return true_mask(pc.match_substring_regex(arr, pattern))
+    """Cells of ``arr`` that ``pattern`` matches; cells a byte check proves to match one of
+    the fast patterns (the common ``123`` / ``-123`` / ``12.34``, see ``_surely``) skip the
+    regular expression."""
+    sure = _surely(arr, pattern)
+    if sure is None or sure.all():
+        return sure if sure is not None else true_mask(pc.match_substring_regex(arr, pattern))
+    rest = np.flatnonzero(~sure)
+    if len(rest):
+        sure[rest] = true_mask(pc.match_substring_regex(arr.take(arrow_array(rest)), pattern))
+    return sure
+
+
+def _surely(arr, pattern: str):
+    """For ``_INT_FAST``, ``_FLOAT_FAST`` and ``_TS_FAST``: the cells of a string array that
+    surely match it, by a vectorised look at their bytes (for ints and event times: an
+    optional ``-`` and 1-18 digits; for floats and event times: 1-20 digits, a dot, 1-20
+    digits). None for any other pattern."""
+    ints = pattern in (_INT_FAST, _TS_FAST)
+    floats = pattern in (_FLOAT_FAST, _TS_FAST)
+    if not (ints or floats):
+        return None
+    n = len(arr)
+    _, offsets, data = arr.buffers()[:3]
+    offsets = np.frombuffer(offsets, dtype=np.int32)[arr.offset:arr.offset + n + 1]
+    if data is None or not n or offsets[-1] <= offsets[0]:
+        return np.zeros(n, dtype=bool)
+    data = np.frombuffer(data, dtype=np.uint8)[:offsets[-1]]
+    other = np.concatenate(([0], np.cumsum((data < 48) | (data > 57), dtype=np.int32)))
+    starts, ends = offsets[:-1], offsets[1:]
+    length = ends - starts
+    odd = other[ends] - other[starts]                      # bytes that are not digits
+    first = np.where(length > 0, data[np.minimum(starts, len(data) - 1)], 0)
+    sure = np.zeros(n, dtype=bool)
+    if ints:
+        minus = first == 45
+        sure |= (odd == minus) & (length - minus >= 1) & (length - minus <= 18)
+    if floats:
+        dots = np.concatenate(([0], np.cumsum(data == 46, dtype=np.int32)))
+        one_dot = (odd == 1) & (dots[ends] - dots[starts] == 1)
+        last = np.where(length > 0, data[np.maximum(ends - 1, 0)], 0)
+        sure |= one_dot & (first != 46) & (last != 46) & (length <= 21)
+    if arr.null_count:
+        sure &= true_mask(pc.is_valid(arr))
+    return sure
 
 
 def _is_text(t) -> bool:

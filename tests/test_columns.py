@@ -626,3 +626,24 @@ def test_build_columns_of_typed_text_and_json_values(data, n, key_attr):
         assume(False)
     table = table.append_column("j", json_column)
     _batch_matches_events(table, key_attr, rows=list(range(2, n + 2)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cells=st.lists(st.one_of(st.none(), st.text("0123456789.-+eE x", max_size=24),
+                                st.text("0123456789", min_size=1, max_size=22),
+                                st.from_regex(r"-?[0-9]{1,20}\.[0-9]{1,20}", fullmatch=True)),
+                      max_size=40),
+       cut=st.integers(0, 3))
+def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut):
+    """Cells a byte check proves to be numbers skip the regular expressions of the number
+    patterns; every answer stays the expression's (sliced arrays too)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cep import columns
+    arr = pa.array(cells, pa.string()).slice(min(cut, len(cells)))
+    for pattern in (columns._INT_FAST, columns._FLOAT_FAST, columns._TS_FAST):
+        want = np.asarray(pc.fill_null(pc.match_substring_regex(arr, pattern), False),
+                          dtype=bool)
+        assert columns._match(arr, pattern).tolist() == want.tolist()
+        assert not (columns._surely(arr, pattern) & ~want).any()
