@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_left
 from collections import deque
 from itertools import compress
 from operator import attrgetter, le
@@ -270,8 +271,7 @@ class Engine:
         part = times[lo:hi]
         triggers = list(compress(range(lo, hi), map(self._by_type.__contains__, types[lo:hi])))
         behind = list(compress(range(lo + 1, hi), map(le, part[1:], part)))   # not after
-        stops = set(triggers)                                                # the last
-        stops.update(behind)
+        stops = sorted(set(triggers).union(behind)) if behind else triggers  # the last
         out: list = []
         index = self.index
         i = lo
@@ -279,7 +279,10 @@ class Engine:
                 and not self._busy and not self._reads_ahead and index.keep_all \
                 and not index.keep_any:
             i = self._ahead(batch, lo, hi, triggers, source, out)
-        for stop in (*sorted(s for s in stops if s >= i), hi):
+        todo = stops[bisect_left(stops, i):] if i > lo else stops
+        if todo:
+            batch.events(todo)                  # each is processed: made in bulk
+        for stop in (*todo, hi):
             while i < stop:
                 if self._busy or times[i] <= self.clock:     # see every clock step / behind it
                     out.extend(self.process(batch.event(i), source))
