@@ -276,8 +276,7 @@ class Engine:
         index = self.index
         i = lo
         if not behind and lo < hi and times[lo] > self.clock \
-                and not self._busy and not self._reads_ahead and index.keep_all \
-                and not index.keep_any:
+                and not self._busy and not self._reads_ahead and not index.keep_any:
             i = self._ahead(batch, lo, hi, triggers, source, out)
         todo = stops[bisect_left(stops, i):] if i > lo else stops
         if todo:

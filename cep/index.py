@@ -410,23 +410,26 @@ class SharedEventIndex:
     def extend_rows(self, batch, groups: dict) -> None:
         """``extend`` with rows of column batch ``batch`` (cep.batch), given as ``{type:
         (rows, times)}`` (``ColumnBatch.groups``): the same buffers and order, no Event made
-        (rows of the every-type buffers, or of per-key buffers without the all-partitions
-        ones, are made and inserted one by one)."""
-        if self.keep_any or not self.keep_all:
+        (while every-type buffers are kept, the rows are made and inserted one by one)."""
+        if self.keep_any:
             rows = sorted(r for group, _ in groups.values() for r in group)
             for ev in batch.events(rows):
                 self.insert(ev)
             return
-        keys = batch.keys if self.keep_keys else None
+        keyed = self.keep_keys or not self.keep_all
+        keys = batch.keys if keyed else None
         n = 0
         for etype, (rows, times) in groups.items():
-            self._buffer(ALL, etype).extend_rows(batch, rows, times)
             n += len(rows)
-            if keys is not None:
-                per = _grouped(map(keys.__getitem__, rows), rows, times)
-                per.pop(None, None)                       # rows without a key
-                for key, (krows, ktimes) in per.items():
-                    self._buffer(key, etype).extend_rows(batch, krows, ktimes)
+            per = _grouped(map(keys.__getitem__, rows), rows, times) if keys is not None \
+                else {None: (rows, times)}
+            if self.keep_all:
+                self._buffer(ALL, etype).extend_rows(batch, rows, times)
+                per.pop(None, None)
+            elif None in per:                             # rows without a key
+                self._buffer(ALL, etype).extend_rows(batch, *per.pop(None))
+            for key, (krows, ktimes) in per.items():
+                self._buffer(key, etype).extend_rows(batch, krows, ktimes)
         self.inserted += n
 
     def truncate_after(self, types, ts: float) -> None:

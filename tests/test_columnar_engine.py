@@ -199,3 +199,27 @@ def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(t
     assert outs[0][2]["matches"] > 100 and outs[0][2]["late_events"] > 0
     assert outs[0][2]["duplicates"] > 0 and outs[0][2]["retractions"] > 0
     assert outs[0] == outs[1]
+
+
+def test_queries_that_all_read_per_key_index_rows_per_key_in_bulk():
+    """Only partitioned queries: no all-partitions buffers (keep_all off), the rows go to
+    their key's buffers in bulk; the same results as event by event, in order and late."""
+    for tidy in (True, False):
+        arrivals = long_stream(23, 3000, keyed=True, tidy=tidy)
+        outs = []
+        for columns in (False, True):
+            eng = Engine(key_attr="k", disorder=DisorderSettings(min_slack=3))
+            eng.add_query("PATTERN SEQ(A a, B b, C c) WHERE [k] AND a.x < b.x WITHIN 5 seconds",
+                          name="abc")
+            eng.add_query("PATTERN SEQ(D d, A a) WHERE [k] AND d.y >= a.y WITHIN 2 seconds",
+                          name="da")
+            assert not eng.index.keep_all
+            out = []
+            for piece in cut(random.Random(2), arrivals):
+                out += eng.process_columns(ColumnBatch.from_events(piece)) if columns \
+                    else [m for ev in piece for m in eng.process(ev)]
+            mid = state(eng)
+            out += eng.advance(math.inf)
+            outs.append(([record(x) for x in out], mid, state(eng)))
+        assert len(outs[0][0]) > 100
+        assert outs[0] == outs[1]
