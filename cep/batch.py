@@ -38,7 +38,7 @@ class ColumnBatch:
     type, time and key come from that Event."""
 
     __slots__ = ("types", "times", "keys", "ids", "names", "_columns", "_absent", "objs",
-                 "_numeric", "_ts", "_overrides", "_decoded", "_lists", "_rows_of")
+                 "_numeric", "_overrides", "_decoded", "_lists", "_rows_of")
 
     def __init__(self, types: list, times: list, keys=None, ids=None, names=(), columns=(),
                  absent=None, overrides=None):
@@ -57,7 +57,6 @@ class ColumnBatch:
         self._lists: dict = {}
         self._rows_of = None
         self._numeric: dict = {}
-        self._ts = None
         if overrides:
             for row, ev in overrides.items():
                 self.objs[row] = ev
@@ -94,17 +93,6 @@ class ColumnBatch:
     def __len__(self) -> int:
         return len(self.types)
 
-    @property
-    def ts(self) -> np.ndarray:
-        """The event times as float64."""
-        if self._ts is None:
-            self._ts = np.asarray(self.times, dtype=np.float64)
-        return self._ts
-
-    def _values(self, j: int) -> list:
-        """The Python values of attribute column ``j`` (decoded once)."""
-        return self._decode()[j][1]
-
     def _decode(self) -> list:
         """``[(name, values, absent)]`` per attribute: Python values and absent flags (a list
         of bools, or None)."""
@@ -135,7 +123,7 @@ class ColumnBatch:
             n = len(objs)
             if n and (not any(objs) or (self._overrides and objs.count(None) ==
                                         n - len(self._overrides))):
-                made = self._make_all()                 # none made yet (but the overrides):
+                made = self._build()                    # none made yet (but the overrides):
                 for i in self._overrides:               # all of them at once
                     made[i] = objs[i]
                 objs[:] = made
@@ -151,51 +139,29 @@ class ColumnBatch:
 
     def _make(self, rows: list):
         """Make the Events of ``rows`` (none made yet) in bulk."""
-        n = len(rows)
-        decoded = self._decoded or self._decode()
-        get = [list(map(values.__getitem__, rows)) for _, values, _ in decoded]
-        if get:
-            attrs = list(map(dict, map(zip, repeat(self.names, n), zip(*get))))
-            for name, _, absent in decoded:
-                if absent is not None:
-                    for k, gone in enumerate(map(absent.__getitem__, rows)):
-                        if gone:
-                            del attrs[k][name]
-        else:
-            attrs = [{} for _ in range(n)]
-        pick = rows.__iter__
-        made = map(Event, map(self.types.__getitem__, pick()),
-                   map(self.times.__getitem__, pick()), attrs,
-                   map(self.keys.__getitem__, pick()) if self.keys is not None else repeat(None),
-                   map(self.ids.__getitem__, pick()) if self.ids is not None else repeat(None))
         objs = self.objs
-        for i, ev in zip(rows, made):
+        for i, ev in zip(rows, self._build(rows)):
             objs[i] = ev
 
-    def _make_all(self) -> list:
-        """New Events of all rows, in order: ``_make`` without picking rows."""
-        n = len(self.types)
+    def _build(self, rows=None) -> list:
+        """New Events of ``rows`` (all rows when None), in that order, built column-wise."""
+        if rows is None:
+            n, pick = len(self.types), _whole
+        else:
+            n, pick = len(rows), lambda values: list(map(values.__getitem__, rows))
         decoded = self._decoded or self._decode()
         if decoded:
-            columns = [values for _, values, _ in decoded]
-            attrs = list(map(dict, map(zip, repeat(self.names, n), zip(*columns))))
-            for name, absent in zip(self.names, self._absent):
+            attrs = list(map(dict, map(zip, repeat(self.names, n),
+                                       zip(*[pick(values) for _, values, _ in decoded]))))
+            for name, _, absent in decoded:
                 if absent is not None:
-                    for k in np.flatnonzero(absent).tolist():
+                    for k in compress(range(n), pick(absent)):
                         del attrs[k][name]
         else:
             attrs = [{} for _ in range(n)]
-        return list(map(Event, self.types, self.times, attrs,
-                        self.keys if self.keys is not None else repeat(None, n),
-                        self.ids if self.ids is not None else repeat(None, n)))
-
-    def has(self, name: str) -> bool:
-        """Whether some row has attribute ``name`` (made rows included)."""
-        if name in self.names:
-            absent = self._absent[self.names.index(name)]
-            if absent is None or not absent.all():
-                return True
-        return any(ev is not None and name in ev.attrs for ev in self.objs)
+        return list(map(Event, pick(self.types), pick(self.times), attrs,
+                        pick(self.keys) if self.keys is not None else repeat(None, n),
+                        pick(self.ids) if self.ids is not None else repeat(None, n)))
 
     def numeric(self, name: str) -> tuple:
         """``(values float64, kinds int8)`` of attribute ``name`` per row: kind ABSENT (the
@@ -211,8 +177,7 @@ class ColumnBatch:
             j = self.names.index(name)
             vals, kinds = _arrow_numeric(self._columns[j], n)
             if vals is None:
-                self._decode()
-                vals, kinds = numeric_of(self._values(j))
+                vals, kinds = numeric_of(self._decode()[j][1])
             absent = self._absent[j]
             if absent is not None:
                 kinds[absent] = ABSENT
@@ -274,7 +239,6 @@ class ColumnBatch:
         part._absent = [m[a:b] if m is not None else None for m in self._absent]
         part.objs = self.objs[a:b]
         part._numeric = {k: (v[a:b], t[a:b]) for k, (v, t) in self._numeric.items()}
-        part._ts = self._ts[a:b] if self._ts is not None else None
         part._lists = {}
         part._rows_of = None
         part._overrides = [i - a for i in self._overrides if a <= i < b]
@@ -282,6 +246,10 @@ class ColumnBatch:
 
 
 _MISSING = object()
+
+
+def _whole(values):
+    return values
 
 
 def _arrow_numeric(col, n: int) -> tuple:

@@ -160,27 +160,24 @@ class DisorderTracker:
 
     def on_time_run(self, source: str, types: list, times: list):
         """``on_time`` for a run of in-order events (``times`` increasing)."""
-        streams = self.streams
-        for etype, n in Counter(types).items():
-            s = streams.get((source, etype)) or self._stream(source, etype)
-            s.events += n
-        for etype, ts in dict(zip(types, times)).items():      # the last ts of each type
-            s = streams[(source, etype)]
-            if ts > s.max_ts:
-                s.max_ts = ts
-        wm = times[-1] - self.slack
-        if wm > self.watermark:
-            self.watermark = wm
+        last = dict(zip(types, times))                    # the last ts of each type
+        self._on_time_counts(source, ((t, n, last[t]) for t, n in Counter(types).items()),
+                             times[-1])
 
     def on_time_groups(self, source: str, groups: dict, last: float):
         """``on_time_run`` for a run given as ``{type: (rows, times)}`` whose last event time
         is ``last``."""
+        self._on_time_counts(source, ((t, len(rows), tm[-1]) for t, (rows, tm) in
+                                      groups.items()), last)
+
+    def _on_time_counts(self, source: str, counts, last: float):
+        """``(type, events, last ts)`` of a run of in-order events ending at ``last``."""
         streams = self.streams
-        for etype, (rows, times) in groups.items():
+        for etype, n, ts in counts:
             s = streams.get((source, etype)) or self._stream(source, etype)
-            s.events += len(rows)
-            if times[-1] > s.max_ts:
-                s.max_ts = times[-1]
+            s.events += n
+            if ts > s.max_ts:
+                s.max_ts = ts
         wm = last - self.slack
         if wm > self.watermark:
             self.watermark = wm

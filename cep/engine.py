@@ -232,25 +232,40 @@ class Engine:
                 out.extend(self.process(ev, source))
             return out
         events = events if isinstance(events, list) else list(events)
-        n = len(events)
         types, times = list(map(_TYPE, events)), list(map(_TS, events))
-        stops = set(compress(range(n), map(self._by_type.__contains__, types)))
-        stops.update(compress(range(1, n), map(le, times[1:], times)))   # not after the last
-        out = []
-        i = 0
-        for stop in (*sorted(stops), n):
+        _, stops = self._stops(types, times, 0, len(events))
+        return self._walk(events.__getitem__, stops, times, 0, len(events), source,
+                          lambda a, b: self._indexed_run(events[a:b], types[a:b], times[a:b],
+                                                         source))
+
+    def _stops(self, types: list, times: list, lo: int, hi: int) -> tuple:
+        """``(triggers, stops)`` among rows ``lo`` to ``hi - 1``: the rows of a type some
+        query is triggered by, and those plus the rows not after the row before them (found
+        with C-level maps); both ascending."""
+        part = times[lo:hi]
+        triggers = list(compress(range(lo, hi), map(self._by_type.__contains__, types[lo:hi])))
+        behind = list(compress(range(lo + 1, hi), map(le, part[1:], part)))
+        return triggers, sorted(set(triggers).union(behind)) if behind else triggers
+
+    def _walk(self, one, stops: list, times: list, i: int, hi: int, source: str, run) -> list:
+        """Rows ``i`` to ``hi - 1`` in turn: ``process(one(row))`` for each stop, for a row
+        behind the clock and while a query waits for the clock; ``run(a, b)`` indexes the
+        rows ``a`` to ``b - 1`` between them in bulk (cut where eviction is due)."""
+        out: list = []
+        index = self.index
+        for stop in (*stops, hi):
             while i < stop:
                 if self._busy or times[i] <= self.clock:     # see every clock step / behind it
-                    out.extend(self.process(events[i], source))
+                    out.extend(self.process(one(i), source))
                     i += 1
                     continue
-                end = min(stop, i + EVICT_EVERY - self.index.inserted % EVICT_EVERY)
-                self._indexed_run(events[i:end], types[i:end], times[i:end], source)
-                if not self.index.inserted % EVICT_EVERY:
+                end = min(stop, i + EVICT_EVERY - index.inserted % EVICT_EVERY)
+                run(i, end)
+                if not index.inserted % EVICT_EVERY:
                     self.evict()
                 i = end
-            if stop < n:
-                out.extend(self.process(events[stop], source))
+            if stop < hi:
+                out.extend(self.process(one(stop), source))
                 i = stop + 1
         return out
 
@@ -267,38 +282,19 @@ class Engine:
             self._refresh()
         if self._pessimistic or self._any:
             return self.process_many(batch.events(range(lo, hi)), source)
-        types, times = batch.types, batch.times
-        part = times[lo:hi]
-        triggers = list(compress(range(lo, hi), map(self._by_type.__contains__, types[lo:hi])))
-        behind = list(compress(range(lo + 1, hi), map(le, part[1:], part)))   # not after
-        stops = sorted(set(triggers).union(behind)) if behind else triggers  # the last
+        times = batch.times
+        triggers, stops = self._stops(batch.types, times, lo, hi)
         out: list = []
-        index = self.index
         i = lo
-        if not behind and lo < hi and times[lo] > self.clock \
-                and not self._busy and not self._reads_ahead and not index.keep_any:
+        # (stops is triggers: no row is behind the one before it)
+        if stops is triggers and lo < hi and times[lo] > self.clock \
+                and not self._busy and not self._reads_ahead and not self.index.keep_any:
             i = self._ahead(batch, lo, hi, triggers, source, out)
         todo = stops[bisect_left(stops, i):] if i > lo else stops
         if todo:
             batch.events(todo)                  # each is processed: made in bulk
-        for stop in (*todo, hi):
-            while i < stop:
-                if self._busy or times[i] <= self.clock:     # see every clock step / behind it
-                    out.extend(self.process(batch.event(i), source))
-                    i += 1
-                    continue
-                end = min(stop, i + EVICT_EVERY - index.inserted % EVICT_EVERY)
-                groups = batch.groups(i, end)
-                index.extend_rows(batch, groups)
-                self.disorder.on_time_groups(source, groups, times[end - 1])
-                self.clock = times[end - 1]
-                self._front = (batch, end - 1)          # made when needed (.front)
-                if not index.inserted % EVICT_EVERY:
-                    self.evict()
-                i = end
-            if stop < hi:
-                out.extend(self.process(batch.event(stop), source))
-                i = stop + 1
+        out += self._walk(batch.event, todo, times, i, hi, source,
+                          lambda a, b: self._indexed_rows(batch, a, b, source))
         return out
 
     def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list) -> int:
@@ -371,6 +367,14 @@ class Engine:
         self.disorder.on_time_run(source, types, times)
         self.clock = times[-1]
         self._front = run[-1]
+
+    def _indexed_rows(self, batch, a: int, b: int, source: str):
+        """``_indexed_run`` of rows ``a`` to ``b - 1`` of a column batch, without Events."""
+        groups = batch.groups(a, b)
+        self.index.extend_rows(batch, groups)
+        self.disorder.on_time_groups(source, groups, batch.times[b - 1])
+        self.clock = batch.times[b - 1]
+        self._front = (batch, b - 1)            # made when needed (.front)
 
     def _dispatch(self, event: Event, out: list):
         for m in self._by_type.get(event.type, self._any):

@@ -89,32 +89,29 @@ class PlannedEngine:
     def process_many(self, events: list) -> list:
         """``process`` of each event in turn (the same outputs and plans), in runs
         (``Engine.process_many``) cut where the planner looks at the statistics."""
-        out: list = []
-        i, n = 0, len(events)
-        while i < n:
-            take = n - i
-            if self.policies:
-                take = min(take, self.check_every - self._seen % self.check_every)
-            part = events[i:i + take] if take < n else events
+        def run(i, j):
+            part = events[i:j] if j - i < len(events) else events
             self.rates.observe_many(part)
-            out.extend(self.engine.process_many(part))
-            self._seen += take
-            i += take
-            if self.policies and not self._seen % self.check_every:
-                self.replan()
-        return out
+            return self.engine.process_many(part)
+        return self._in_steps(0, len(events), run)
 
     def process_columns(self, batch, lo: int = 0, hi: int | None = None) -> list:
         """``process_many`` of rows ``lo`` to ``hi - 1`` of a column batch
         (``Engine.process_columns``), cut where the planner looks at the statistics."""
+        def run(i, j):
+            self.rates.observe_runs(batch.types[i:j], batch.times[i:j])
+            return self.engine.process_columns(batch, i, j)
+        return self._in_steps(lo, len(batch) if hi is None else hi, run)
+
+    def _in_steps(self, i: int, n: int, run) -> list:
+        """``run(a, b)`` over rows ``i`` to ``n - 1`` in pieces that end where the planner
+        looks at the statistics (every ``check_every`` events), re-planning there."""
         out: list = []
-        i, n = lo, len(batch) if hi is None else hi
         while i < n:
             take = n - i
             if self.policies:
                 take = min(take, self.check_every - self._seen % self.check_every)
-            self.rates.observe_runs(batch.types[i:i + take], batch.times[i:i + take])
-            out.extend(self.engine.process_columns(batch, i, i + take))
+            out.extend(run(i, i + take))
             self._seen += take
             i += take
             if self.policies and not self._seen % self.check_every:
