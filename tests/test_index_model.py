@@ -124,6 +124,18 @@ def contents(buf) -> list:
     return [] if buf is None else list(buf)
 
 
+def after_all(recs: list, orders: list) -> list:
+    """``recs`` in (ts, id) order, each once, without those not after the last of ``orders``
+    (what ``extend`` may be given)."""
+    last = orders[-1] if orders else None
+    run, seen = [], set()
+    for rec in sorted(recs, key=lambda r: r.order):
+        if (last is None or rec.order > last) and rec.order not in seen:
+            seen.add(rec.order)
+            run.append(rec)
+    return run
+
+
 def passes(ev: Event, attr: str, op, value) -> bool:
     """The caller's filter (cep.evaluator): a number (not a bool) satisfying ``op``."""
     x = ev.attrs.get(attr, MISSING)
@@ -226,23 +238,18 @@ class TimeBufferMachine(RuleBasedStateMachine):
             for rec in recs:
                 self._insert(rec)
             return
-        last = self.orders[-1] if self.orders else None
-        run, seen = [], set()
-        for rec in sorted(recs, key=lambda r: r.order):
-            if (last is None or rec.order > last) and rec.order not in seen:
-                seen.add(rec.order)
-                run.append(rec)
-        if run and bulk == "rows":
+        run = after_all(recs, self.orders)
+        if not run:
+            return
+        if bulk == "rows":
             batch = ColumnBatch.from_events([r.ev for r in run])
             self.buf.extend_rows(batch, list(range(len(run))), [r.ts for r in run])
             for i, rec in enumerate(run):
                 rec.src = (batch, i)
-            self.model.extend(run)
-            self.orders.extend(r.order for r in run)
-        elif run:
+        else:
             self.buf.extend([r.ev for r in run], [r.ts for r in run])
-            self.model.extend(run)
-            self.orders.extend(r.order for r in run)
+        self.model.extend(run)
+        self.orders.extend(r.order for r in run)
 
     @rule(a=TIMES, b=TIMES, attr=st.sampled_from(["v", "v", "w"]), op=OPS, value=NUMBERS)
     def query(self, a, b, attr, op, value):
@@ -405,12 +412,7 @@ class IndexMachine(RuleBasedStateMachine):
             etype, key = rng.choice(TYPES), rng.choice(KEYS)
             given = f"{etype}/{key}/{rng.randint(0, 3)}" if rng.random() < 0.2 else None
             recs.append(keyed_rec(etype, key, rng.randint(0, 3), given, ts))
-        last = self.orders[-1] if self.orders else None
-        run, seen = [], set()
-        for rec in sorted(recs, key=lambda r: r.order):
-            if (last is None or rec.order > last) and rec.order not in seen:
-                seen.add(rec.order)
-                run.append(rec)
+        run = after_all(recs, self.orders)
         if not run:
             return
         self.idx.extend([r.ev for r in run], [r.ev.type for r in run], [r.ts for r in run])
