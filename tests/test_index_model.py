@@ -178,15 +178,23 @@ def run_value(rng: random.Random, kind: str):
 
 # --------------------------------------------------------------------------- TimeBuffer
 
-class TimeBufferMachine(RuleBasedStateMachine):
-    """One TimeBuffer against a list of events in (ts, id) order."""
+class Buffered(RuleBasedStateMachine):
+    """What both machines share: the model (buffered events in (ts, id) order, the evicted
+    ones in eviction order), times picked from it, and events inserted again."""
 
     def __init__(self):
         super().__init__()
-        self.buf = TimeBuffer()
         self.model: list[Rec] = []          # buffered, in (ts, id) order
         self.orders: list[tuple] = []       # their (ts, id)
-        self.gone: list[Rec] = []           # evicted
+        self.gone: list[Rec] = []           # every eviction of an event, in eviction order
+
+    @precondition(lambda self: self.model or self.gone)
+    @rule(at=st.integers(0, 255), evicted=st.booleans(), same_object=st.booleans())
+    def insert_again(self, at, evicted, same_object):
+        """A buffered event again (a duplicate: dropped) or a late copy of an evicted one."""
+        pool = self.gone if (evicted and self.gone) or not self.model else self.model
+        rec = pick(pool, at)
+        self._insert(rec if same_object else rec.copy())
 
     def _time(self, spec) -> float:
         if spec[0] == "at":
@@ -196,6 +204,14 @@ class TimeBufferMachine(RuleBasedStateMachine):
         if spec[0] == "end":
             return self.model[-1].ts + spec[1]
         return pick(self.model, spec[1]).ts + spec[2]
+
+
+class TimeBufferMachine(Buffered):
+    """One TimeBuffer against a list of events in (ts, id) order."""
+
+    def __init__(self):
+        super().__init__()
+        self.buf = TimeBuffer()
 
     def _insert(self, rec: Rec):
         k = bisect_left(self.orders, rec.order)
@@ -209,14 +225,6 @@ class TimeBufferMachine(RuleBasedStateMachine):
     def insert(self, when, v, w, given):
         given = None if given is None else f"g{given}"
         self._insert(Rec("A", self._time(when), attrs_of(v=v, w=w), None, given))
-
-    @precondition(lambda self: self.model or self.gone)
-    @rule(at=st.integers(0, 255), evicted=st.booleans(), same_object=st.booleans())
-    def insert_again(self, at, evicted, same_object):
-        """A buffered event again (a duplicate: dropped) or a late copy of an evicted one."""
-        pool = self.gone if (evicted and self.gone) or not self.model else self.model
-        rec = pick(pool, at)
-        self._insert(rec if same_object else rec.copy())
 
     @rule(seed=SEEDS, n=RUN_LENGTHS, step=st.sampled_from([0.0, 0.5, 1.0]),
           kind=st.sampled_from(["ints", "exact", "numbers", "mixed"]),
@@ -330,16 +338,13 @@ def evicted_idents(lists) -> Counter:
                    for e in part)
 
 
-class IndexMachine(RuleBasedStateMachine):
+class IndexMachine(Buffered):
     """One SharedEventIndex (key attribute ``k``) against a list of events in (ts, id) order
     and the flags keep_all / keep_keys / keep_any."""
 
     def __init__(self):
         super().__init__()
-        self.model: list[Rec] = []          # buffered, in (ts, id) order
-        self.orders: list[tuple] = []
         self.idents: set = set()            # their (type, ts, id)
-        self.history: list[Rec] = []        # every eviction of an event, in eviction order
         self.last_call: list[Rec] = []      # what the last evict_before dropped
         self.keep_all, self.keep_keys, self.keep_any = True, True, False
         self.duplicates = self.inserted = self.evicted = 0
@@ -359,9 +364,6 @@ class IndexMachine(RuleBasedStateMachine):
         self.set_keep_keys(keep_keys)
         if keep_any:
             self.enable_any(0)
-
-    def _time(self, spec) -> float:
-        return TimeBufferMachine._time(self, spec)
 
     def _add(self, rec: Rec):
         k = bisect_left(self.orders, rec.order)
@@ -390,14 +392,6 @@ class IndexMachine(RuleBasedStateMachine):
     @rule(when=TIMES, spec=keyed_events())
     def insert(self, when, spec):
         self._insert(keyed_rec(*spec, self._time(when)))
-
-    @precondition(lambda self: self.model or self.history)
-    @rule(at=st.integers(0, 255), evicted=st.booleans(), same_object=st.booleans())
-    def insert_again(self, at, evicted, same_object):
-        """A buffered event again (a duplicate) or a late copy of an evicted one."""
-        pool = self.history if (evicted and self.history) or not self.model else self.model
-        rec = pick(pool, at)
-        self._insert(rec if same_object else rec.copy())
 
     @rule(seed=SEEDS, n=RUN_LENGTHS, step=st.sampled_from([0.0, 0.5, 1.0]))
     def extend(self, seed, n, step):
@@ -452,7 +446,7 @@ class IndexMachine(RuleBasedStateMachine):
         assert self.idx.evict_before(cutoff) == k
         self.evicted += k
         self.last_call = self.model[:k]
-        self.history.extend(self.last_call)
+        self.gone.extend(self.last_call)
         for rec in self.last_call:
             self.idents.discard(rec.ident)
         del self.model[:k], self.orders[:k]
@@ -471,9 +465,9 @@ class IndexMachine(RuleBasedStateMachine):
         assert evicted_idents(new) == evicted_idents(lists[new_from - first:])
         # what is remembered: evicted events only, all of them or at least ``remember``
         remembered = evicted_idents(lists)
-        gone = Counter(r.ident for r in self.history)
+        gone = Counter(r.ident for r in self.gone)
         assert not remembered - gone, "remembers events that were never evicted"
-        if self.remember >= len(self.history):
+        if self.remember >= len(self.gone):
             assert remembered == gone
         else:
             assert sum(remembered.values()) >= self.remember
@@ -484,7 +478,7 @@ class IndexMachine(RuleBasedStateMachine):
     def _remembered(self, rec: Rec) -> bool | None:
         """Whether ``seen_before`` must know ``rec`` (evicted, not buffered again); None when
         the index may have forgotten it (fewer than ``remember`` events are remembered)."""
-        if self.remember >= len(self.history):
+        if self.remember >= len(self.gone):
             return True
         if len(self.last_call) <= self.remember and any(r is rec for r in self.last_call):
             return True
@@ -498,8 +492,8 @@ class IndexMachine(RuleBasedStateMachine):
             rec = pick(self.model, at)
             ev = rec.copy().ev if copy else rec.ev
             assert idx.contains(ev) and idx.seen_before(ev), rec
-        elif which == "evicted" and self.history:
-            rec = pick(self.history, at)
+        elif which == "evicted" and self.gone:
+            rec = pick(self.gone, at)
             ev = rec.copy().ev if copy else rec.ev
             if rec.ident in self.idents:
                 assert idx.contains(ev) and idx.seen_before(ev), rec
@@ -511,7 +505,7 @@ class IndexMachine(RuleBasedStateMachine):
             ev = self._new(self._time(when)).ev
             assert not idx.contains(ev) and not idx.seen_before(ev)
 
-    @precondition(lambda self: self.history)
+    @precondition(lambda self: self.gone)
     @rule(pickled=st.booleans(), from_journal=st.booleans())
     def restore_evicted(self, pickled, from_journal):
         """A fresh index given the remembered evicted events (a snapshot's, possibly pickled,
@@ -525,17 +519,17 @@ class IndexMachine(RuleBasedStateMachine):
         fresh.remember_evicted(first, lists)
         assert fresh.evicted_span() == self.idx.evicted_span()
         assert evicted_idents(fresh.evicted_events()[1]) == evicted_idents(lists)
-        for rec in self.history[-60:]:
+        for rec in self.gone[-60:]:
             if rec.ident not in self.idents:
                 copy = rec.copy().ev
                 assert fresh.seen_before(copy) == self.idx.seen_before(copy), rec
         # (an event with the content of an evicted one is seen before whatever its id: see
         # cep.index._fingerprint)
-        evicted = {r.ident for r in self.history} | {r.content for r in self.history}
+        evicted = {r.ident for r in self.gone} | {r.content for r in self.gone}
         for rec in self.model[:20]:
             if rec.ident not in evicted and rec.content not in evicted:
                 assert not fresh.seen_before(rec.copy().ev), rec
-        assert not fresh.seen_before(self._new(self.history[-1].ts).ev)
+        assert not fresh.seen_before(self._new(self.gone[-1].ts).ev)
 
     # ----------------------------------------------------------------- the whole state
 
