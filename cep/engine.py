@@ -38,6 +38,9 @@ from cep.unseen import Seen, reads
 log = logging.getLogger("raycep")
 
 EVICT_EVERY = 4096
+#: the fewest triggers in a chunk evaluated in bulk (cep.bulk): below, numpy's per-call cost
+#: is more than the evaluator's per-trigger cost
+BULK_TRIGGERS = 2
 _TYPE, _TS = attrgetter("type"), attrgetter("ts")
 
 
@@ -313,6 +316,28 @@ class Engine:
         index.extend_rows(batch, ahead)
         index.inserted = inserted                         # counted as each is reached
         made = batch.events(triggers)                     # in bulk: each is processed
+        prepared = self._prepare(made)
+        try:
+            return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source, out)
+        finally:
+            for m in prepared:
+                m.unprepare()
+
+    def _prepare(self, triggers: list) -> list:
+        """Evaluate ``triggers`` in bulk (PatternManager.prepare, cep.bulk) where a query
+        can, when there are at least BULK_TRIGGERS of them; returns the managers asked."""
+        if len(triggers) < BULK_TRIGGERS:
+            return []
+        managers = {m: None for t in dict.fromkeys(t.type for t in triggers)
+                    for m in self._by_type[t]}
+        for m in managers:
+            m.prepare(triggers, self._by_type)
+        return list(managers)
+
+    def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,
+                   inserted: int, source: str, out: list) -> int:
+        """The trigger loop of ``_ahead``."""
+        index, disorder, times = self.index, self.disorder, batch.times
         pos = lo
         for k, r in enumerate((*triggers, hi)):
             n = r - pos                                   # rows indexed ahead before r

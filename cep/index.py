@@ -248,6 +248,49 @@ class TimeBuffer(_Rows):
             col[2] = n
         return vals, odd
 
+    def span(self, lo: float, hi: float) -> tuple:
+        """``(i, j)``: the positions of the events with ``lo <= ts <= hi`` are ``i`` to
+        ``j - 1`` (valid until the buffer changes)."""
+        times = self._ts
+        return bisect_left(times, lo), bisect_right(times, hi)
+
+    def times(self, i: int, j: int) -> list:
+        """The event times of positions ``i`` to ``j - 1``."""
+        return self._ts[i:j]
+
+    def numeric(self, i: int, j: int, attr: str) -> tuple:
+        """``(values, odd)`` of ``attr`` at positions ``i`` to ``j - 1`` as numpy: float64
+        values and whether each is not an exact number (see ``_column``), gathered from the
+        batches' columns (cep.batch ``numeric``) when every row came from one."""
+        import numpy as np
+        if j <= i:
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        src = self._src
+        part = src[i:j] if src is not None else None
+        if part is None or any(map(is_, part, repeat(None))):
+            vals, odd = self._column(attr)
+            mask = np.zeros(j - i, dtype=bool)
+            cut = bisect_left(odd, i)
+            if cut < len(odd) and odd[cut] < j:
+                mask[np.array(odd[cut:bisect_left(odd, j)], dtype=np.intp) - i] = True
+            return np.array(vals[i:j], dtype=np.float64), mask
+        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
+                                             map(is_not, part[1:], part))), len(part)]
+        values, odd, off = [], [], self._off
+        for a, b in zip(cuts, cuts[1:]):
+            vals, kinds = part[a].numeric(attr)
+            rows = np.array(off[i + a:i + b], dtype=np.intp)
+            values.append(vals[rows])
+            odd.append(kinds[rows] != EXACT)
+        if len(values) == 1:
+            return values[0], odd[0]
+        return np.concatenate(values), np.concatenate(odd)
+
+    def events_at(self, positions: list) -> list:
+        """The Events at ``positions`` (ascending), made where needed."""
+        return self._pick(positions) if self._src is not None else \
+            list(map(self._objs.__getitem__, positions))
+
     def count(self, lo: float, hi: float) -> int:
         """How many events have ``lo <= ts <= hi``."""
         times = self._ts

@@ -57,6 +57,8 @@ class PatternManager:
         self.settings = settings
         self._steps: dict = {}           # (branch, trigger var, order) -> join steps
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
+        self._bulk: dict = {}            # id(steps) -> (steps, cep.bulk plan or None)
+        self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
         #: the engine's cep.prefixes.SharedPrefixes while it has other evaluators (else None)
         self.prefixes = None
         self._opaque: dict = {}          # id(condition) -> token (see cep.prefixes.prefix_keys)
@@ -109,6 +111,7 @@ class PatternManager:
         prefix keys)."""
         self._steps.clear()
         self._shared.clear()
+        self._bulk.clear()
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
@@ -320,11 +323,86 @@ class PatternManager:
                             self.truncated)
         return ev
 
+    def prepare(self, triggers: list, pending) -> None:
+        """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can:
+        in-order events the engine processes next, in time order, every row up to the last
+        of them indexed already except those of the ``pending`` types. ``_evaluate`` takes
+        each result when the engine processes its trigger; ``unprepare`` drops the rest."""
+        if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
+                or self.cq.slide:
+            return
+        by_target: dict = {}
+        for t in triggers:
+            targets = self._triggers.get(t.type)
+            if targets:
+                for target in targets:
+                    by_target.setdefault(target, []).append(t)
+        from cep import bulk                    # numpy: only for column batches
+        ready = self._ready
+        cap = self.settings.max_matches_per_trigger
+        for (b, name), group in by_target.items():
+            plan = self._bulk_plan(b, name)
+            if plan is None or any(t in pending for t in plan.types[1:]):
+                continue
+            for part, ts in self._partitions(group):
+                results, counts = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
+                                                self._label, self._var_order, cap)
+                for i, (t, found) in enumerate(zip(ts, results)):
+                    if found is not None:
+                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (found, counts, i)
+
+    def unprepare(self) -> None:
+        """Drop the bulk results not taken, with their counters (their triggers will be
+        evaluated one by one)."""
+        if self._ready:
+            from cep.bulk import untally
+            for _, results in self._ready.values():
+                for _, counts, i in results.values():
+                    untally(counts, i)
+            self._ready.clear()
+
+    def _bulk_plan(self, b: int, name: str):
+        """The cep.bulk plan of branch ``b`` triggered at ``name`` in the static order (None
+        when bulk evaluation does not apply, or a shared prefix may: cep.prefixes)."""
+        steps = self._steps_for(b, name, None)
+        got = self._bulk.get(id(steps))
+        if got is None:
+            from cep.bulk import plan_for
+            plan = plan_for(self.cq, steps, self._opaque)
+            if plan is not None and self.prefixes is not None and \
+                    prefix_keys(self.cq, steps, self._opaque):
+                plan = None
+            got = self._bulk[id(steps)] = (steps, plan)
+        return got[1]
+
+    def _partitions(self, triggers: list) -> list:
+        """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,
+        those whose evaluation would filter on an equivalence attribute left out."""
+        equiv = self.cq.equivalence
+        if not self.partitioned:
+            return [] if equiv else [(ALL, triggers)]
+        key_attr = self.index.key_attr
+        if any(a != key_attr for a in equiv):
+            return []
+        parts: dict = {}
+        for t in triggers:
+            if t.key is not None:
+                parts.setdefault(t.key, []).append(t)
+        return list(parts.items())
+
     def _evaluate(self, trigger: Event, targets, origin: int | None = None) -> list:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
+        ready = self._ready.pop(id(trigger), None) if self._ready else None
         for b, name in targets:
+            got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
+                else None
+            if got is not None:
+                found = got[0]
+                if found:
+                    out.extend(self._fan(found, origin))
+                continue
             ev = self._run(b, name, trigger)
             if ev.deferred:
                 for env in ev.results:

@@ -26,7 +26,7 @@ from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_set
 
 PROGRESS_EVERY_S = 2.0
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
-CHUNK_EVENTS = 1024           # raycep local hands the engine this many events at a time
+CHUNK_EVENTS = 8192           # raycep local hands the engine this many events at a time
 SHOW_BAD_ROWS = 10
 
 

@@ -1,0 +1,274 @@
+"""Bulk evaluation: all the triggers of a chunk of in-order rows at once, over columns (issue 14).
+
+The lazy join of ``cep.evaluator`` (Lazy Chain NFA, seed 003 section 4) binds the variables of
+one trigger in plan order, a candidate range per step found by bisection and each separable
+comparison applied to the whole range. For a plain sequence pattern (skip-till-any-match, no
+Kleene variable, no negation, no two variables of one type, every condition an order
+comparison of an attribute with a number or with an attribute of a variable bound before) the
+same steps can run for every trigger of a chunk together: each step's candidate ranges by
+``searchsorted`` over the buffer's times, each comparison as one numpy mask over the gathered
+candidates of all bindings. The bindings come out in the evaluator's enumeration order
+(trigger, then each step's candidates in time order), the matches are made with
+``Match.batch`` per prefix binding as the evaluator makes them, and each condition's counters
+are summed per trigger, so plans, statistics and output stay identical.
+
+A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator
+(``None`` in the result): a candidate range or a compared value holding a number float64 does
+not hold exactly, a string, a boolean or a missing attribute (the evaluator counts those as
+failures); a candidate at the same event time as a range bound (ordered by id there); a trigger
+that reaches the per-trigger match cap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+
+from cep import ast
+from cep.event import EXACT, kind_of
+from cep.expressions import FIELDS, RAW_OPS
+from cep.match import Match
+
+_new = tuple.__new__
+
+
+@dataclass(frozen=True)
+class _Filter:
+    conj: object                 # the Conjunct (its counters are summed)
+    attr: str                    # the candidate's attribute
+    op: object                   # operator.lt, le, gt or ge: candidate OP value
+    const: float | None          # the value, when it is a number in the query
+    var: int = -1                # else the step whose variable holds it ...
+    other: str = ""              # ... as this attribute
+
+
+@dataclass(frozen=True)
+class BulkPlan:
+    """What ``evaluate`` needs of a branch's steps (``plan_for``)."""
+    names: tuple                 # the variables in step order (the trigger's first)
+    types: tuple
+    after: tuple                 # per step: the steps whose events precede its event
+    before: tuple                # per step: the steps whose events follow it (trigger aside)
+    filters: tuple               # per step: its _Filters, in the evaluator's order
+
+
+def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
+    """The bulk plan of ``steps`` (cep.steps.build_steps, the trigger's variable first), or
+    None when the pattern is not one bulk evaluation reproduces (module docstring).
+    ``opaque``: id(condition) of conditions whose expression is not what they evaluate (a
+    query group's, cep.groups)."""
+    if cq.strategy != "skip_till_any_match" or cq.slide or len(steps) < 2:
+        return None
+    names = tuple(s.var.name for s in steps)
+    types = tuple(s.var.type for s in steps)
+    if None in types or len(set(types)) != len(types):
+        return None
+    pos = {n: k for k, n in enumerate(names)}
+    filters = []
+    for k, s in enumerate(steps):
+        if s.var.kleene or s.var.negated or s.conjuncts or s.negations or s.check_used:
+            return None
+        step_filters = []
+        for c in s.filters:
+            if id(c) in opaque:
+                return None
+            f = _filter(c, s.var.name, pos, k)
+            if f is None:
+                return None
+            step_filters.append(f)
+        filters.append(tuple(step_filters))
+    return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
+                    tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(filters))
+
+
+def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
+    """``c`` as a _Filter on variable ``name`` (bound at step ``k``), or None."""
+    attr, getter, op, ordering, other_fn = c.separable[name]
+    expr = c.expr
+    if not ordering or attr is None or attr in FIELDS or expr.__class__ is not ast.Compare:
+        return None
+    left, right = expr.left, expr.right
+    mine = left if left.__class__ is ast.Attr and left.var == name else right
+    other = right if mine is left else left
+    if mine.__class__ is not ast.Attr or mine.index is not None or mine.attr != attr \
+            or RAW_OPS[expr.op if mine is left else _FLIP[expr.op]] is not op:
+        return None
+    if other.__class__ is ast.Literal:
+        value = other.value
+        if value.__class__ is bool or kind_of(value) != EXACT:
+            return None
+        return _Filter(c, attr, op, float(value))
+    if other.__class__ is ast.Attr and other.index is None and other.attr not in FIELDS \
+            and pos.get(other.var, k) < k:
+        return _Filter(c, attr, op, None, pos[other.var], other.attr)
+    return None
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+class _Columns:
+    """One buffer's events in a time span as numpy: times, and per attribute the values and
+    whether each is not an exact number (TimeBuffer.numeric)."""
+
+    def __init__(self, buf, lo: float, hi: float):
+        self.buf = buf
+        self.p0, self.p1 = buf.span(lo, hi) if buf is not None else (0, 0)
+        self.ts = np.array(buf.times(self.p0, self.p1) if buf is not None else (),
+                           dtype=np.float64)
+        self._cols: dict = {}
+
+    def column(self, attr: str) -> tuple:
+        col = self._cols.get(attr)
+        if col is None:
+            col = self._cols[attr] = self.buf.numeric(self.p0, self.p1, attr)
+        return col
+
+    def events(self, rows) -> list:
+        """The Events of ``rows`` (numpy, positions in the span), one per entry."""
+        uniq = sorted(set(rows.tolist()))
+        made = dict(zip(uniq, self.buf.events_at([r + self.p0 for r in uniq])))
+        return list(map(made.__getitem__, rows.tolist()))
+
+
+def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
+             order: tuple, cap: int | None) -> tuple:
+    """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
+    ``partition``). Returns ``(results, tallies)``: per trigger its matches as the evaluator
+    would give them, or None for a trigger left to the evaluator; the conditions' counters
+    of the others are added already, and ``tallies`` (``[(conjunct, tested, passed)]``,
+    lists per trigger) says what to take back for a result not used (``untally``)."""
+    n = len(triggers)
+    if not n:
+        return [], []
+    tts = np.array([t.ts for t in triggers], dtype=np.float64)
+    tlow_all = tts - window
+    bad = np.zeros(n, dtype=bool)
+    cols = [None] + [_Columns(index.buffer(partition, typ), float(tlow_all.min()),
+                              float(tts.max())) for typ in plan.types[1:]]
+    trig = np.arange(n)                  # per binding: its trigger
+    rows = [trig]                        # per bound step: the row of each binding
+    times = [tts]                        # per bound step: the event time of each binding
+    tallies = []                         # (conjunct, trigger per tested candidate, passed)
+    last = len(plan.filters) - 1
+    parent = cand = trig
+    for f in plan.filters[0]:
+        values = np.array([_number(t.attrs.get(f.attr)) for t in triggers])
+        bad |= np.isnan(values)
+        passed = f.op(values[cand], f.const)
+        tallies.append((f.conj, cand, passed))
+        cand = cand[passed]
+    trig = rows[0] = cand
+    times[0] = tts[cand]
+    for k in range(1, last + 1):
+        filters, col = plan.filters[k], cols[k]
+        ts = col.ts
+        lo = tlow_all[trig]
+        latest = None
+        for j in plan.after[k]:
+            latest = times[j] if latest is None else np.maximum(latest, times[j])
+        if latest is not None:
+            lo = np.maximum(lo, latest)
+        hi = times[0]
+        for j in plan.before[k]:
+            hi = np.minimum(hi, times[j])
+        start = np.searchsorted(ts, lo, "left")
+        end = np.searchsorted(ts, hi, "right")
+        some = start < end
+        if len(ts):
+            # a candidate at a bound's time is ordered by id there: left to the evaluator
+            tie = some & (ts[np.maximum(end - 1, 0)] == hi)
+            if latest is not None:
+                tie |= some & (latest >= lo) & (ts[np.minimum(start, len(ts) - 1)] == latest)
+            bad[trig[tie]] = True
+        count = np.where(some, end - start, 0)
+        for f in filters:
+            # the evaluator fails such rows, or compares them row by row: any in a range
+            odd = col.column(f.attr)[1]
+            if odd.any():
+                cum = np.concatenate(([0], np.cumsum(odd)))
+                bad[trig[some & (cum[end] - cum[start] > 0)]] = True
+        parent = np.repeat(np.arange(len(trig)), count)
+        cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+        for f in filters:
+            values = col.column(f.attr)[0]
+            if f.const is not None:
+                value = f.const
+            else:
+                value, other_odd = _bound(cols, rows, triggers, f, parent)
+                bad[trig[parent[other_odd]]] = True
+            passed = f.op(values[cand], value)
+            tallies.append((f.conj, trig[parent], passed))
+            cand, parent = cand[passed], parent[passed]
+        if k < last:
+            trig = trig[parent]
+            rows = [r[parent] for r in rows] + [cand]
+            times = [t[parent] for t in times] + [ts[cand]]
+    owner = trig[parent]                 # per match: its trigger
+    if cap is not None:
+        bad |= np.bincount(owner, minlength=n) >= cap
+    good = ~bad
+    counts = []
+    for conj, tested, passed in tallies:
+        t = np.bincount(tested, minlength=n)
+        p = np.bincount(tested[passed], minlength=n)
+        conj.tested += int(t[good].sum())
+        conj.passed += int(p[good].sum())
+        counts.append((conj, t.tolist(), p.tolist()))
+    return _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order), \
+        counts
+
+
+def untally(counts: list, i: int) -> None:
+    """Take back the counters ``evaluate`` added for trigger ``i``."""
+    for conj, tested, passed in counts:
+        conj.tested -= tested[i]
+        conj.passed -= passed[i]
+
+
+def _number(value) -> float:
+    """``value`` as a float when it is an exact number (a NaN marks the others)."""
+    if value is not None and value.__class__ is not bool and kind_of(value) == EXACT:
+        return float(value)
+    return np.nan
+
+
+def _bound(cols, rows, triggers, f: _Filter, parent) -> tuple:
+    """The value of ``f``'s other side for each candidate (``parent``: its binding) and
+    whether it is not an exact number."""
+    if f.var == 0:
+        values = np.array([_number(t.attrs.get(f.other)) for t in triggers])
+        got = values[rows[0][parent]]
+        return got, np.isnan(got)
+    values, odd = cols[f.var].column(f.other)
+    at = rows[f.var][parent]
+    return values[at], odd[at]
+
+
+def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> list:
+    """Per trigger its matches (one Match.batch per prefix binding, in enumeration order,
+    as cep.evaluator makes them), None where not ``good``."""
+    n = len(triggers)
+    out = [[] if ok else None for ok in good.tolist()]
+    keep = good[owner]
+    if not keep.any():
+        return out
+    parent, cand, owner = parent[keep], cand[keep], owner[keep]
+    last = len(plan.names) - 1
+    # each prefix binding with a match, and its events (made in bulk)
+    cut = np.flatnonzero(np.diff(parent)) + 1
+    firsts = parent[np.concatenate(([0], cut))]
+    heads = [list(map(triggers.__getitem__, rows[0][firsts].tolist()))]
+    heads += [cols[k].events(rows[k][firsts]) for k in range(1, last)]
+    names = plan.names
+    bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k]) for k in range(last)))))
+    per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
+                                                                          [len(parent)]))))
+    matches = list(map(_new, repeat(Match), zip(
+        repeat(label), map(bases.__getitem__, per_match.tolist()), repeat(names[last]),
+        cols[last].events(cand), repeat(order))))
+    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
+    for i in np.unique(owner).tolist():
+        out[i] = matches[bounds[i]:bounds[i + 1]]
+    return out
