@@ -135,13 +135,13 @@ class _Columns:
 def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
              order: tuple, cap: int | None) -> tuple:
     """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
-    ``partition``). Returns ``(results, tallies)``: per trigger its matches as the evaluator
-    would give them, or None for a trigger left to the evaluator; the conditions' counters
-    of the others are added already, and ``tallies`` (``[(conjunct, tested, passed)]``,
-    lists per trigger) says what to take back for a result not used (``untally``)."""
+    ``partition``). Returns ``(matches, bounds, good, tallies)``: the matches of the
+    ``good`` triggers as the evaluator would give them, trigger ``i``'s being
+    ``matches[bounds[i]:bounds[i + 1]]``; the others are left to the evaluator. The
+    conditions' counters of the good triggers are added already; ``tallies``
+    (``[(conjunct, tested, passed)]``, lists per trigger) says what to take back for a
+    result not used (``untally``)."""
     n = len(triggers)
-    if not n:
-        return [], []
     tts = np.array([t.ts for t in triggers], dtype=np.float64)
     tlow_all = tts - window
     bad = np.zeros(n, dtype=bool)
@@ -216,8 +216,8 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         conj.tested += int(t[good].sum())
         conj.passed += int(p[good].sum())
         counts.append((conj, t.tolist(), p.tolist()))
-    return _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order), \
-        counts
+    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order),
+            good.tolist(), counts)
 
 
 def untally(counts: list, i: int) -> None:
@@ -246,18 +246,20 @@ def _bound(cols, rows, triggers, f: _Filter, parent) -> tuple:
     return values[at], odd[at]
 
 
-def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> list:
-    """Per trigger its matches (one Match.batch per prefix binding, in enumeration order,
-    as cep.evaluator makes them), None where not ``good``."""
+def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> tuple:
+    """``(matches, bounds)``: the matches of the ``good`` triggers (one Match.batch per
+    prefix binding, in enumeration order, as cep.evaluator makes them), trigger ``i``'s
+    being ``matches[bounds[i]:bounds[i + 1]]``."""
     n = len(triggers)
-    out = [[] if ok else None for ok in good.tolist()]
     keep = good[owner]
-    if not keep.any():
-        return out
-    parent, cand, owner = parent[keep], cand[keep], owner[keep]
+    if not keep.all():
+        parent, cand, owner = parent[keep], cand[keep], owner[keep]
+    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
+    if not len(owner):
+        return [], bounds
     last = len(plan.names) - 1
     # each prefix binding with a match, and its events (made in bulk)
-    cut = np.flatnonzero(np.diff(parent)) + 1
+    cut = np.flatnonzero(parent[1:] != parent[:-1]) + 1
     firsts = parent[np.concatenate(([0], cut))]
     heads = [list(map(triggers.__getitem__, rows[0][firsts].tolist()))]
     heads += [cols[k].events(rows[k][firsts]) for k in range(1, last)]
@@ -265,10 +267,6 @@ def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order
     bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k]) for k in range(last)))))
     per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
                                                                           [len(parent)]))))
-    matches = list(map(_new, repeat(Match), zip(
+    return list(map(_new, repeat(Match), zip(
         repeat(label), map(bases.__getitem__, per_match.tolist()), repeat(names[last]),
-        cols[last].events(cand), repeat(order))))
-    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
-    for i in np.unique(owner).tolist():
-        out[i] = matches[bounds[i]:bounds[i + 1]]
-    return out
+        cols[last].events(cand), repeat(order)))), bounds

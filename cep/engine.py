@@ -318,10 +318,34 @@ class Engine:
         made = batch.events(triggers)                     # in bulk: each is processed
         prepared = self._prepare(made)
         try:
-            return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source, out)
+            found = prepared[0].take_prepared(made) if len(prepared) == 1 else None
+            if found is None:
+                return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
+                                       out)
+            self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
+            out += found
+            return hi
         finally:
             for m in prepared:
                 m.unprepare()
+
+    def _indexed_triggers(self, batch, lo: int, hi: int, triggers: list, made: list,
+                          ahead: dict, inserted: int, source: str):
+        """The rest of ``_ahead`` when one manager evaluated every trigger in bulk and took
+        the matches: index the triggers, evict where the inserted count says (with the clock
+        and watermark of then: the evaluations are done) and set the clock, watermark and
+        disorder statistics after the last row, as ``_triggered`` leaves them."""
+        index, times = self.index, batch.times
+        index.extend(made, [t.type for t in made], [t.ts for t in made])
+        n = hi - lo
+        for j in range(EVICT_EVERY - inserted % EVICT_EVERY, n + 1, EVICT_EVERY):
+            self._advance_to(lo + j - 1, times, inserted + j)
+            self.evict()
+        self._advance_to(hi - 1, times, inserted + n)
+        self._front = (batch, hi - 1)
+        fired = {t: g for t, g in batch.groups(lo, hi).items() if t not in ahead}
+        self.disorder.on_time_groups(source, fired, times[triggers[-1]])
+        self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
     def _prepare(self, triggers: list) -> list:
         """Evaluate ``triggers`` in bulk (PatternManager.prepare, cep.bulk) where a query

@@ -513,6 +513,9 @@ class GroupManager(PatternManager):
         return mask
 
     # ------------------------------------------------------------ fan-out (manager hooks)
+    def _in_order(self) -> bool:
+        return self.single
+
     def _fan(self, results: list, origin=None, count: bool = True) -> list:
         allowed = self._restricted.get(origin) if origin is not None else None
         if self.single and allowed is None:

@@ -59,6 +59,7 @@ class PatternManager:
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
         self._bulk: dict = {}            # id(steps) -> (steps, cep.bulk plan or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
+        self._whole = None               # (triggers, result) when one covers all (prepare)
         #: the engine's cep.prefixes.SharedPrefixes while it has other evaluators (else None)
         self.prefixes = None
         self._opaque: dict = {}          # id(condition) -> token (see cep.prefixes.prefix_keys)
@@ -327,7 +328,8 @@ class PatternManager:
         """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can:
         in-order events the engine processes next, in time order, every row up to the last
         of them indexed already except those of the ``pending`` types. ``_evaluate`` takes
-        each result when the engine processes its trigger; ``unprepare`` drops the rest."""
+        each result when the engine processes its trigger (or ``take_prepared`` all at once);
+        ``unprepare`` drops the rest."""
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
                 or self.cq.slide:
             return
@@ -345,20 +347,42 @@ class PatternManager:
             if plan is None or any(t in pending for t in plan.types[1:]):
                 continue
             for part, ts in self._partitions(group):
-                results, counts = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
-                                                self._label, self._var_order, cap)
-                for i, (t, found) in enumerate(zip(ts, results)):
-                    if found is not None:
-                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (found, counts, i)
+                got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
+                                    self._var_order, cap)
+                if len(by_target) == 1 and len(ts) == len(triggers) and all(got[2]):
+                    self._whole = (triggers, got)
+                for i, (t, ok) in enumerate(zip(ts, got[2])):
+                    if ok:
+                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+
+    def take_prepared(self, triggers: list) -> list | None:
+        """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
+        was evaluated in bulk with one evaluation and this manager's output keeps their
+        order (counted as ``_evaluate`` counts them); None, and nothing taken, otherwise."""
+        whole = self._whole
+        if whole is None or whole[0] is not triggers or not self._in_order():
+            return None
+        self._whole = None
+        self._ready.clear()
+        self.triggers_evaluated += len(triggers)
+        if triggers[-1].ts > self.clock:
+            self.clock = triggers[-1].ts
+        return self._fan(whole[1][0])
+
+    def _in_order(self) -> bool:
+        """Whether ``_fan`` of the matches of many triggers gives what it gives for each
+        trigger's matches in turn."""
+        return True
 
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
+        self._whole = None
         if self._ready:
             from cep.bulk import untally
             for _, results in self._ready.values():
-                for _, counts, i in results.values():
-                    untally(counts, i)
+                for got, i in results.values():
+                    untally(got[3], i)
             self._ready.clear()
 
     def _bulk_plan(self, b: int, name: str):
@@ -399,9 +423,9 @@ class PatternManager:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
             if got is not None:
-                found = got[0]
-                if found:
-                    out.extend(self._fan(found, origin))
+                (matches, bounds, _, _), i = got
+                if bounds[i + 1] > bounds[i]:
+                    out.extend(self._fan(matches[bounds[i]:bounds[i + 1]], origin))
                 continue
             ev = self._run(b, name, trigger)
             if ev.deferred:

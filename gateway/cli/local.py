@@ -26,7 +26,10 @@ from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_set
 
 PROGRESS_EVERY_S = 2.0
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
-CHUNK_EVENTS = 8192           # raycep local hands the engine this many events at a time
+#: raycep local hands the engine chunks of events: large ones amortise the per-chunk work
+#: (bulk evaluation, cep.bulk), small ones bound the matches held at once (Chunks)
+CHUNK_EVENTS = (512, 1024, 8192)    # fewest, first, most
+CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 SHOW_BAD_ROWS = 10
 
 
@@ -128,10 +131,12 @@ def run_local(args) -> int:
     try:
         progress = Progress(started)
         try:
-            for run, lo, hi in chunked(runs, CHUNK_EVENTS):
+            chunks = Chunks(runs)
+            for run, lo, hi in chunks:
                 n_events += hi - lo
                 found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
                     if run.__class__ is list else engine.process_columns(run, lo, hi)
+                chunks.found(len(found))
                 if found:
                     write(lines.lines(found))
                 if core.late:
@@ -259,13 +264,31 @@ class BadRows:
             err(f"skipped {self.count} bad row(s){more}")
 
 
-def chunked(runs, size: int):
-    """``(run, lo, hi)``: pieces of at most ``size`` rows of each run (a list of events or a
-    column batch, ``iter_batch_runs``)."""
-    for run in runs:
-        n = len(run)
-        for k in range(0, n, size):
-            yield run, k, min(n, k + size)
+class Chunks:
+    """``(run, lo, hi)``: pieces of the runs of ``iter_batch_runs`` (lists of events or
+    column batches). A piece has CHUNK_EVENTS[1] rows at first; the size doubles (up to
+    CHUNK_EVENTS[2]) after a piece with few matches and halves (down to CHUNK_EVENTS[0])
+    after one with more than CHUNK_MATCHES, so the matches held at once stay bounded."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self.size = CHUNK_EVENTS[1]
+
+    def __iter__(self):
+        for run in self.runs:
+            n, k = len(run), 0
+            while k < n:
+                hi = min(n, k + self.size)
+                yield run, k, hi
+                k = hi
+
+    def found(self, matches: int) -> None:
+        """The last piece gave ``matches``."""
+        fewest, _, most = CHUNK_EVENTS
+        if matches > CHUNK_MATCHES:
+            self.size = max(fewest, self.size // 2)
+        elif matches < CHUNK_MATCHES // 4:
+            self.size = min(most, self.size * 2)
 
 
 class Progress:
