@@ -11,7 +11,7 @@ per row) without any Event.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class ColumnBatch:
     type, time and key come from that Event."""
 
     __slots__ = ("types", "times", "keys", "ids", "names", "_columns", "_absent", "objs",
-                 "_numeric", "_overrides", "_decoded", "_lists", "_rows_of")
+                 "_numeric", "_overrides", "_decoded", "_lists", "_rows_of", "_times")
 
     def __init__(self, types: list, times: list, keys=None, ids=None, names=(), columns=(),
                  absent=None, overrides=None):
@@ -56,6 +56,7 @@ class ColumnBatch:
         self._decoded = None
         self._lists: dict = {}
         self._rows_of = None
+        self._times = None                  # numpy event times (behind), made on first need
         self._numeric: dict = {}
         if overrides:
             for row, ev in overrides.items():
@@ -196,15 +197,7 @@ class ColumnBatch:
     def groups(self, lo: int, hi: int) -> dict:
         """``{type: (rows, times)}`` of rows ``lo`` to ``hi - 1``, rows ascending, types in
         the order they first come."""
-        by_type = self._rows_of
-        if by_type is None:
-            types, n = self.types, len(self.types)
-            code = {t: k for k, t in enumerate(dict.fromkeys(types))}
-            codes = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
-            order = np.argsort(codes, kind="stable")
-            cuts = np.searchsorted(codes[order], np.arange(len(code) + 1)).tolist()
-            order = order.tolist()
-            by_type = self._rows_of = {t: order[cuts[k]:cuts[k + 1]] for t, k in code.items()}
+        by_type = self._rows_of or self._type_rows()
         out = []
         get = self.times.__getitem__
         for t, rows in by_type.items():
@@ -214,6 +207,32 @@ class ColumnBatch:
                 out.append((part[0], t, part, list(map(get, part))))
         out.sort()                          # types in the order they first come in the run
         return {t: (part, times) for _, t, part, times in out}
+
+    def _type_rows(self) -> dict:
+        """``{type: rows}`` (ascending) of the whole batch, kept."""
+        types, n = self.types, len(self.types)
+        code = {t: k for k, t in enumerate(dict.fromkeys(types))}
+        codes = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
+        order = np.argsort(codes, kind="stable")
+        cuts = np.searchsorted(codes[order], np.arange(len(code) + 1)).tolist()
+        order = order.tolist()
+        by_type = self._rows_of = {t: order[cuts[k]:cuts[k + 1]] for t, k in code.items()}
+        return by_type
+
+    def rows_of(self, types, lo: int, hi: int) -> list:
+        """The rows ``lo`` to ``hi - 1`` whose type is in ``types``, ascending."""
+        parts = [rows[bisect_left(rows, lo):bisect_left(rows, hi)]
+                 for t, rows in (self._rows_of or self._type_rows()).items() if t in types]
+        if len(parts) == 1:
+            return parts[0]
+        return sorted(chain.from_iterable(parts))
+
+    def behind(self, lo: int, hi: int) -> list:
+        """The rows ``lo + 1`` to ``hi - 1`` whose event time is not after the row before."""
+        times = self._times
+        if times is None:
+            times = self._times = np.array(self.times, dtype=np.float64)
+        return (np.flatnonzero(times[lo + 1:hi] <= times[lo:hi - 1]) + (lo + 1)).tolist()
 
     def column(self, name: str) -> tuple:
         """``numeric(name)`` as Python lists: ``(values, odd)``, a float per row (meaningful
@@ -240,7 +259,7 @@ class ColumnBatch:
         part.objs = self.objs[a:b]
         part._numeric = {k: (v[a:b], t[a:b]) for k, (v, t) in self._numeric.items()}
         part._lists = {}
-        part._rows_of = None
+        part._rows_of = part._times = None
         part._overrides = [i - a for i in self._overrides if a <= i < b]
         return part
 

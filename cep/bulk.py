@@ -127,9 +127,7 @@ class _Columns:
 
     def events(self, rows) -> list:
         """The Events of ``rows`` (numpy, positions in the span), one per entry."""
-        uniq = sorted(set(rows.tolist()))
-        made = dict(zip(uniq, self.buf.events_at([r + self.p0 for r in uniq])))
-        return list(map(made.__getitem__, rows.tolist()))
+        return self.buf.events_at(self.p0, rows)
 
 
 def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,

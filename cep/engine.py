@@ -244,7 +244,8 @@ class Engine:
     def _stops(self, types: list, times: list, lo: int, hi: int) -> tuple:
         """``(triggers, stops)`` among rows ``lo`` to ``hi - 1``: the rows of a type some
         query is triggered by, and those plus the rows not after the row before them (found
-        with C-level maps); both ascending."""
+        with C-level maps); both ascending. (A column batch has them at hand:
+        ``process_columns``.)"""
         part = times[lo:hi]
         triggers = list(compress(range(lo, hi), map(self._by_type.__contains__, types[lo:hi])))
         behind = list(compress(range(lo + 1, hi), map(le, part[1:], part)))
@@ -286,7 +287,9 @@ class Engine:
         if self._pessimistic or self._any:
             return self.process_many(batch.events(range(lo, hi)), source)
         times = batch.times
-        triggers, stops = self._stops(batch.types, times, lo, hi)
+        triggers = batch.rows_of(self._by_type, lo, hi)
+        behind = batch.behind(lo, hi)
+        stops = sorted(set(triggers).union(behind)) if behind else triggers
         out: list = []
         i = lo
         # (stops is triggers: no row is behind the one before it)
@@ -343,8 +346,16 @@ class Engine:
             self.evict()
         self._advance_to(hi - 1, times, inserted + n)
         self._front = (batch, hi - 1)
-        fired = {t: g for t, g in batch.groups(lo, hi).items() if t not in ahead}
-        self.disorder.on_time_groups(source, fired, times[triggers[-1]])
+        fired: dict = {}
+        for t in made:
+            got = fired.get(t.type)
+            if got is None:
+                fired[t.type] = [1, t.ts]
+            else:
+                got[0] += 1
+                got[1] = t.ts
+        self.disorder.on_time_counts(source, [(t, n, ts) for t, (n, ts) in fired.items()],
+                                     made[-1].ts)
         self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
     def _prepare(self, triggers: list) -> list:

@@ -286,10 +286,20 @@ class TimeBuffer(_Rows):
             return values[0], odd[0]
         return np.concatenate(values), np.concatenate(odd)
 
-    def events_at(self, positions: list) -> list:
-        """The Events at ``positions`` (ascending), made where needed."""
-        return self._pick(positions) if self._src is not None else \
-            list(map(self._objs.__getitem__, positions))
+    def events_at(self, i: int, rows) -> list:
+        """The Event at position ``i + r`` for each ``r`` of ``rows`` (numpy integers, in any
+        order, repeats allowed), made where needed."""
+        import numpy as np
+        if not len(rows):
+            return []
+        present = np.flatnonzero(np.bincount(rows)).tolist()
+        objs = self._objs
+        if self._src is not None:
+            missing = [i + r for r in present if objs[i + r] is None]
+            if missing:
+                self._make(missing)
+        part = objs[i:i + present[-1] + 1]
+        return list(map(part.__getitem__, rows.tolist()))
 
     def count(self, lo: float, hi: float) -> int:
         """How many events have ``lo <= ts <= hi``."""
