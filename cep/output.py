@@ -14,7 +14,7 @@ exactly ``match.to_dict()`` (plus the extra fields).
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import is_, is_not, itemgetter
+from operator import attrgetter, is_, is_not, itemgetter
 
 import orjson
 
@@ -22,6 +22,7 @@ from cep.event import Event, prepare_json
 from cep.match import match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_JSON = attrgetter("_json")
 
 _RETRACTED = b',"retracted":true'
 
@@ -128,9 +129,8 @@ class MatchLines:
             first = self.line(m)                        # sets _pre / _post for this batch
             pre = self._heads[m[0]] + self._pre
             post = first[len(pre) + len(_value(m[3])):]
-            append(pre + (post + pre).join(
-                [e._json or e.json() if e.__class__ is Event else _value(e)
-                 for e in map(_EVENT, run)]) + post)
+            # a batch's varying values are Events, serialised by _prepare
+            append(pre + (post + pre).join(list(map(_JSON, map(_EVENT, run)))) + post)
             self._count(m, b - a)
         return b"".join(out)
 
