@@ -26,8 +26,8 @@ from itertools import repeat
 import numpy as np
 
 from cep import ast
-from cep.event import EXACT, kind_of
-from cep.expressions import FIELDS, RAW_OPS
+from cep.event import EXACT, EXACT_INT, kind_of
+from cep.expressions import FIELDS
 from cep.match import Match
 
 _new = tuple.__new__
@@ -35,12 +35,18 @@ _new = tuple.__new__
 
 @dataclass(frozen=True)
 class _Filter:
+    """``candidate OP value``: ``candidate`` is ``attr`` of the step's variable (through
+    ``arith``), ``value`` the number ``const`` or ``other`` of the variable bound at step
+    ``var`` (through ``other_arith``); an arithmetic is ``(op, number, number on the
+    left)``."""
     conj: object                 # the Conjunct (its counters are summed)
-    attr: str                    # the candidate's attribute
-    op: object                   # operator.lt, le, gt or ge: candidate OP value
-    const: float | None          # the value, when it is a number in the query
-    var: int = -1                # else the step whose variable holds it ...
-    other: str = ""              # ... as this attribute
+    attr: str
+    op: object                   # operator.lt, le, gt or ge
+    const: float | None = None
+    var: int = -1
+    other: str = ""
+    arith: tuple | None = None
+    other_arith: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class BulkPlan:
     types: tuple
     after: tuple                 # per step: the steps whose events precede its event
     before: tuple                # per step: the steps whose events follow it (trigger aside)
+    same: tuple                  # per step: the earlier steps of its event type
     filters: tuple               # per step: its _Filters, in the evaluator's order
 
 
@@ -62,12 +69,17 @@ def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
         return None
     names = tuple(s.var.name for s in steps)
     types = tuple(s.var.type for s in steps)
-    if None in types or len(set(types)) != len(types):
+    if None in types:
         return None
     pos = {n: k for k, n in enumerate(names)}
-    filters = []
+    filters, same = [], []
     for k, s in enumerate(steps):
-        if s.var.kleene or s.var.negated or s.conjuncts or s.negations or s.check_used:
+        if s.var.kleene or s.var.negated or s.conjuncts or s.negations:
+            return None
+        # an event of the type bound before is a bound of the range: never a candidate
+        ordered = set(s.after_of) | set(s.before_of)
+        same.append(tuple(j for j in range(k) if types[j] == types[k]))
+        if any(names[j] not in ordered for j in same[-1]):
             return None
         step_filters = []
         for c in s.filters:
@@ -79,33 +91,64 @@ def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
             step_filters.append(f)
         filters.append(tuple(step_filters))
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
-                    tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(filters))
+                    tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
+                    tuple(filters))
 
 
 def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     """``c`` as a _Filter on variable ``name`` (bound at step ``k``), or None."""
-    attr, getter, op, ordering, other_fn = c.separable[name]
+    attr, getter, op, ordering, _ = c.separable[name]
     expr = c.expr
-    if not ordering or attr is None or attr in FIELDS or expr.__class__ is not ast.Compare:
+    if not ordering or expr.__class__ is not ast.Compare:
         return None
-    left, right = expr.left, expr.right
-    mine = left if left.__class__ is ast.Attr and left.var == name else right
-    other = right if mine is left else left
-    if mine.__class__ is not ast.Attr or mine.index is not None or mine.attr != attr \
-            or RAW_OPS[expr.op if mine is left else _FLIP[expr.op]] is not op:
-        return None
-    if other.__class__ is ast.Literal:
-        value = other.value
-        if value.__class__ is bool or kind_of(value) != EXACT:
+    arith = None
+    if attr is None:
+        spec = getattr(getter, "attr_arith", None)      # x.attr OP number (expressions)
+        if spec is None:
             return None
-        return _Filter(c, attr, op, float(value))
+        attr, arith = spec[0], _arith_spec(spec[1], spec[2], spec[3])
+        if arith is None:
+            return None
+    if attr in FIELDS:
+        return None
+    other = expr.right if name in _names(expr.left) else expr.left
+    if other.__class__ is ast.Literal:
+        if not _exact(other.value):
+            return None
+        return _Filter(c, attr, op, float(other.value), arith=arith)
+    other_arith = None
+    if other.__class__ is ast.BinOp:
+        for side, const, left in ((other.left, other.right, False),
+                                  (other.right, other.left, True)):
+            if side.__class__ is ast.Attr and const.__class__ is ast.Literal:
+                other_arith = _arith_spec(other.op, const.value, left)
+                other = side
+                break
+        if other_arith is None:
+            return None
     if other.__class__ is ast.Attr and other.index is None and other.attr not in FIELDS \
             and pos.get(other.var, k) < k:
-        return _Filter(c, attr, op, None, pos[other.var], other.attr)
+        return _Filter(c, attr, op, None, pos[other.var], other.attr, arith, other_arith)
     return None
 
 
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+def _arith_spec(op: str, const, left: bool) -> tuple | None:
+    """``(numpy function, number, number on the left)`` for ``x OP number`` (``number OP x``
+    when ``left``), or None (a number float64 does not hold exactly, a division by 0)."""
+    if op not in _ARITH or not _exact(const) or (op == "/" and not left and const == 0):
+        return None
+    return _ARITH[op], float(const), left
+
+
+def _exact(value) -> bool:
+    return value.__class__ is not bool and kind_of(value) == EXACT
+
+
+def _names(expr) -> set:
+    return {n.var for n in ast.walk_expr(expr) if n.__class__ is ast.Attr}
+
+
+_ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
 class _Columns:
@@ -143,8 +186,10 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     tts = np.array([t.ts for t in triggers], dtype=np.float64)
     tlow_all = tts - window
     bad = np.zeros(n, dtype=bool)
-    cols = [None] + [_Columns(index.buffer(partition, typ), float(tlow_all.min()),
-                              float(tts.max())) for typ in plan.types[1:]]
+    spans: dict = {}
+    cols = [None] + [spans.get(typ) or spans.setdefault(typ, _Columns(
+        index.buffer(partition, typ), float(tlow_all.min()), float(tts.max())))
+        for typ in plan.types[1:]]
     trig = np.arange(n)                  # per binding: its trigger
     rows = [trig]                        # per bound step: the row of each binding
     times = [tts]                        # per bound step: the event time of each binding
@@ -152,7 +197,9 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     last = len(plan.filters) - 1
     parent = cand = trig
     for f in plan.filters[0]:
-        values = np.array([_number(t.attrs.get(f.attr)) for t in triggers])
+        values = np.array([_value(t.attrs.get(f.attr)) for t in triggers])
+        if f.arith is not None:
+            values = _apply(f.arith, values)
         bad |= np.isnan(values)
         passed = f.op(values[cand], f.const)
         tallies.append((f.conj, cand, passed))
@@ -160,26 +207,33 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     trig = rows[0] = cand
     times[0] = tts[cand]
     for k in range(1, last + 1):
-        filters, col = plan.filters[k], cols[k]
+        filters, col, same = plan.filters[k], cols[k], plan.same[k]
         ts = col.ts
-        lo = tlow_all[trig]
+        # the range: after the latest event bound before (from the window's start) and before
+        # the earliest bound after; a row at a bound's time that is not a bound event itself
+        # is ordered by id there: such a trigger is left to the evaluator
+        tlow = tlow_all[trig]
+        hi = times[0]
+        for j in plan.before[k]:
+            hi = np.minimum(hi, times[j])
+        end = np.searchsorted(ts, hi, "left")
+        extra = np.searchsorted(ts, hi, "right") - end
+        for j in same:
+            extra -= times[j] == hi
+        start = np.searchsorted(ts, tlow, "left")
         latest = None
         for j in plan.after[k]:
             latest = times[j] if latest is None else np.maximum(latest, times[j])
         if latest is not None:
-            lo = np.maximum(lo, latest)
-        hi = times[0]
-        for j in plan.before[k]:
-            hi = np.minimum(hi, times[j])
-        start = np.searchsorted(ts, lo, "left")
-        end = np.searchsorted(ts, hi, "right")
+            inside = latest >= tlow
+            left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
+            start = np.where(inside, right, start)
+            over = right - left
+            for j in same:
+                over -= times[j] == latest
+            extra += np.where(inside, over, 0)
+        bad[trig[extra > 0]] = True
         some = start < end
-        if len(ts):
-            # a candidate at a bound's time is ordered by id there: left to the evaluator
-            tie = some & (ts[np.maximum(end - 1, 0)] == hi)
-            if latest is not None:
-                tie |= some & (latest >= lo) & (ts[np.minimum(start, len(ts) - 1)] == latest)
-            bad[trig[tie]] = True
         count = np.where(some, end - start, 0)
         for f in filters:
             # the evaluator fails such rows, or compares them row by row: any in a range
@@ -190,13 +244,16 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         parent = np.repeat(np.arange(len(trig)), count)
         cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
         for f in filters:
-            values = col.column(f.attr)[0]
+            values = col.column(f.attr)[0][cand]
+            if f.arith is not None:
+                values = _apply(f.arith, values)
+                bad[trig[parent[np.isnan(values)]]] = True
             if f.const is not None:
                 value = f.const
             else:
-                value, other_odd = _bound(cols, rows, triggers, f, parent)
-                bad[trig[parent[other_odd]]] = True
-            passed = f.op(values[cand], value)
+                value = _bound(cols, rows, triggers, f, parent)
+                bad[trig[parent[np.isnan(value)]]] = True
+            passed = f.op(values, value)
             tallies.append((f.conj, trig[parent], passed))
             cand, parent = cand[passed], parent[passed]
         if k < last:
@@ -225,23 +282,34 @@ def untally(counts: list, i: int) -> None:
         conj.passed -= passed[i]
 
 
-def _number(value) -> float:
-    """``value`` as a float when it is an exact number (a NaN marks the others)."""
+def _value(value) -> float:
+    """``value`` as a float when it is an exact number, else NaN (see ``_apply``)."""
     if value is not None and value.__class__ is not bool and kind_of(value) == EXACT:
         return float(value)
     return np.nan
 
 
-def _bound(cols, rows, triggers, f: _Filter, parent) -> tuple:
-    """The value of ``f``'s other side for each candidate (``parent``: its binding) and
-    whether it is not an exact number."""
+def _apply(spec: tuple, values):
+    """The arithmetic ``spec`` (_Filter) over float64 ``values``: what the evaluator computes
+    where both are exact (IEEE arithmetic is what Python's float does; an int result is
+    exact up to 2**53); NaN where that is not sure (beyond 2**53, a division by 0, a NaN)."""
+    fn, const, left = spec
+    with np.errstate(all="ignore"):
+        out = fn(const, values) if left else fn(values, const)
+    out[~(np.abs(out) <= EXACT_INT)] = np.nan
+    return out
+
+
+def _bound(cols, rows, triggers, f: _Filter, parent):
+    """The value of ``f``'s other side for each candidate (``parent``: its binding), NaN
+    where it is not an exact number."""
     if f.var == 0:
-        values = np.array([_number(t.attrs.get(f.other)) for t in triggers])
-        got = values[rows[0][parent]]
-        return got, np.isnan(got)
-    values, odd = cols[f.var].column(f.other)
-    at = rows[f.var][parent]
-    return values[at], odd[at]
+        values = np.array([_value(t.attrs.get(f.other)) for t in triggers])[rows[0][parent]]
+    else:
+        got, odd = cols[f.var].column(f.other)
+        at = rows[f.var][parent]
+        values = np.where(odd[at], np.nan, got[at])
+    return _apply(f.other_arith, values) if f.other_arith is not None else values
 
 
 def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> tuple:

@@ -311,15 +311,17 @@ class Engine:
         clock, the watermark and the count of inserted events are set to what they are after
         the rows before it. When a manager starts waiting for the clock, the rows after the
         trigger are taken back and the caller goes on from the next row; returns that row."""
-        ahead = {t: g for t, g in batch.groups(lo, hi).items() if t not in self._by_type}
-        if not ahead:
-            return lo
-        index, disorder, times = self.index, self.disorder, batch.times
-        inserted = index.inserted
-        index.extend_rows(batch, ahead)
-        index.inserted = inserted                         # counted as each is reached
+        groups = batch.groups(lo, hi)
+        ahead = {t: g for t, g in groups.items() if t not in self._by_type}
         made = batch.events(triggers)                     # in bulk: each is processed
-        prepared = self._prepare(made)
+        index = self.index
+        inserted = index.inserted
+        if ahead:
+            index.extend_rows(batch, ahead)
+            index.inserted = inserted                     # counted as each is reached
+        prepared = self._prepare(batch, made, {t: g for t, g in groups.items() if t not in ahead})
+        if not ahead and not prepared:
+            return lo
         try:
             found = prepared[0].take_prepared(made) if len(prepared) == 1 else None
             if found is None:
@@ -358,15 +360,23 @@ class Engine:
                                      made[-1].ts)
         self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
-    def _prepare(self, triggers: list) -> list:
-        """Evaluate ``triggers`` in bulk (PatternManager.prepare, cep.bulk) where a query
-        can, when there are at least BULK_TRIGGERS of them; returns the managers asked."""
+    def _prepare(self, batch, triggers: list, fired: dict) -> list:
+        """Evaluate ``triggers`` (``fired``: their rows by type) in bulk where a query can
+        (PatternManager.prepare, cep.bulk), when there are at least BULK_TRIGGERS of them;
+        returns the managers asked. The triggers are in the index while the managers look
+        (a query may read their type: each evaluation reads up to its trigger only) and are
+        taken back after (each is indexed when it is processed)."""
         if len(triggers) < BULK_TRIGGERS:
             return []
-        managers = {m: None for t in dict.fromkeys(t.type for t in triggers)
-                    for m in self._by_type[t]}
-        for m in managers:
-            m.prepare(triggers, self._by_type)
+        managers = {m: None for t in fired for m in self._by_type[t]}
+        index, inserted = self.index, self.index.inserted
+        index.extend_rows(batch, fired)
+        try:
+            for m in managers:
+                m.prepare(triggers)
+        finally:
+            index.truncate_after(fired, self.clock)
+            index.inserted = inserted
         return list(managers)
 
     def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,

@@ -343,6 +343,8 @@ class TimeBuffer(_Rows):
         del times[k:], self._objs[k:]
         if self._src is not None:
             del self._src[k:], self._off[k:]
+            if not any(map(is_not, self._src, repeat(None))):
+                self._src = self._off = None
         for col in self._cols.values():
             if col[2] > k:
                 del col[0][k:]

@@ -324,10 +324,10 @@ class PatternManager:
                             self.truncated)
         return ev
 
-    def prepare(self, triggers: list, pending) -> None:
+    def prepare(self, triggers: list) -> None:
         """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can:
         in-order events the engine processes next, in time order, every row up to the last
-        of them indexed already except those of the ``pending`` types. ``_evaluate`` takes
+        of them indexed already (the triggers too). ``_evaluate`` takes
         each result when the engine processes its trigger (or ``take_prepared`` all at once);
         ``unprepare`` drops the rest."""
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
@@ -344,7 +344,7 @@ class PatternManager:
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
-            if plan is None or any(t in pending for t in plan.types[1:]):
+            if plan is None:
                 continue
             for part, ts in self._partitions(group):
                 got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
@@ -387,16 +387,13 @@ class PatternManager:
 
     def _bulk_plan(self, b: int, name: str):
         """The cep.bulk plan of branch ``b`` triggered at ``name`` in the static order (None
-        when bulk evaluation does not apply, or a shared prefix may: cep.prefixes)."""
+        when bulk evaluation does not apply). A bulk evaluation neither reads nor stores
+        shared prefixes (cep.prefixes): another query materialises its own."""
         steps = self._steps_for(b, name, None)
         got = self._bulk.get(id(steps))
         if got is None:
             from cep.bulk import plan_for
-            plan = plan_for(self.cq, steps, self._opaque)
-            if plan is not None and self.prefixes is not None and \
-                    prefix_keys(self.cq, steps, self._opaque):
-                plan = None
-            got = self._bulk[id(steps)] = (steps, plan)
+            got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque))
         return got[1]
 
     def _partitions(self, triggers: list) -> list:
