@@ -20,6 +20,7 @@ that reaches the per-trigger match cap.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -58,6 +59,23 @@ class BulkPlan:
     before: tuple                # per step: the steps whose events follow it (trigger aside)
     same: tuple                  # per step: the earlier steps of its event type
     filters: tuple               # per step: its _Filters, in the evaluator's order
+    negations: tuple = ()        # per step: the _Negations decided after it
+    batch: bool = True           # matches share the prefix binding (Match.batch), as the
+    #                              evaluator makes them when the last step checks nothing else
+
+
+@dataclass(frozen=True)
+class _Negation:
+    """No event of ``type`` strictly between the steps ``before`` and ``after`` for which
+    every one of ``filters`` holds. ``extreme``: decided by the range's minimum or maximum
+    without counting (``Negation.extreme``); else the evaluator counts each filter over the
+    range's events (``Evaluation.witness``)."""
+    type: str
+    before: tuple
+    after: tuple
+    same: tuple                  # the steps of that type (bounds, never witnesses)
+    filters: tuple
+    extreme: bool
 
 
 def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
@@ -72,10 +90,14 @@ def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
     if None in types:
         return None
     pos = {n: k for k, n in enumerate(names)}
-    filters, same = [], []
+    filters, same, negations = [], [], []
     for k, s in enumerate(steps):
-        if s.var.kleene or s.var.negated or s.conjuncts or s.negations:
+        if s.var.kleene or s.var.negated or s.conjuncts or (s.negations and not k):
             return None
+        negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations)
+        if None in negs:
+            return None
+        negations.append(negs)
         # an event of the type bound before is a bound of the range: never a candidate
         ordered = set(s.after_of) | set(s.before_of)
         same.append(tuple(j for j in range(k) if types[j] == types[k]))
@@ -90,9 +112,29 @@ def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
                 return None
             step_filters.append(f)
         filters.append(tuple(step_filters))
+    last = steps[-1]
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
                     tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
-                    tuple(filters))
+                    tuple(filters), tuple(negations),
+                    not (last.negations or last.check_used))
+
+
+def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
+    """``neg`` (decided after step ``k``) as a _Negation, or None."""
+    if neg.var.type is None or neg.checks or neg.deferred or \
+            any(id(c) in opaque for c in neg.filters):
+        return None
+    before, after = tuple(pos[n] for n in neg.before), tuple(pos[n] for n in neg.after)
+    same = tuple(j for j in range(k + 1) if types[j] == neg.var.type)
+    if any(j not in before and j not in after for j in same):
+        return None
+    filters = tuple(_filter(c, neg.var.name, pos, k + 1) for c in neg.filters)
+    if None in filters:
+        return None
+    extreme = neg.extreme is not None
+    if extreme and filters[0].arith is not None:
+        return None
+    return _Negation(neg.var.type, before, after, same, filters, extreme)
 
 
 def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
@@ -212,27 +254,10 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         # the range: after the latest event bound before (from the window's start) and before
         # the earliest bound after; a row at a bound's time that is not a bound event itself
         # is ordered by id there: such a trigger is left to the evaluator
-        tlow = tlow_all[trig]
-        hi = times[0]
-        for j in plan.before[k]:
-            hi = np.minimum(hi, times[j])
-        end = np.searchsorted(ts, hi, "left")
-        extra = np.searchsorted(ts, hi, "right") - end
-        for j in same:
-            extra -= times[j] == hi
-        start = np.searchsorted(ts, tlow, "left")
-        latest = None
-        for j in plan.after[k]:
-            latest = times[j] if latest is None else np.maximum(latest, times[j])
-        if latest is not None:
-            inside = latest >= tlow
-            left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
-            start = np.where(inside, right, start)
-            over = right - left
-            for j in same:
-                over -= times[j] == latest
-            extra += np.where(inside, over, 0)
-        bad[trig[extra > 0]] = True
+        start, end, tie = _span(ts, tlow_all[trig], [times[j] for j in plan.after[k]],
+                                [times[0]] + [times[j] for j in plan.before[k]],
+                                [times[j] for j in same])
+        bad[trig[tie]] = True
         some = start < end
         count = np.where(some, end - start, 0)
         for f in filters:
@@ -256,6 +281,10 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
             passed = f.op(values, value)
             tallies.append((f.conj, trig[parent], passed))
             cand, parent = cand[passed], parent[passed]
+        for g in plan.negations[k]:
+            held = _absent(g, spans, index, partition, tlow_all, tts, trig, parent, cand, k,
+                           times, rows, cols, triggers, bad, tallies)
+            cand, parent = cand[held], parent[held]
         if k < last:
             trig = trig[parent]
             rows = [r[parent] for r in rows] + [cand]
@@ -280,6 +309,96 @@ def untally(counts: list, i: int) -> None:
     for conj, tested, passed in counts:
         conj.tested -= tested[i]
         conj.passed -= passed[i]
+
+
+def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
+    """``(start, end, tie)`` per binding: the rows of ``ts`` from ``tlow`` on, strictly after
+    the latest time of ``after`` and strictly before the earliest of ``before`` (the
+    evaluator's range, cep.evaluator ``candidates``); ``tie``: a row at one of those times
+    is not one of the bound events of that type (``same``), so the evaluator orders it by
+    id: left to the evaluator."""
+    hi = before[0]
+    for t in before[1:]:
+        hi = np.minimum(hi, t)
+    end = np.searchsorted(ts, hi, "left")
+    extra = np.searchsorted(ts, hi, "right") - end
+    for t in same:
+        extra -= t == hi
+    start = np.searchsorted(ts, tlow, "left")
+    if after:
+        latest = after[0]
+        for t in after[1:]:
+            latest = np.maximum(latest, t)
+        inside = latest >= tlow
+        left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
+        start = np.where(inside, right, start)
+        over = right - left
+        for t in same:
+            over -= t == latest
+        extra += np.where(inside, over, 0)
+    return start, end, extra > 0
+
+
+def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, parent, cand,
+            k: int, times: list, rows: list, cols: list, triggers: list, bad, tallies: list):
+    """Per candidate of step ``k`` (``parent``: its binding): whether negation ``g`` holds,
+    i.e. no event between its bounds satisfies its filters: with ``g.extreme`` the range's
+    minimum or maximum compared once (the evaluator's suffix extremes,
+    ``Evaluation.violated``), else each filter over the range's events, counted."""
+    col = spans.get(g.type)
+    if col is None:
+        col = spans[g.type] = _Columns(index.buffer(partition, g.type), float(tlow_all.min()),
+                                       float(tts.max()))
+    owner = trig[parent]
+
+    def bound(j):
+        return cols[k].ts[cand] if j == k else times[j][parent]
+    start, end, tie = _span(col.ts, tlow_all[owner], [bound(j) for j in g.before],
+                            [bound(j) for j in g.after], [bound(j) for j in g.same])
+    some = start < end
+    for f in g.filters:
+        odd = col.column(f.attr)[1]
+        if odd.any():                     # a number float64 does not hold, or no number
+            cum = np.concatenate(([0], np.cumsum(odd)))
+            tie |= some & (cum[end] - cum[start] > 0)
+    values = [_other(f, k, cols, rows, triggers, parent, cand) for f in g.filters]
+    for value in values:
+        if value.__class__ is not float:
+            tie |= np.isnan(value)
+    bad[owner[tie]] = True
+    if not g.filters:
+        return ~some
+    if g.extreme:
+        f, value = g.filters[0], values[0]
+        low = f.op in (operator.lt, operator.le)
+        padded = np.append(col.column(f.attr)[0], np.inf if low else -np.inf)
+        at = np.empty(2 * len(start), dtype=np.intp)
+        at[0::2], at[1::2] = start, np.maximum(start, end)
+        if not len(at):
+            return some
+        extreme = (np.minimum if low else np.maximum).reduceat(padded, at)[0::2]
+        return ~(some & f.op(extreme, value))
+    count = np.where(some, end - start, 0)
+    which = np.repeat(np.arange(len(cand)), count)
+    witness = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+    for f, value in zip(g.filters, values):
+        got = col.column(f.attr)[0][witness]
+        passed = f.op(got, value if value.__class__ is float else value[which])
+        tallies.append((f.conj, owner[which], passed))
+        which, witness = which[passed], witness[passed]
+    return np.bincount(which, minlength=len(cand)) == 0
+
+
+def _other(f: _Filter, k: int, cols, rows, triggers, parent, cand):
+    """The value ``f`` compares with per candidate of step ``k``: its number, or the other
+    side from the binding (NaN where not an exact number)."""
+    if f.const is not None:
+        return f.const
+    if f.var == k:
+        got, odd = cols[k].column(f.other)
+        value = np.where(odd[cand], np.nan, got[cand])
+        return _apply(f.other_arith, value) if f.other_arith is not None else value
+    return _bound(cols, rows, triggers, f, parent)
 
 
 def _value(value) -> float:
@@ -330,6 +449,15 @@ def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order
     heads = [list(map(triggers.__getitem__, rows[0][firsts].tolist()))]
     heads += [cols[k].events(rows[k][firsts]) for k in range(1, last)]
     names = plan.names
+    if not plan.batch:                  # one bindings dict per match (Evaluation._complete)
+        per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(
+            ([0], cut, [len(parent)])))).tolist()
+        columns = [list(map(head.__getitem__, per_match)) for head in heads]
+        columns.append(cols[last].events(cand))
+        return list(map(_new, repeat(Match), zip(
+            repeat(label), map(dict, zip(*(zip(repeat(names[k]), columns[k])
+                                           for k in range(last + 1)))),
+            repeat(None), repeat(None), repeat(order)))), bounds
     bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k]) for k in range(last)))))
     per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
                                                                           [len(parent)]))))

@@ -342,6 +342,7 @@ class PatternManager:
         from cep import bulk                    # numpy: only for column batches
         ready = self._ready
         cap = self.settings.max_matches_per_trigger
+        good = 0
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
             if plan is None:
@@ -349,25 +350,39 @@ class PatternManager:
             for part, ts in self._partitions(group):
                 got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
                                     self._var_order, cap)
-                if len(by_target) == 1 and len(ts) == len(triggers) and all(got[2]):
-                    self._whole = (triggers, got)
+                if len(ts) == len(triggers) and all(got[2]):
+                    self._whole = (triggers, got)           # one evaluation took them all
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
                         ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+                        good += 1
+        if len(by_target) != 1 or good != len(triggers):
+            self._whole = None
+        elif self._whole is None:
+            self._whole = (triggers, None)                  # in several: gathered per trigger
 
     def take_prepared(self, triggers: list) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
-        was evaluated in bulk with one evaluation and this manager's output keeps their
+        was evaluated in bulk for this manager's one target and its output keeps their
         order (counted as ``_evaluate`` counts them); None, and nothing taken, otherwise."""
         whole = self._whole
         if whole is None or whole[0] is not triggers or not self._in_order():
             return None
         self._whole = None
+        if whole[1] is not None:
+            found = whole[1][0]
+        else:
+            found = []
+            ready = self._ready
+            for t in triggers:
+                ((matches, bounds, _, _), i), = ready[id(t)][1].values()
+                if bounds[i + 1] > bounds[i]:
+                    found += matches[bounds[i]:bounds[i + 1]]
         self._ready.clear()
         self.triggers_evaluated += len(triggers)
         if triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts
-        return self._fan(whole[1][0])
+        return self._fan(found)
 
     def _in_order(self) -> bool:
         """Whether ``_fan`` of the matches of many triggers gives what it gives for each
