@@ -146,7 +146,8 @@ def _prepare(matches: list, bases: list, starts: list) -> None:
     through ``_value``)."""
     events = [value for k in starts[:-1] for value in bases[k].values()]
     events += map(_EVENT, matches)
-    prepare_json(compress(events, map(is_, map(type, events), repeat(Event))))
+    events = list(compress(events, map(is_, map(type, events), repeat(Event))))
+    prepare_json(compress(events, map(is_, map(_JSON, events), repeat(None))))
 
 
 def match_json(match, lines: MatchLines | None = None) -> bytes:
