@@ -207,7 +207,8 @@ class _Columns:
     def column(self, attr: str) -> tuple:
         col = self._cols.get(attr)
         if col is None:
-            col = self._cols[attr] = self.buf.numeric(self.p0, self.p1, attr)
+            col = self._cols[attr] = self.buf.numeric(self.p0, self.p1, attr) \
+                if self.buf is not None else (np.zeros(0), np.zeros(0, dtype=bool))
         return col
 
     def events(self, rows) -> list:
@@ -254,20 +255,25 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         # the range: after the latest event bound before (from the window's start) and before
         # the earliest bound after; a row at a bound's time that is not a bound event itself
         # is ordered by id there: such a trigger is left to the evaluator
-        start, end, tie = _span(ts, tlow_all[trig], [times[j] for j in plan.after[k]],
-                                [times[0]] + [times[j] for j in plan.before[k]],
-                                [times[j] for j in same])
+        start, end, tie, first, stop = _span(
+            ts, tlow_all[trig], [times[j] for j in plan.after[k]],
+            [times[0]] + [times[j] for j in plan.before[k]], [times[j] for j in same])
         bad[trig[tie]] = True
-        some = start < end
-        count = np.where(some, end - start, 0)
+        # the evaluator's first comparison of a plain attribute counts the range with the
+        # bound events at its ends (TimeBuffer.select), the rest the events between them
+        whole = bool(filters) and filters[0].arith is None
+        if not whole:
+            first, stop = start, end
+        some = first < stop
+        count = np.where(some, stop - first, 0)
         for f in filters:
             # the evaluator fails such rows, or compares them row by row: any in a range
             odd = col.column(f.attr)[1]
             if odd.any():
                 cum = np.concatenate(([0], np.cumsum(odd)))
-                bad[trig[some & (cum[end] - cum[start] > 0)]] = True
+                bad[trig[some & (cum[stop] - cum[first] > 0)]] = True
         parent = np.repeat(np.arange(len(trig)), count)
-        cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+        cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - first, count)
         for f in filters:
             values = col.column(f.attr)[0][cand]
             if f.arith is not None:
@@ -280,6 +286,9 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
                 bad[trig[parent[np.isnan(value)]]] = True
             passed = f.op(values, value)
             tallies.append((f.conj, trig[parent], passed))
+            if whole:
+                whole = False
+                passed = passed & (cand >= start[parent]) & (cand < end[parent])
             cand, parent = cand[passed], parent[passed]
         for g in plan.negations[k]:
             held = _absent(g, spans, index, partition, tlow_all, tts, trig, parent, cand, k,
@@ -312,31 +321,33 @@ def untally(counts: list, i: int) -> None:
 
 
 def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
-    """``(start, end, tie)`` per binding: the rows of ``ts`` from ``tlow`` on, strictly after
-    the latest time of ``after`` and strictly before the earliest of ``before`` (the
-    evaluator's range, cep.evaluator ``candidates``); ``tie``: a row at one of those times
-    is not one of the bound events of that type (``same``), so the evaluator orders it by
-    id: left to the evaluator."""
+    """``(start, end, tie, first, stop)`` per binding: ``start`` to ``end - 1`` are the rows
+    of ``ts`` from ``tlow`` on, strictly after the latest time of ``after`` and strictly
+    before the earliest of ``before`` (the evaluator's candidates, cep.evaluator), ``first``
+    to ``stop - 1`` the same with the rows at those two times (the range
+    ``TimeBuffer.select`` counts); ``tie``: a row at one of those times is not one of the
+    bound events of that type (``same``), so the evaluator orders it by id: left to the
+    evaluator."""
     hi = before[0]
     for t in before[1:]:
         hi = np.minimum(hi, t)
-    end = np.searchsorted(ts, hi, "left")
-    extra = np.searchsorted(ts, hi, "right") - end
+    end, stop = np.searchsorted(ts, hi, "left"), np.searchsorted(ts, hi, "right")
+    extra = stop - end
     for t in same:
         extra -= t == hi
-    start = np.searchsorted(ts, tlow, "left")
+    start = first = np.searchsorted(ts, tlow, "left")
     if after:
         latest = after[0]
         for t in after[1:]:
             latest = np.maximum(latest, t)
         inside = latest >= tlow
         left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
-        start = np.where(inside, right, start)
+        start, first = np.where(inside, right, start), np.where(inside, left, start)
         over = right - left
         for t in same:
             over -= t == latest
         extra += np.where(inside, over, 0)
-    return start, end, extra > 0
+    return start, end, extra > 0, first, stop
 
 
 def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, parent, cand,
@@ -353,8 +364,8 @@ def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, pa
 
     def bound(j):
         return cols[k].ts[cand] if j == k else times[j][parent]
-    start, end, tie = _span(col.ts, tlow_all[owner], [bound(j) for j in g.before],
-                            [bound(j) for j in g.after], [bound(j) for j in g.same])
+    start, end, tie, _, _ = _span(col.ts, tlow_all[owner], [bound(j) for j in g.before],
+                                  [bound(j) for j in g.after], [bound(j) for j in g.same])
     some = start < end
     for f in g.filters:
         odd = col.column(f.attr)[1]
