@@ -394,6 +394,9 @@ def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, pa
     witness = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
     for f, value in zip(g.filters, values):
         got = col.column(f.attr)[0][witness]
+        if f.arith is not None:
+            got = _apply(f.arith, got)
+            bad[owner[which[np.isnan(got)]]] = True
         passed = f.op(got, value if value.__class__ is float else value[which])
         tallies.append((f.conj, owner[which], passed))
         which, witness = which[passed], witness[passed]
@@ -422,11 +425,11 @@ def _value(value) -> float:
 def _apply(spec: tuple, values):
     """The arithmetic ``spec`` (_Filter) over float64 ``values``: what the evaluator computes
     where both are exact (IEEE arithmetic is what Python's float does; an int result is
-    exact up to 2**53); NaN where that is not sure (beyond 2**53, a division by 0, a NaN)."""
+    exact below 2**53); NaN where that is not sure (from 2**53 on, a division by 0)."""
     fn, const, left = spec
     with np.errstate(all="ignore"):
         out = fn(const, values) if left else fn(values, const)
-    out[~(np.abs(out) <= EXACT_INT)] = np.nan
+    out[~(np.abs(out) < EXACT_INT)] = np.nan
     return out
 
 
