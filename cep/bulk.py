@@ -205,10 +205,16 @@ class _Columns:
         self._cols: dict = {}
 
     def column(self, attr: str) -> tuple:
+        """``(values, odd)``: odd also where a value is NaN (an Event made in Python may
+        hold one; the evaluator's comparisons and extremes treat it their own way)."""
         col = self._cols.get(attr)
         if col is None:
-            col = self._cols[attr] = self.buf.numeric(self.p0, self.p1, attr) \
-                if self.buf is not None else (np.zeros(0), np.zeros(0, dtype=bool))
+            if self.buf is None:
+                col = (np.zeros(0), np.zeros(0, dtype=bool))
+            else:
+                values, odd = self.buf.numeric(self.p0, self.p1, attr)
+                col = (values, odd | np.isnan(values))
+            self._cols[attr] = col
         return col
 
     def events(self, rows) -> list:
