@@ -615,8 +615,8 @@ class Evaluation:
             cands = [x for x in cands if before(x, hi)]
         if cands and self.equiv:
             cands = [x for x in cands if self._same_partition(x)]
-        kept = [(x, v) for x in cands
-                if (v := x.attrs.get(attr, _MISSING)).__class__ in NUMERIC_KINDS]
+        kept = [(x, v) for x in cands       # NaN (made in Python) compares false: no witness
+                if (v := x.attrs.get(attr, _MISSING)).__class__ in NUMERIC_KINDS and v == v]
         pick = max if op in (operator.gt, operator.ge) else min
         extreme = [0.0] * len(kept)
         for k in range(len(kept) - 1, -1, -1):
