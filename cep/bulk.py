@@ -2,21 +2,27 @@
 
 The lazy join of ``cep.evaluator`` (Lazy Chain NFA, seed 003 section 4) binds the variables of
 one trigger in plan order, a candidate range per step found by bisection and each separable
-comparison applied to the whole range. For a plain sequence pattern (skip-till-any-match, no
-Kleene variable, no negation, no two variables of one type, every condition an order
-comparison of an attribute with a number or with an attribute of a variable bound before) the
-same steps can run for every trigger of a chunk together: each step's candidate ranges by
-``searchsorted`` over the buffer's times, each comparison as one numpy mask over the gathered
-candidates of all bindings. The bindings come out in the evaluator's enumeration order
-(trigger, then each step's candidates in time order), the matches are made with
-``Match.batch`` per prefix binding as the evaluator makes them, and each condition's counters
-are summed per trigger, so plans, statistics and output stay identical.
+comparison applied to the whole range. For a sequence pattern under skip-till-any-match with no
+Kleene variable, whose conditions are order comparisons of an attribute (or ``attribute OP
+number``) with a number or with such a term of a variable bound before, the same steps run for
+every trigger of a chunk together: each step's candidate ranges by ``searchsorted`` over the
+buffer's times, each comparison one numpy mask over the candidates of all bindings, each
+negation between two bound variables decided per binding over its range (its minimum or
+maximum, or each filter counted, as the evaluator does it). Variables of one type are allowed
+when each is ordered against the others (a bound event is then a range's end, never a
+candidate). The bindings come out in the evaluator's enumeration order (trigger, then each
+step's candidates in time order), the matches are made as the evaluator makes them
+(``Match.batch`` per prefix binding, or one bindings dict per match), and each condition's
+counters are summed per trigger, so plans, statistics and output stay identical; the one
+difference is that a bulk evaluation neither reads nor stores shared plan prefixes
+(``cep.prefixes``), so their reuse counts differ.
 
-A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator
-(``None`` in the result): a candidate range or a compared value holding a number float64 does
-not hold exactly, a string, a boolean or a missing attribute (the evaluator counts those as
-failures); a candidate at the same event time as a range bound (ordered by id there); a trigger
-that reaches the per-trigger match cap.
+A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator: a
+range or a compared value holding something float64 does not hold exactly (a string, a
+boolean, a missing attribute, an int beyond 2**53, NaN, an arithmetic result from 2**53 on
+or a division by 0: the evaluator counts failures or compares in Python); an event at the
+time of a range's end that is not the bound event there (ordered by id); a trigger that
+reaches the per-trigger match cap.
 """
 from __future__ import annotations
 
