@@ -327,9 +327,9 @@ class PatternManager:
     def prepare(self, triggers: list) -> None:
         """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can:
         in-order events the engine processes next, in time order, every row up to the last
-        of them indexed already (the triggers too). ``_evaluate`` takes
-        each result when the engine processes its trigger (or ``take_prepared`` all at once);
-        ``unprepare`` drops the rest."""
+        of them indexed already (the triggers too). ``_evaluate`` takes each result when the
+        engine processes its trigger (or ``take_prepared`` all at once); ``unprepare`` drops
+        the rest."""
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
                 or self.cq.slide:
             return
