@@ -161,16 +161,16 @@ class DisorderTracker:
     def on_time_run(self, source: str, types: list, times: list):
         """``on_time`` for a run of in-order events (``times`` increasing)."""
         last = dict(zip(types, times))                    # the last ts of each type
-        self.on_time_counts(source, ((t, n, last[t]) for t, n in Counter(types).items()),
-                            times[-1])
+        self._on_time_counts(source, ((t, n, last[t]) for t, n in Counter(types).items()),
+                             times[-1])
 
     def on_time_groups(self, source: str, groups: dict, last: float):
         """``on_time_run`` for a run given as ``{type: (rows, times)}`` whose last event time
         is ``last``."""
-        self.on_time_counts(source, ((t, len(rows), tm[-1]) for t, (rows, tm) in
-                                     groups.items()), last)
+        self._on_time_counts(source, ((t, len(rows), tm[-1]) for t, (rows, tm) in
+                                      groups.items()), last)
 
-    def on_time_counts(self, source: str, counts, last: float):
+    def _on_time_counts(self, source: str, counts, last: float):
         """``(type, events, last ts)`` of a run of in-order events ending at ``last``."""
         streams = self.streams
         for etype, n, ts in counts:

@@ -341,23 +341,15 @@ class Engine:
         and watermark of then: the evaluations are done) and set the clock, watermark and
         disorder statistics after the last row, as ``_triggered`` leaves them."""
         index, times = self.index, batch.times
-        index.extend(made, [t.type for t in made], [t.ts for t in made])
+        types, stamps = [t.type for t in made], [t.ts for t in made]
+        index.extend(made, types, stamps)
         n = hi - lo
         for j in range(EVICT_EVERY - inserted % EVICT_EVERY, n + 1, EVICT_EVERY):
             self._advance_to(lo + j - 1, times, inserted + j)
             self.evict()
         self._advance_to(hi - 1, times, inserted + n)
         self._front = (batch, hi - 1)
-        fired: dict = {}
-        for t in made:
-            got = fired.get(t.type)
-            if got is None:
-                fired[t.type] = [1, t.ts]
-            else:
-                got[0] += 1
-                got[1] = t.ts
-        self.disorder.on_time_counts(source, [(t, n, ts) for t, (n, ts) in fired.items()],
-                                     made[-1].ts)
+        self.disorder.on_time_run(source, types, stamps)
         self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
     def _prepare(self, batch, triggers: list, fired: dict) -> list:
