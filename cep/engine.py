@@ -319,11 +319,14 @@ class Engine:
         if ahead:
             index.extend_rows(batch, ahead)
             index.inserted = inserted                     # counted as each is reached
-        prepared = self._prepare(batch, made, {t: g for t, g in groups.items() if t not in ahead})
+        fired = {t: g for t, g in groups.items() if t not in ahead}
+        prepared = self._prepare(batch, made, fired)
         if not ahead and not prepared:
             return lo
         try:
-            found = prepared[0].take_prepared(made) if len(prepared) == 1 else None
+            # one query, triggered by every one of them
+            alone = len(prepared) == 1 and all(len(self._by_type[t]) == 1 for t in fired)
+            found = prepared[0].take_prepared(made) if alone else None
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
                                        out)
@@ -360,7 +363,10 @@ class Engine:
         taken back after (each is indexed when it is processed)."""
         if len(triggers) < BULK_TRIGGERS:
             return []
-        managers = {m: None for t in fired for m in self._by_type[t]}
+        managers = [m for m in {m: None for t in fired for m in self._by_type[t]}
+                    if m.can_prepare(fired)]
+        if not managers:
+            return []
         index, inserted = self.index, self.index.inserted
         index.extend_rows(batch, fired)
         try:
@@ -369,7 +375,7 @@ class Engine:
         finally:
             index.truncate_after(fired, self.clock)
             index.inserted = inserted
-        return list(managers)
+        return managers
 
     def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,
                    inserted: int, source: str, out: list) -> int:

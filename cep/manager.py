@@ -59,7 +59,6 @@ class PatternManager:
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
         self._bulk: dict = {}            # id(steps) -> (steps, cep.bulk plan or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
-        self._whole = None               # (triggers, result) when one covers all (prepare)
         #: the engine's cep.prefixes.SharedPrefixes while it has other evaluators (else None)
         self.prefixes = None
         self._opaque: dict = {}          # id(condition) -> token (see cep.prefixes.prefix_keys)
@@ -324,25 +323,27 @@ class PatternManager:
                             self.truncated)
         return ev
 
-    def prepare(self, triggers: list) -> None:
-        """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can:
-        in-order events the engine processes next, in time order, every row up to the last
-        of them indexed already (the triggers too). ``_evaluate`` takes each result when the
-        engine processes its trigger (or ``take_prepared`` all at once); ``unprepare`` drops
-        the rest."""
+    def can_prepare(self, types) -> bool:
+        """Whether some trigger of these types would be evaluated in bulk (``prepare``)."""
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
                 or self.cq.slide:
-            return
+            return False
+        return any(self._bulk_plan(b, name) is not None
+                   for t in types for b, name in self._triggers.get(t, ()))
+
+    def prepare(self, triggers: list) -> None:
+        """Evaluate in bulk (cep.bulk) the triggers among ``triggers`` that this manager can
+        (``can_prepare``): in-order events the engine processes next, in time order, every
+        row up to the last of them indexed already (the triggers too). ``_evaluate`` takes
+        each result when the engine processes its trigger (or ``take_prepared`` all at once);
+        ``unprepare`` drops the rest."""
         by_target: dict = {}
         for t in triggers:
-            targets = self._triggers.get(t.type)
-            if targets:
-                for target in targets:
-                    by_target.setdefault(target, []).append(t)
+            for target in self._triggers.get(t.type, ()):
+                by_target.setdefault(target, []).append(t)
         from cep import bulk                    # numpy: only for column batches
         ready = self._ready
         cap = self.settings.max_matches_per_trigger
-        good = 0
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
             if plan is None:
@@ -350,35 +351,24 @@ class PatternManager:
             for part, ts in self._partitions(group):
                 got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
                                     self._var_order, cap)
-                if len(ts) == len(triggers) and all(got[2]):
-                    self._whole = (triggers, got)           # one evaluation took them all
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
                         ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
-                        good += 1
-        if len(by_target) != 1 or good != len(triggers):
-            self._whole = None
-        elif self._whole is None:
-            self._whole = (triggers, None)                  # in several: gathered per trigger
 
     def take_prepared(self, triggers: list) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
-        was evaluated in bulk for this manager's one target and its output keeps their
-        order (counted as ``_evaluate`` counts them); None, and nothing taken, otherwise."""
-        whole = self._whole
-        if whole is None or whole[0] is not triggers or not self._in_order():
+        has one target, evaluated in bulk, and this manager's output keeps their order
+        (counted as ``_evaluate`` counts them); None, and nothing taken, otherwise."""
+        ready = self._ready
+        if len(ready) != len(triggers) or not self._in_order() or \
+                any(len(self._triggers[t.type]) != 1 for t in triggers):
             return None
-        self._whole = None
-        if whole[1] is not None:
-            found = whole[1][0]
-        else:
-            found = []
-            ready = self._ready
-            for t in triggers:
-                ((matches, bounds, _, _), i), = ready[id(t)][1].values()
-                if bounds[i + 1] > bounds[i]:
-                    found += matches[bounds[i]:bounds[i + 1]]
-        self._ready.clear()
+        found: list = []
+        for t in triggers:
+            ((matches, bounds, _, _), i), = ready[id(t)][1].values()
+            if bounds[i + 1] > bounds[i]:
+                found += matches[bounds[i]:bounds[i + 1]]
+        ready.clear()
         self.triggers_evaluated += len(triggers)
         if triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts
@@ -392,7 +382,6 @@ class PatternManager:
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
-        self._whole = None
         if self._ready:
             from cep.bulk import untally
             for _, results in self._ready.values():
