@@ -228,6 +228,23 @@ class _Columns:
         return self.buf.events_at(self.p0, rows)
 
 
+class _Triggers:
+    """The triggers' attributes as numpy, like _Columns: values (NaN where not an exact
+    number) and that mask, per attribute once."""
+
+    def __init__(self, triggers: list):
+        self.triggers = triggers
+        self._cols: dict = {}
+
+    def column(self, attr: str) -> tuple:
+        col = self._cols.get(attr)
+        if col is None:
+            values = np.array([_value(t.attrs.get(attr)) for t in self.triggers],
+                              dtype=np.float64)
+            col = self._cols[attr] = (values, np.isnan(values))
+        return col
+
+
 def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
              order: tuple, cap: int | None) -> tuple:
     """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
@@ -242,7 +259,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     tlow_all = tts - window
     bad = np.zeros(n, dtype=bool)
     spans: dict = {}
-    cols = [None] + [spans.get(typ) or spans.setdefault(typ, _Columns(
+    cols = [_Triggers(triggers)] + [spans.get(typ) or spans.setdefault(typ, _Columns(
         index.buffer(partition, typ), float(tlow_all.min()), float(tts.max())))
         for typ in plan.types[1:]]
     trig = np.arange(n)                  # per binding: its trigger
@@ -252,7 +269,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     last = len(plan.filters) - 1
     parent = cand = trig
     for f in plan.filters[0]:
-        values = np.array([_value(t.attrs.get(f.attr)) for t in triggers])
+        values = cols[0].column(f.attr)[0]
         if f.arith is not None:
             values = _apply(f.arith, values)
         bad |= np.isnan(values)
@@ -294,7 +311,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
             if f.const is not None:
                 value = f.const
             else:
-                value = _bound(cols, rows, triggers, f, parent)
+                value = _bound(cols, rows, f, parent)
                 bad[trig[parent[np.isnan(value)]]] = True
             passed = f.op(values, value)
             tallies.append((f.conj, trig[parent], passed))
@@ -304,7 +321,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
             cand, parent = cand[passed], parent[passed]
         for g in plan.negations[k]:
             held = _absent(g, spans, index, partition, tlow_all, tts, trig, parent, cand, k,
-                           times, rows, cols, triggers, bad, tallies)
+                           times, rows, cols, bad, tallies)
             cand, parent = cand[held], parent[held]
         if k < last:
             trig = trig[parent]
@@ -363,7 +380,7 @@ def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
 
 
 def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, parent, cand,
-            k: int, times: list, rows: list, cols: list, triggers: list, bad, tallies: list):
+            k: int, times: list, rows: list, cols: list, bad, tallies: list):
     """Per candidate of step ``k`` (``parent``: its binding): whether negation ``g`` holds,
     i.e. no event between its bounds satisfies its filters: with ``g.extreme`` the range's
     minimum or maximum compared once (the evaluator's suffix extremes,
@@ -384,7 +401,7 @@ def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, pa
         if odd.any():                     # a number float64 does not hold, or no number
             cum = np.concatenate(([0], np.cumsum(odd)))
             tie |= some & (cum[end] - cum[start] > 0)
-    values = [_other(f, k, cols, rows, triggers, parent, cand) for f in g.filters]
+    values = [_other(f, k, cols, rows, parent, cand) for f in g.filters]
     for value in values:
         if value.__class__ is not float:
             tie |= np.isnan(value)
@@ -415,7 +432,7 @@ def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, pa
     return np.bincount(which, minlength=len(cand)) == 0
 
 
-def _other(f: _Filter, k: int, cols, rows, triggers, parent, cand):
+def _other(f: _Filter, k: int, cols, rows, parent, cand):
     """The value ``f`` compares with per candidate of step ``k``: its number, or the other
     side from the binding (NaN where not an exact number)."""
     if f.const is not None:
@@ -424,7 +441,7 @@ def _other(f: _Filter, k: int, cols, rows, triggers, parent, cand):
         got, odd = cols[k].column(f.other)
         value = np.where(odd[cand], np.nan, got[cand])
         return _apply(f.other_arith, value) if f.other_arith is not None else value
-    return _bound(cols, rows, triggers, f, parent)
+    return _bound(cols, rows, f, parent)
 
 
 def _value(value) -> float:
@@ -445,15 +462,12 @@ def _apply(spec: tuple, values):
     return out
 
 
-def _bound(cols, rows, triggers, f: _Filter, parent):
+def _bound(cols, rows, f: _Filter, parent):
     """The value of ``f``'s other side for each candidate (``parent``: its binding), NaN
     where it is not an exact number."""
-    if f.var == 0:
-        values = np.array([_value(t.attrs.get(f.other)) for t in triggers])[rows[0][parent]]
-    else:
-        got, odd = cols[f.var].column(f.other)
-        at = rows[f.var][parent]
-        values = np.where(odd[at], np.nan, got[at])
+    got, odd = cols[f.var].column(f.other)
+    at = rows[f.var][parent]
+    values = np.where(odd[at], np.nan, got[at])
     return _apply(f.other_arith, values) if f.other_arith is not None else values
 
 
