@@ -30,6 +30,7 @@ from planner.local import PlannedEngine
 
 from oracle import oracle_matches
 from strategies import queries, query_text
+from test_columnar_engine import read_as_events, summary_counts
 from test_process_many import record, state
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -68,6 +69,10 @@ class Spy:
     def left(self, label: str | None = None) -> list:
         """The triggers left to the evaluator."""
         return [t for t, r in self.results(label) if not r]
+
+    def good(self, label: str | None = None) -> list:
+        """Per trigger (of query ``label``): whether bulk evaluation gave its result."""
+        return [r for _, r in self.results(label)]
 
 
 class patched:
@@ -669,11 +674,8 @@ def test_restore_mid_stream_with_bulk():
 def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkeypatch, capsys):
     """``raycep local --order``: a file read in bulk (column batches, bulk evaluation) gives
     byte for byte what the same file read as Events gives."""
-    import json
-
     from cep import sources
     from gateway import cli
-    from gateway.cli import local
 
     rows = ["type,ts,x,y,k"]
     for ev in cycle_stream(3000, "ABCDBE", seed=14):
@@ -687,10 +689,8 @@ def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkey
     monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)              # read in bulk
     outs = []
     for columns in (True, False):
-        if not columns:                                 # the same runs, made into Events
-            monkeypatch.setattr(local, "iter_batch_runs", lambda *a, **k: (
-                r.events() if r.__class__ is not list else r
-                for r in sources.iter_batch_runs(*a, **k)))
+        if not columns:
+            read_as_events(monkeypatch)
         out = tmp_path / f"m{columns}.jsonl"
         with patched(bulk_triggers=cep.engine.BULK_TRIGGERS) as spy:
             status = cli.main(["local", "--query", str(queries), "--events", str(path),
@@ -698,10 +698,7 @@ def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkey
                                "--order", "bd=d,b", "--no-sharing"])
         captured = capsys.readouterr()
         assert status == 0, captured.err
-        summary = json.loads(captured.out.splitlines()[-1])
-        outs.append((out.read_bytes(), {k: v for k, v in summary.items()
-                                         if "second" not in k and "_s" not in k
-                                         and k != "peak_rss_mb"}))
+        outs.append((out.read_bytes(), summary_counts(captured.out)))
         if columns:
             assert spy.bulk("abc") > 0 and spy.bulk("bd") > 0
         else:

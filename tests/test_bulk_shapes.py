@@ -17,7 +17,6 @@ so the properties cannot hold vacuously."""
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import re
@@ -38,9 +37,10 @@ from cep.match import Match, Retraction
 from cep.parser import parse_query
 
 from oracle import oracle_matches
+from test_bulk import patched
+from test_columnar_engine import summary_counts
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
-_evaluate = cep.bulk.evaluate
 E53 = 2 ** 53
 SYMBOLS = ("AAPL", "MSFT", "IBM")
 ORACLE_MAX = 300                   # the oracle is run on streams up to this many events
@@ -227,41 +227,6 @@ def chunk_bounds(seed: int, n: int, largest: int) -> list:
 
 # --------------------------------------------------------------------------- instruments
 
-class Spy:
-    """Wraps ``cep.bulk.evaluate``: per call the query label and per trigger whether the bulk
-    evaluation gave its result (``good``, the third item of the result)."""
-
-    def __init__(self):
-        self.calls: list = []
-
-    def __call__(self, plan, index, partition, triggers, window, label, *rest):
-        got = _evaluate(plan, index, partition, triggers, window, label, *rest)
-        assert len(got[2]) == len(triggers)
-        self.calls.append((label, [bool(g) for g in got[2]]))
-        return got
-
-    def good(self, label: str | None = None) -> list:
-        return [g for lab, goods in self.calls if label in (None, lab) for g in goods]
-
-
-class bulk_on:
-    """Every chunk with a trigger goes to the bulk path (BULK_TRIGGERS = 1), spied on."""
-
-    def __init__(self, bulk_triggers: int = 1):
-        self.spy = Spy()
-        self._patches = [mock.patch.object(cep.engine, "BULK_TRIGGERS", bulk_triggers),
-                         mock.patch.object(cep.bulk, "evaluate", self.spy)]
-
-    def __enter__(self) -> Spy:
-        for p in self._patches:
-            p.start()
-        return self.spy
-
-    def __exit__(self, *exc):
-        for p in reversed(self._patches):
-            p.stop()
-
-
 def sig(ev):
     """An event's identity and content."""
     if ev is None:
@@ -359,7 +324,7 @@ def check_same(setup, events, bounds, *, key=None, sharing=True, cap=None, one_b
                oracle=True, evict_every: int | None = None) -> tuple:
     """The differential check (and the oracle's match sets); returns (matches, good)."""
     evict = mock.patch.object(cep.engine, "EVICT_EVERY", evict_every or cep.engine.EVICT_EVERY)
-    with evict, bulk_on() as spy:
+    with evict, patched() as spy:
         got = by_columns(setup, events, bounds, key=key, sharing=sharing, cap=cap,
                          one_batch=one_batch)
     with evict:
@@ -543,7 +508,7 @@ def small(text: str, events: list, order: tuple, taken: bool = True) -> tuple:
     """Bulk (every chunk) and event by event over ``events`` in one chunk: (outputs as
     tuples, conjunct counters) of each; ``taken``: the bulk path must be taken."""
     setup = [("q", text, order)]
-    with bulk_on() as spy:
+    with patched() as spy:
         got = by_columns(setup, events, [(0, len(events))])
     want = by_event(setup, events)
     assert spy.calls or not taken, "the bulk path should be taken"
@@ -637,18 +602,15 @@ def test_raycep_local_on_the_examples_is_the_same_with_and_without_bulk(tmp_path
     outs = []
     for bulk in (True, False):
         out = tmp_path / f"m{bulk}.jsonl"
-        with bulk_on(1 if bulk else 10 ** 9) as spy:
+        with patched(bulk_triggers=1 if bulk else 10 ** 9) as spy:
             status = cli.main(["local", "--query", str(root / "examples" / "queries.cep"),
                                "--events", str(root / "examples" / "ticks.csv"),
                                "--key", "symbol", "--out", str(out)])
         captured = capsys.readouterr()
         assert status == 0, captured.err
-        summary_line = json.loads(captured.out.splitlines()[-1])
         # stderr: the plan changes and per-query counts (not the throughput line)
         err = [line for line in captured.err.splitlines() if "events/s" not in line]
-        outs.append((out.read_bytes(), err,
-                     {k: v for k, v in summary_line.items() if "second" not in k
-                      and "_s" not in k and k != "peak_rss_mb"}))
+        outs.append((out.read_bytes(), err, summary_counts(captured.out)))
         if bulk:
             for name in ("dip_recovery", "clean_breakout"):
                 good = spy.good(name)

@@ -154,17 +154,30 @@ def test_only_the_rows_a_query_reads_become_events():
     assert len(buffered) == 199 and all(ev is batch.objs[r] for r, ev in enumerate(buffered))
 
 
+def read_as_events(monkeypatch):
+    """``raycep local`` reads the same runs, made into Events (no column batches)."""
+    from cep import sources
+    from gateway.cli import local
+    monkeypatch.setattr(local, "iter_batch_runs", lambda *a, **k: (
+        r.events() if r.__class__ is not list else r for r in sources.iter_batch_runs(*a, **k)))
+
+
+def summary_counts(stdout: str) -> dict:
+    """The summary (last stdout line) of ``raycep local`` without its timings and memory."""
+    import json
+    summary = json.loads(stdout.splitlines()[-1])
+    return {k: v for k, v in summary.items()
+            if "second" not in k and "_s" not in k and k != "peak_rss_mb"}
+
+
 def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(tmp_path,
                                                                                 monkeypatch,
                                                                                 capsys):
     """End to end through ``raycep local``: a file read in bulk (column batches, Events made
     only where used) gives byte for byte the matches, late events and summary counts of the
     same file read as Events; several queries, ties, late rows, copies and a bad row."""
-    import json
-
     from cep import sources
     from gateway import cli
-    from gateway.cli import local
 
     rows = ["type,ts,x,y,k,s"]
     for ev in long_stream(11, 4000, keyed=False):
@@ -182,20 +195,15 @@ def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(t
     monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)              # read in bulk
     outs = []
     for columns in (True, False):
-        if not columns:                                 # the same runs, made into Events
-            monkeypatch.setattr(local, "iter_batch_runs", lambda *a, **k: (
-                r.events() if r.__class__ is not list else r
-                for r in sources.iter_batch_runs(*a, **k)))
+        if not columns:
+            read_as_events(monkeypatch)
         out, late = tmp_path / f"m{columns}.jsonl", tmp_path / f"l{columns}.jsonl"
         status = cli.main(["local", "--query", str(queries), "--events", str(path),
                            "--out", str(out), "--late-out", str(late), "--skip-bad-rows",
                            "--max-slack", "0.5"])
         captured = capsys.readouterr()
         assert status == 0, captured.err
-        summary = json.loads(captured.out.splitlines()[-1])
-        outs.append((out.read_bytes(), late.read_bytes(),
-                     {k: v for k, v in summary.items() if "second" not in k and "_s" not in k
-                      and k != "peak_rss_mb"}))
+        outs.append((out.read_bytes(), late.read_bytes(), summary_counts(captured.out)))
     assert outs[0][2]["matches"] > 100 and outs[0][2]["late_events"] > 0
     assert outs[0][2]["duplicates"] > 0 and outs[0][2]["retractions"] > 0
     assert outs[0] == outs[1]
