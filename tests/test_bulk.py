@@ -124,11 +124,20 @@ def by_columns(eng, chunks: list) -> list:
 def outcome(eng, out: list) -> tuple:
     """Everything compared: the matches (records, keys, query names) in order, the state
     (stats with every query's conjunct counters, triggers, matches, truncated triggers;
-    buffered events, clock, watermark, late events) and what closing the stream gives."""
-    mid = state(eng)
+    buffered events, clock, watermark, late events) and what closing the stream gives.
+    Not the shared-prefix learner's counters (``stats()["prefixes"]``): a trigger evaluated
+    in bulk does not ask for prefixes (cep.bulk), so which prefixes it comes to share and
+    materialise differs; the results and condition counters do not."""
+    mid = _without_prefixes(state(eng))
     end = eng.advance(math.inf)
     return ([record(m) for m in out], [(m.query, m.key()) for m in out], mid,
-            [record(m) for m in end], state(eng))
+            [record(m) for m in end], _without_prefixes(state(eng)))
+
+
+def _without_prefixes(state: tuple) -> tuple:
+    stats = dict(state[0])
+    del stats["prefixes"]
+    return (stats, *state[1:])
 
 
 def assert_same(got: tuple, want: tuple):
