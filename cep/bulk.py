@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
 from cep import ast
 from cep.event import EXACT, EXACT_INT, kind_of
 from cep.expressions import FIELDS
-from cep.match import Match
-
-_new = tuple.__new__
+from cep.match import MatchBlock
 
 
 @dataclass(frozen=True)
@@ -472,9 +469,10 @@ def _bound(cols, rows, f: _Filter, parent):
 
 
 def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> tuple:
-    """``(matches, bounds)``: the matches of the ``good`` triggers (one Match.batch per
-    prefix binding, in enumeration order, as cep.evaluator makes them), trigger ``i``'s
-    being ``matches[bounds[i]:bounds[i + 1]]``."""
+    """``(matches, bounds)``: the matches of the ``good`` triggers as a MatchBlock (one
+    Match.batch per prefix binding, in enumeration order, as cep.evaluator makes them; the
+    Events of the bound rows made in bulk), trigger ``i``'s being
+    ``matches[bounds[i]:bounds[i + 1]]``."""
     n = len(triggers)
     keep = good[owner]
     if not keep.all():
@@ -483,24 +481,15 @@ def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order
     if not len(owner):
         return [], bounds
     last = len(plan.names) - 1
-    # each prefix binding with a match, and its events (made in bulk)
+    # each prefix binding with a match, and its events
     cut = np.flatnonzero(parent[1:] != parent[:-1]) + 1
     firsts = parent[np.concatenate(([0], cut))]
     heads = [list(map(triggers.__getitem__, rows[0][firsts].tolist()))]
     heads += [cols[k].events(rows[k][firsts]) for k in range(1, last)]
-    names = plan.names
-    if not plan.batch:                  # one bindings dict per match (Evaluation._complete)
-        per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(
-            ([0], cut, [len(parent)])))).tolist()
-        columns = [list(map(head.__getitem__, per_match)) for head in heads]
-        columns.append(cols[last].events(cand))
-        return list(map(_new, repeat(Match), zip(
-            repeat(label), map(dict, zip(*(zip(repeat(names[k]), columns[k])
-                                           for k in range(last + 1)))),
-            repeat(None), repeat(None), repeat(order)))), bounds
-    bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k]) for k in range(last)))))
-    per_match = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
-                                                                          [len(parent)]))))
-    return list(map(_new, repeat(Match), zip(
-        repeat(label), map(bases.__getitem__, per_match.tolist()), repeat(names[last]),
-        cols[last].events(cand), repeat(order)))), bounds
+    prefix = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
+                                                                       [len(parent)]))))
+    present = np.flatnonzero(np.bincount(cand))     # the distinct last events
+    at = np.zeros(len(present) and int(present[-1]) + 1, dtype=np.intp)
+    at[present] = np.arange(len(present))
+    return MatchBlock(label, tuple(plan.names), order, plan.batch, heads[:last], prefix,
+                      cols[last].events(present), at[cand]), bounds

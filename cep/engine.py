@@ -32,6 +32,7 @@ from cep.event import Event
 from cep.groups import GroupManager, signature
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
+from cep.match import MatchBlock
 from cep.prefixes import SharedPrefixes
 from cep.unseen import Seen, reads
 
@@ -274,12 +275,14 @@ class Engine:
         return out
 
     def process_columns(self, batch, lo: int = 0, hi: int | None = None,
-                        source: str = DEFAULT_SOURCE) -> list:
+                        source: str = DEFAULT_SOURCE, blocks: bool = False) -> list:
         """``process_many`` of rows ``lo`` to ``hi - 1`` of column batch ``batch``
         (cep.batch.ColumnBatch): the same outputs in the same order and the same state after.
         The rows of a bulk run are indexed as (batch, row) without an Event; an Event is made
         for a row processed on its own (a trigger, a tie, one behind the clock) or read by a
-        query (issue 14: Events only for the rows that are used)."""
+        query (issue 14: Events only for the rows that are used). ``blocks``: matches found
+        in bulk may come as a ``cep.match.MatchBlock`` entry of the list, standing for its
+        matches in order (``cep.output.MatchLines`` writes them without Match objects)."""
         if hi is None:
             hi = len(batch)
         if self._stale:
@@ -295,7 +298,7 @@ class Engine:
         # (stops is triggers: no row is behind the one before it)
         if stops is triggers and lo < hi and times[lo] > self.clock \
                 and not self._busy and not self._reads_ahead and not self.index.keep_any:
-            i = self._ahead(batch, lo, hi, triggers, source, out)
+            i = self._ahead(batch, lo, hi, triggers, source, out, blocks)
         todo = stops[bisect_left(stops, i):] if i > lo else stops
         if todo:
             batch.events(todo)                  # each is processed: made in bulk
@@ -303,7 +306,8 @@ class Engine:
                           lambda a, b: self._indexed_rows(batch, a, b, source))
         return out
 
-    def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list) -> int:
+    def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list,
+               blocks: bool = False) -> int:
         """``process_columns`` of rows ``lo`` to ``hi - 1`` (in order after the clock, event
         times increasing, no manager waiting for the clock) with every non-trigger row indexed
         at once, ahead of the triggers: an evaluation reads events up to its trigger's time
@@ -331,7 +335,10 @@ class Engine:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
                                        out)
             self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
-            out += found
+            if blocks and found.__class__ is MatchBlock:
+                out.append(found)
+            else:
+                out += found
             return hi
         finally:
             for m in prepared:

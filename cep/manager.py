@@ -33,7 +33,7 @@ from cep.prefixes import prefix_keys
 from cep.steps import build_steps
 from cep.event import Event
 from cep.index import ALL, ANY_TYPE, SharedEventIndex
-from cep.match import Match, Retraction
+from cep.match import Match, MatchBlock, Retraction
 
 log = logging.getLogger("raycep")
 
@@ -358,17 +358,22 @@ class PatternManager:
     def take_prepared(self, triggers: list) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
         has one target, evaluated in bulk, and this manager's output keeps their order
-        (counted as ``_evaluate`` counts them); None, and nothing taken, otherwise."""
+        (counted as ``_evaluate`` counts them): one MatchBlock where they are of one kind,
+        else a list; None, and nothing taken, otherwise."""
         ready = self._ready
         if len(ready) != len(triggers) or not self._in_order() or \
                 any(len(self._triggers[t.type]) != 1 for t in triggers):
             return None
-        found: list = []
+        pieces = []
         for t in triggers:
             ((matches, bounds, _, _), i), = ready[id(t)][1].values()
             if bounds[i + 1] > bounds[i]:
-                found += matches[bounds[i]:bounds[i + 1]]
+                pieces.append((matches, bounds[i], bounds[i + 1]))
         ready.clear()
+        if len({(p[0].query, p[0].names, p[0].order, p[0].batch) for p in pieces}) == 1:
+            found = MatchBlock.joined(pieces)
+        else:
+            found = [m for block, a, b in pieces for m in block[a:b]]
         self.triggers_evaluated += len(triggers)
         if triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts

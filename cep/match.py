@@ -111,6 +111,90 @@ class Retraction(Match):
         return out
 
 
+class MatchBlock:
+    """Many matches of one query as columns, as a bulk evaluation finds them (cep.bulk):
+    ``heads[k]`` is the Event bound to variable ``names[k]`` in each prefix binding (all
+    variables but the last), ``prefix`` the prefix binding of each match, ``lasts`` the
+    distinct Events bound to the last variable and ``last`` the one of each match (numpy
+    index arrays). Iterating or slicing gives the Match objects the evaluator gives, in the
+    same order (``batch``: one ``Match.batch`` per prefix binding, else one bindings dict per
+    match); ``cep.output`` writes the lines of a block without making them (issue 14)."""
+
+    __slots__ = ("query", "names", "order", "batch", "heads", "prefix", "lasts", "last")
+
+    retracted = False
+
+    def __init__(self, query: str, names: tuple, order, batch: bool, heads: list, prefix,
+                 lasts: list, last):
+        self.query, self.names, self.order, self.batch = query, names, order, batch
+        self.heads, self.prefix, self.lasts, self.last = heads, prefix, lasts, last
+
+    def __len__(self) -> int:
+        return len(self.prefix)
+
+    def __iter__(self):
+        return iter(self._build(0, len(self.prefix)))
+
+    def __getitem__(self, part):
+        if not isinstance(part, slice) or part.step not in (None, 1):
+            raise TypeError("a MatchBlock is read whole or in slices")
+        a, b, _ = part.indices(len(self.prefix))
+        return self._build(a, b)
+
+    def _build(self, a: int, b: int) -> list:
+        if b <= a:
+            return []
+        prefix = self.prefix[a:b]
+        p0 = int(prefix[0])
+        local = (prefix - p0).tolist()
+        names, last = self.names, len(self.names) - 1
+        heads = [h[p0:int(prefix[-1]) + 1] for h in self.heads]
+        lasts = list(map(self.lasts.__getitem__, self.last[a:b].tolist()))
+        if self.batch:
+            bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k])
+                                         for k in range(last)))))
+            return list(map(_new, repeat(Match), zip(
+                repeat(self.query), map(bases.__getitem__, local), repeat(names[last]), lasts,
+                repeat(self.order))))
+        columns = [list(map(h.__getitem__, local)) for h in heads]
+        columns.append(lasts)
+        return list(map(_new, repeat(Match), zip(
+            repeat(self.query), map(dict, zip(*(zip(repeat(names[k]), columns[k])
+                                                 for k in range(last + 1)))),
+            repeat(None), repeat(None), repeat(self.order))))
+
+    def same_kind(self, other: "MatchBlock") -> bool:
+        return self.query == other.query and self.names == other.names and \
+            self.order == other.order and self.batch == other.batch
+
+    @staticmethod
+    def joined(pieces: list):
+        """The matches of ``pieces`` (``(block, a, b)``: matches ``a`` to ``b - 1`` of
+        ``block``, all blocks of one kind) in that order, as one MatchBlock."""
+        import numpy as np
+        pieces = [p for p in pieces if p[2] > p[1]]
+        if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == len(pieces[0][0]):
+            return pieces[0][0]
+        first = pieces[0][0] if pieces else None
+        if first is None:
+            return []
+        heads = [[] for _ in first.heads]
+        prefix, last, lasts, offsets = [], [], [], {}
+        for block, a, b in pieces:
+            part = block.prefix[a:b]
+            p0, p1 = int(part[0]), int(part[-1]) + 1
+            prefix.append(part + (len(heads[0]) - p0 if heads else -p0))
+            for into, h in zip(heads, block.heads):
+                into.extend(h[p0:p1])
+            off = offsets.get(id(block))
+            if off is None:
+                off = offsets[id(block)] = len(lasts)
+                lasts.extend(block.lasts)
+            last.append(block.last[a:b] + off)
+        return MatchBlock(first.query, first.names, first.order, first.batch, heads,
+                          np.concatenate(prefix), lasts, np.concatenate(last))
+
+
 def match_key(bindings: dict) -> frozenset:
     """Canonical identity of a binding dict (var -> Event | sequence of Events)."""
     out = []

@@ -19,12 +19,14 @@ from operator import attrgetter, is_, is_not, itemgetter
 import orjson
 
 from cep.event import Event, prepare_json
-from cep.match import match_id
+from cep.match import MatchBlock, match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _JSON = attrgetter("_json")
 
 _RETRACTED = b',"retracted":true'
+#: the lines of a MatchBlock are joined this many at a time (MatchLines.block)
+PIECE_LINES = 2048
 
 
 def _value(value) -> bytes:
@@ -94,13 +96,33 @@ class MatchLines:
 
     def lines(self, matches) -> bytes:
         """All ``matches`` as JSON lines, concatenated; counts them per query in ``counts``
-        and ``retractions``.
+        and ``retractions``. ``matches`` may hold cep.match.MatchBlock entries (``block``)."""
+        return b"".join(self.pieces(matches))
+
+    def pieces(self, matches) -> list:
+        """``lines(matches)`` as a list of bytes to write in turn (``matches`` may hold
+        cep.match.MatchBlock entries, each standing for its matches)."""
+        if not isinstance(matches, list):
+            matches = list(matches)
+        at = list(compress(range(len(matches)), map(is_, map(type, matches),
+                                                    repeat(MatchBlock))))
+        if not at:
+            return [self._lines(matches)]
+        out, k = [], 0
+        for j in (*at, len(matches)):
+            if j > k:
+                out.append(self._lines(matches[k:j]))
+            if j < len(matches):
+                out += self.block(matches[j])
+            k = j + 1
+        return out
+
+    def _lines(self, matches: list) -> bytes:
+        """``lines`` of a list of Match objects.
 
         A run of consecutive matches of one ``Match.batch`` (the same shared bindings object)
         becomes ``pre + (post + pre).join(event fragments) + post``: the per-match work is
         fetching the event's cached JSON (run boundaries are found with C-level maps)."""
-        if not isinstance(matches, list):
-            matches = list(matches)
         n = len(matches)
         if n < 2:
             if n:
@@ -133,6 +155,57 @@ class MatchLines:
             append(pre + (post + pre).join(list(map(_JSON, map(_EVENT, run)))) + post)
             self._count(m, b - a)
         return b"".join(out)
+
+    def block(self, block: MatchBlock) -> list:
+        """The lines of the matches of ``block`` (cep.match.MatchBlock), in order, without
+        Match objects: ``lines(list(block))`` in pieces of at most PIECE_LINES lines. A line is the part before the last variable's
+        event (made once per prefix binding), that event's JSON with its separator (once per
+        event) and the part after it (per prefix binding), gathered per match with numpy
+        object arrays (whose ``+`` concatenates bytes element-wise) and joined once."""
+        import numpy as np
+        n = len(block)
+        if not n:
+            return []
+        events = [e for h in block.heads for e in h]
+        events += block.lasts
+        prepare_json(compress(events, map(is_, map(_JSON, events), repeat(None))))
+        names, last = block.names, len(block.names) - 1
+        order = [v for v in block.order if v in names] if block.order else list(names)
+        head = self._heads.get(block.query)
+        if head is None:
+            head = self._heads[block.query] = _head(block.query)
+        n_prefix = len(block.heads[0]) if block.heads else 0
+        pre = post = None                   # per prefix binding: before / after the last
+        mid = np.empty(len(block.lasts), dtype=object)
+        mid[:] = list(map(_JSON, block.lasts))
+        sep, seen = head, False
+        for var in order:
+            k = names.index(var)
+            if k == last:
+                mid = sep + self._var(var) + mid
+                seen = True
+            else:
+                frags = np.empty(n_prefix, dtype=object)
+                frags[:] = list(map(_JSON, block.heads[k]))
+                frags = sep + self._var(var) + frags
+                if seen:
+                    post = frags if post is None else post + frags
+                else:
+                    pre = frags if pre is None else pre + frags
+            sep = b","
+        if post is None:
+            mid = mid + b"}}\n"
+        else:
+            post = post + b"}}\n"
+        columns = [c for c in (pre, mid, post) if c is not None]
+        parts = np.empty((n, len(columns)), dtype=object)
+        for c, column in enumerate(columns):
+            parts[:, c] = column[block.last] if column is mid else column[block.prefix]
+        self.counts[block.query] = self.counts.get(block.query, 0) + n
+        # joined in pieces: a fresh buffer for all of them costs more (page faults) than
+        # pieces that the allocator reuses once written
+        return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
+                for a in range(0, n, PIECE_LINES)]
 
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts

@@ -51,9 +51,13 @@ class PlannedEngine:
     """An Engine whose queries are planned from measured statistics."""
 
     def __init__(self, engine: Engine | None = None, check_every: int = 2000,
-                 horizon: float = 60.0):
+                 horizon: float = 60.0, first_check: int | None = None):
         self.engine = engine or Engine()
         self.check_every = check_every
+        #: events before the first look at the statistics (then every ``check_every``): until
+        #: a query has a plan its order is chosen per trigger, and only a planned query is
+        #: evaluated in bulk (cep.bulk)
+        self._next = first_check if first_check is not None else check_every
         self.rates = RateTracker(horizon)
         self.policies: dict = {}
         self._selectivity: dict = {}
@@ -82,8 +86,8 @@ class PlannedEngine:
         self.rates.observe(event.type, event.ts)
         out = self.engine.process(event)
         self._seen += 1
-        if self.policies and not self._seen % self.check_every:
-            self.replan()
+        if self._seen >= self._next:
+            self._checked()
         return out
 
     def process_many(self, events: list) -> list:
@@ -95,12 +99,14 @@ class PlannedEngine:
             return self.engine.process_many(part)
         return self._in_steps(0, len(events), run)
 
-    def process_columns(self, batch, lo: int = 0, hi: int | None = None) -> list:
+    def process_columns(self, batch, lo: int = 0, hi: int | None = None,
+                        blocks: bool = False) -> list:
         """``process_many`` of rows ``lo`` to ``hi - 1`` of a column batch
-        (``Engine.process_columns``), cut where the planner looks at the statistics."""
+        (``Engine.process_columns``, ``blocks`` as there), cut where the planner looks at the
+        statistics."""
         def run(i, j):
             self.rates.observe_runs(batch.types[i:j], batch.times[i:j])
-            return self.engine.process_columns(batch, i, j)
+            return self.engine.process_columns(batch, i, j, blocks=blocks)
         return self._in_steps(lo, len(batch) if hi is None else hi, run)
 
     def _in_steps(self, i: int, n: int, run) -> list:
@@ -110,13 +116,19 @@ class PlannedEngine:
         while i < n:
             take = n - i
             if self.policies:
-                take = min(take, self.check_every - self._seen % self.check_every)
+                take = min(take, self._next - self._seen)
             out.extend(run(i, i + take))
             self._seen += take
             i += take
-            if self.policies and not self._seen % self.check_every:
-                self.replan()
+            if self._seen >= self._next:
+                self._checked()
         return out
+
+    def _checked(self):
+        """The count of events reached the next look at the statistics."""
+        self._next = (self._seen // self.check_every + 1) * self.check_every
+        if self.policies:
+            self.replan()
 
     def advance(self, watermark: float) -> list:
         return self.engine.advance(watermark)

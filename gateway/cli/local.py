@@ -31,6 +31,9 @@ GC_THRESHOLD = 50_000           # allocations between two young-generation colle
 CHUNK_EVENTS = (512, 1024, 8192)    # fewest, first, most
 CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 SHOW_BAD_ROWS = 10
+#: events before the planner's first look at the statistics (then every --check-every): a
+#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk)
+FIRST_PLAN_EVENTS = 500
 
 
 def add_parser(commands) -> None:
@@ -100,7 +103,8 @@ def run_local(args) -> int:
         raise UsageError(f"error: --planner: {exc}") from None
     engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder_settings(args),
                                   mode=args.disorder_mode, sharing=not args.no_sharing),
-                           check_every=args.check_every)
+                           check_every=args.check_every,
+                           first_check=min(args.check_every, FIRST_PLAN_EVENTS))
     for label, query in queries:
         try:
             engine.add_query(query, name=query.name, params=params or None,
@@ -135,10 +139,15 @@ def run_local(args) -> int:
             for run, lo, hi in chunks:
                 n_events += hi - lo
                 found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
-                    if run.__class__ is list else engine.process_columns(run, lo, hi)
-                chunks.found(len(found))
+                    if run.__class__ is list else \
+                    engine.process_columns(run, lo, hi, blocks=True)
                 if found:
-                    write(lines.lines(found))
+                    before = sum(counts.values())
+                    for piece in lines.pieces(found):
+                        write(piece)
+                    chunks.found(sum(counts.values()) - before)
+                else:
+                    chunks.found(0)
                 if core.late:
                     for late in core.take_late():
                         late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
