@@ -68,28 +68,35 @@ class ColumnBatch:
                     keys[row] = ev.key
 
     @classmethod
-    def from_events(cls, events) -> "ColumnBatch":
+    def from_events(cls, events, keep: bool = False) -> "ColumnBatch":
         """A batch holding the content of ``events``: new Events are made from it on demand,
         each with its attributes in the order of the original (which a content fingerprint
-        depends on: cep.index)."""
+        depends on: cep.index); ``keep``: the rows' Events are ``events`` themselves (what
+        ``raycep local`` reads row by row, evaluated in bulk as a batch)."""
         events = list(events)
         names: dict = {}
         for ev in events:
             names.update(dict.fromkeys(ev.attrs))
-        order = {name: k for k, name in enumerate(names)}
-        overrides = {r: Event(ev.type, ev.ts, dict(ev.attrs), ev.key, ev._id)
-                     for r, ev in enumerate(events)
-                     if list(ev.attrs) != sorted(ev.attrs, key=order.__getitem__)}
+        if keep:
+            overrides = None
+        else:
+            order = {name: k for k, name in enumerate(names)}
+            overrides = {r: Event(ev.type, ev.ts, dict(ev.attrs), ev.key, ev._id)
+                         for r, ev in enumerate(events)
+                         if list(ev.attrs) != sorted(ev.attrs, key=order.__getitem__)}
         columns, absent = [], []
         for name in names:
             columns.append([ev.attrs.get(name) for ev in events])
             absent.append(np.array([name not in ev.attrs for ev in events], dtype=bool))
         keys = [ev.key for ev in events]
         ids = [ev._id for ev in events]
-        return cls([ev.type for ev in events], [ev.ts for ev in events],
-                   keys if any(k is not None for k in keys) else None,
-                   ids if any(i is not None for i in ids) else None, list(names), columns,
-                   absent, overrides)
+        batch = cls([ev.type for ev in events], [ev.ts for ev in events],
+                    keys if any(k is not None for k in keys) else None,
+                    ids if any(i is not None for i in ids) else None, list(names), columns,
+                    absent, overrides)
+        if keep:
+            batch.objs = events
+        return batch
 
     def __len__(self) -> int:
         return len(self.types)
@@ -99,7 +106,8 @@ class ColumnBatch:
         of bools, or None)."""
         got = self._decoded
         if got is None:
-            from cep.columns import column_values
+            if not all(isinstance(col, list) for col in self._columns):
+                from cep.columns import column_values        # pyarrow
             got = self._decoded = [
                 (name, col if isinstance(col, list) else column_values(col).values,
                  absent.tolist() if absent is not None and absent.any() else None)

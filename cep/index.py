@@ -183,6 +183,13 @@ class TimeBuffer(_Rows):
         times = self._ts
         return self._slice(bisect_left(times, lo), bisect_right(times, hi))
 
+    def each(self, lo: float, hi: float):
+        """``range(lo, hi)`` one by one, each Event made when reached (a reader that stops
+        early makes no more)."""
+        times = self._ts
+        for k in range(bisect_left(times, lo), bisect_right(times, hi)):
+            yield self._get(k)
+
     def select(self, lo: float, hi: float, attr: str, op, value) -> tuple:
         """Events with ``lo <= ts <= hi`` whose attribute ``attr`` satisfies
         ``op(attr, value)`` for a number ``value`` and an order operator, compared in C over
@@ -646,7 +653,7 @@ class SharedEventIndex:
         one after another, not in time order)."""
         for (p, t), b in list(self._buffers.items()):
             if t == etype and self._primary(p, t):
-                yield from b.range(lo, hi)
+                yield from b.each(lo, hi)
 
     def events(self):
         """Every buffered event (each once)."""

@@ -65,6 +65,9 @@ JSON_RUN = 32
 PARQUET_BATCH_ROWS = 65_536
 #: CSV and JSON Lines files up to this size are read row by row (no numpy, no pyarrow)
 ROW_READ_BYTES = 512 * 1024
+#: such a file larger than this comes from iter_batch_runs as column batches of its Events
+#: (numpy, no pyarrow: cep.batch), which raycep local evaluates in bulk (cep.bulk)
+ROW_BATCH_BYTES = 64 * 1024
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -120,9 +123,17 @@ def iter_batch_runs(path, key_attr: str | None = None, on_error=None, ts_unit: s
     """``iter_event_runs`` without making the Events of what is read in bulk: a block read
     as columns (CSV, Parquet, a run of JSON lines of one shape) comes as a
     ``cep.batch.ColumnBatch`` (Events made when asked for), what is read row by row as a list
-    of Events. The same rows, checks, errors and cuts at bad rows; ``batch.events()`` gives
-    the events of ``iter_event_runs``."""
-    return _pieces(_open_runs(path, key_attr, on_error, ts_unit))
+    of Events (but for a file of more than ``ROW_BATCH_BYTES``: a ColumnBatch of these
+    Events, so it is evaluated in bulk too). The same rows, checks, errors and cuts at bad
+    rows; ``batch.events()`` gives the events of ``iter_event_runs``."""
+    runs = _open_runs(path, key_attr, on_error, ts_unit)
+    batches = ROW_BATCH_BYTES < os.path.getsize(path) <= ROW_READ_BYTES and \
+        not os.fspath(path).lower().endswith(".parquet")
+    if batches:
+        from cep.batch import ColumnBatch       # numpy
+        return (ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else
+                piece for piece in _pieces(runs))
+    return _pieces(runs)
 
 
 def _open_runs(path, key_attr, on_error, ts_unit):
