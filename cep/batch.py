@@ -38,10 +38,11 @@ class ColumnBatch:
     type, time and key come from that Event."""
 
     __slots__ = ("types", "times", "keys", "ids", "names", "_columns", "_absent", "objs",
-                 "_numeric", "_overrides", "_decoded", "_lists", "_rows_of", "_times")
+                 "_numeric", "_overrides", "_decoded", "_lists", "_rows_of", "_times",
+                 "_codes")
 
     def __init__(self, types: list, times: list, keys=None, ids=None, names=(), columns=(),
-                 absent=None, overrides=None):
+                 absent=None, overrides=None, codes=None):
         n = len(types)
         self.types, self.times, self.keys, self.ids = types, times, keys, ids
         self.names = list(names)
@@ -58,6 +59,9 @@ class ColumnBatch:
         self._rows_of = None
         self._times = None                  # numpy event times (behind), made on first need
         self._numeric: dict = {}
+        #: ``(distinct types, numpy code per row)`` when the reader has them (Arrow's
+        #: dictionary encoding): the type index is made from them (``_type_rows``)
+        self._codes = codes if not overrides else None
         if overrides:
             for row, ev in overrides.items():
                 self.objs[row] = ev
@@ -219,8 +223,12 @@ class ColumnBatch:
     def _type_rows(self) -> dict:
         """``{type: rows}`` (ascending) of the whole batch, kept."""
         types, n = self.types, len(self.types)
-        code = {t: k for k, t in enumerate(dict.fromkeys(types))}
-        codes = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
+        if self._codes is not None:
+            distinct, codes = self._codes
+            code = {t: k for k, t in enumerate(distinct)}
+        else:
+            code = {t: k for k, t in enumerate(dict.fromkeys(types))}
+            codes = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
         order = np.argsort(codes, kind="stable")
         cuts = np.searchsorted(codes[order], np.arange(len(code) + 1)).tolist()
         order = order.tolist()
@@ -268,6 +276,8 @@ class ColumnBatch:
         part._numeric = {k: (v[a:b], t[a:b]) for k, (v, t) in self._numeric.items()}
         part._lists = {}
         part._rows_of = part._times = None
+        part._codes = (self._codes[0], self._codes[1][a:b]) if self._codes is not None \
+            else None
         part._overrides = [i - a for i in self._overrides if a <= i < b]
         return part
 

@@ -675,7 +675,12 @@ def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: i
         absent = [m[keep] if m is not None else None for m in absent]
         row_of = np.cumsum(keep) - 1
         overrides = {int(row_of[p]): ev for p, ev in overrides.items()}
-    batch = ColumnBatch(*lists, attr_names, attr_columns, absent, overrides)
+    codes = None
+    arr = arrays.get("type")
+    if not problems and not overrides and arr is not None and _is_text(arr.type):
+        encoded = pc.dictionary_encode(arr)         # the batch's type index (C++)
+        codes = (encoded.dictionary.to_pylist(), to_numpy(encoded.indices))
+    batch = ColumnBatch(*lists, attr_names, attr_columns, absent, overrides, codes)
     return batch, problems
 
 

@@ -172,7 +172,14 @@ class MatchBlock:
         """The matches of ``pieces`` (``(block, a, b)``: matches ``a`` to ``b - 1`` of
         ``block``, all blocks of one kind) in that order, as one MatchBlock."""
         import numpy as np
-        pieces = [p for p in pieces if p[2] > p[1]]
+        merged: list = []                   # consecutive ranges of one block as one
+        for block, a, b in pieces:
+            if b > a:
+                if merged and merged[-1][0] is block and merged[-1][2] == a:
+                    merged[-1][2] = b
+                else:
+                    merged.append([block, a, b])
+        pieces = merged
         if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == len(pieces[0][0]):
             return pieces[0][0]
         first = pieces[0][0] if pieces else None

@@ -11,8 +11,8 @@ import math
 from bisect import bisect_left
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import accumulate
-from operator import attrgetter
+from itertools import accumulate, islice
+from operator import attrgetter, le
 
 _TYPE, _TS = attrgetter("type"), attrgetter("ts")
 
@@ -62,9 +62,12 @@ class RateTracker:
         if self._origin is None:
             self._origin = math.floor(times[0] / self.width) * self.width
         self._types.extend(types)
-        running = accumulate(times, max, initial=self._max)
-        next(running)
-        self._times.extend(running)
+        if times[0] >= self._max and all(map(le, times, islice(times, 1, None))):
+            self._times.extend(times)           # in order: the running maximum is the time
+        else:
+            running = accumulate(times, max, initial=self._max)
+            next(running)
+            self._times.extend(running)
         self._max = self._times[-1]
         if len(self._types) >= self.fold_every:
             self._fold()
