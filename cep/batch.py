@@ -162,10 +162,12 @@ class ColumnBatch:
             n, pick = len(self.types), _whole
         else:
             n, pick = len(rows), lambda values: list(map(values.__getitem__, rows))
-        decoded = self._decoded or self._decode()
+        decoded = self._decoded or (self._picked(rows) if rows is not None else None) or \
+            self._decode()
         if decoded:
             attrs = list(map(dict, map(zip, repeat(self.names, n),
-                                       zip(*[pick(values) for _, values, _ in decoded]))))
+                                       zip(*[values if values.__class__ is _Picked else
+                                             pick(values) for _, values, _ in decoded]))))
             for name, _, absent in decoded:
                 if absent is not None:
                     for k in compress(range(n), pick(absent)):
@@ -175,6 +177,23 @@ class ColumnBatch:
         return list(map(Event, pick(self.types), pick(self.times), attrs,
                         pick(self.keys) if self.keys is not None else repeat(None, n),
                         pick(self.ids) if self.ids is not None else repeat(None, n)))
+
+    def _picked(self, rows: list):
+        """``_decode()`` for ``rows`` only (values of those rows, as ``_Picked``) while no
+        column is decoded yet and each is a list or a plain int64/float64 Arrow column (a few
+        matched rows of a large block need not decode the block); None otherwise."""
+        out = []
+        for name, col, absent in zip(self.names, self._columns, self._absent):
+            if isinstance(col, list):
+                values = _Picked(map(col.__getitem__, rows))
+            elif col.null_count == 0 and str(col.type) in ("int64", "double"):
+                from cep.arrow import to_numpy
+                values = _Picked(to_numpy(col)[rows].tolist())
+            else:
+                return None
+            out.append((name, values, absent.tolist() if absent is not None and absent.any()
+                        else None))
+        return out
 
     def numeric(self, name: str) -> tuple:
         """``(values float64, kinds int8)`` of attribute ``name`` per row: kind ABSENT (the
@@ -283,6 +302,12 @@ class ColumnBatch:
 
 
 _MISSING = object()
+
+
+class _Picked(list):
+    """Attribute values of the rows being built (ColumnBatch._picked), not of the batch."""
+
+    __slots__ = ()
 
 
 def _whole(values):
