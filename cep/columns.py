@@ -94,8 +94,11 @@ def _null_scalar(arrow_type):
 def _match(arr, pattern: str) -> np.ndarray:
     """Cells of ``arr`` that ``pattern`` matches; cells a byte check proves to match one of
     the fast patterns (the common ``123`` / ``-123`` / ``12.34``, see ``_surely``) skip the
-    regular expression."""
+    regular expression, which for ``_INT_FAST`` (an optional ``-`` and 1-18 ASCII digits)
+    the byte check replaces."""
     sure = _surely(arr, pattern)
+    if pattern == _INT_FAST and sure is not None:
+        return sure                     # the byte check is exactly this pattern
     if sure is None or sure.all():
         return sure if sure is not None else true_mask(pc.match_substring_regex(arr, pattern))
     rest = np.flatnonzero(~sure)

@@ -34,7 +34,9 @@ asked for), ``iter_event_runs`` as Events.
 A CSV or JSON Lines file of at most ``ROW_READ_BYTES`` is read row by row instead (csv module
 or orjson, then ``parse_cell`` and ``make_event`` per row, the rules the columns follow): for
 a small file, importing numpy and pyarrow would cost more time and memory (~0.2 s, ~50 MB)
-than reading in bulk saves. Both ways give the same events, ids and errors.
+than reading in bulk saves. Both ways give the same events, ids and errors. From
+``ROW_BATCH_BYTES`` on, ``iter_batch_runs`` hands out the Events read row by row as column
+batches (numpy, no pyarrow), which ``raycep local`` evaluates in bulk.
 """
 from __future__ import annotations
 
