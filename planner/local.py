@@ -57,6 +57,9 @@ class PlannedEngine:
         #: events before the first look at the statistics (then every ``check_every``): until
         #: a query has a plan its order is chosen per trigger, and only a planned query is
         #: evaluated in bulk (cep.bulk)
+        if check_every < 1 or (first_check is not None and first_check < 1):
+            raise PlanningError(f"the planner looks at the statistics every {check_every} "
+                                f"events, first after {first_check}: both must be at least 1")
         self._next = first_check if first_check is not None else check_every
         self.rates = RateTracker(horizon)
         self.policies: dict = {}

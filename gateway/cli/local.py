@@ -147,10 +147,10 @@ def run_local(args) -> int:
                     if run.__class__ is list else \
                     engine.process_columns(run, lo, hi, blocks=True)
                 if found:
-                    before = sum(counts.values())
+                    before = sum(counts.values()) + sum(retracted.values())
                     for piece in lines.pieces(found):
                         write(piece)
-                    chunks.found(sum(counts.values()) - before)
+                    chunks.found(sum(counts.values()) + sum(retracted.values()) - before)
                 else:
                     chunks.found(0)
                 if core.late:
