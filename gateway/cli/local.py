@@ -28,15 +28,15 @@ PROGRESS_EVERY_S = 2.0
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
 #: raycep local hands the engine chunks of events: large ones amortise the per-chunk work
 #: (bulk evaluation, cep.bulk), small ones bound the matches held at once (Chunks)
-CHUNK_EVENTS = (512, 1024, 8192)    # fewest, first, most
+CHUNK_EVENTS = (512, 1024, 32_768)  # fewest, first, most
 CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 SHOW_BAD_ROWS = 10
 #: events before the planner's first look at the statistics (then every --check-every): a
 #: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk)
 FIRST_PLAN_EVENTS = 500
 #: --check-every's default: the planner's look cuts the chunk it falls in, and a bulk
-#: evaluation costs about the same for 2,000 rows as for 8,192 (benchmarks/PEERS_RESULTS.md)
-CHECK_EVERY = 8192
+#: evaluation costs about the same for 2,000 rows as for 32,768 (benchmarks/PEERS_RESULTS.md)
+CHECK_EVERY = 32_768
 
 
 def add_parser(commands) -> None:
