@@ -47,7 +47,7 @@ import io
 import json
 import os
 import re
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 
 from cep.errors import IngestError
@@ -321,12 +321,15 @@ def _csv_chunks(path: str, handle, key_attr, ts_unit):
         else:
             records = None
         if by_rows:
-            if records is None:
-                records = _QuotedRecords(data, first, blocks)
-            events, lines, problems = _row_events(header, *records.records(len(header)),
-                                                  key_attr, ts_unit)
+            if records is None and _simple(data):
+                split = _simple_records(data, len(header), first)
+            else:
+                if records is None:
+                    records = _QuotedRecords(data, first, blocks)
+                split = records.records(len(header))
+                pending = records.rest
+            events, lines, problems = _row_events(header, *split, key_attr, ts_unit)
             yield [events], lines, problems
-            pending = records.rest
             continue
         if records is None and _simple(data):
             cells, lines, problems = _split_simple(data, len(header), first)
@@ -423,6 +426,26 @@ def _simple(data: bytes) -> bool:
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
     return bool(np.diff(ends, prepend=-1).max(initial=0) <= limit) and \
         len(data) - (ends[-1] + 1 if ends.size else 0) <= limit
+
+
+def _simple_records(data: bytes, width: int, first: int) -> tuple:
+    """``_QuotedRecords.records`` of a block of whole lines that Python's csv module splits
+    at every comma (_simple): records, their line numbers and errors, each line split with
+    ``str.split`` (blank lines skipped)."""
+    text = data.decode("utf-8")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    records, lines, problems = [], [], []
+    for k, cells in enumerate(map(str.split, text.split("\n"), repeat(","))):
+        if not (cells[0].strip() or any(map(str.strip, cells))):
+            continue                                     # blank line
+        if len(cells) != width:
+            problems.append((first + k, IngestError(
+                f"row has {len(cells)} cells, the header has {width}", first + k)))
+            continue
+        records.append(cells)
+        lines.append(first + k)
+    return records, lines, problems
 
 
 def _split_simple(data: bytes, width: int, first: int) -> tuple:
