@@ -485,7 +485,10 @@ class Evaluation:
                 continue
             run = self._run(step, span, s)
             self.proven[name] = (begun, run)
-            for m in range(1, len(run) + 1):
+            first = step.min_len
+            if first > 1:               # the shorter prefixes fail the step's first conjunct
+                step.conjuncts[0].tested += min(first - 1, len(run))
+            for m in range(first, len(run) + 1):
                 yield run[:m]
 
     def _first_begin(self, step, span, k: int) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from math import isnan
+from math import ceil, floor, isnan
 
 from cep import ast
 from cep.compiler import Branch, Negation
@@ -26,6 +26,8 @@ class Step:
     chained: bool = False        # Kleene: deterministic runs shared per trigger (see _runs)
     local: bool = False          # Kleene: the take condition reads only b[i-1] and b[i]
     begin: tuple | None = None   # Kleene: begin condition of b[1], ((conjunct, at_0, jump), ...)
+    min_len: int = 1             # Kleene: conjuncts[0] is ``b.LEN >= min_len`` (or the like):
+                                 # a shorter sequence fails it, and nothing else is checked
 
 
 NUMERIC_KINDS = frozenset((int, float))
@@ -136,8 +138,34 @@ def build_steps(branch: Branch, order: tuple) -> tuple:
             before_of=tuple(a for a in branch.after[name] if a in bound and a != name),
             check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
             negations=tuple(negs), take_complete=take_complete, filters=filters,
-            chained=chained, local=local, begin=begin))
+            chained=chained, local=local, begin=begin,
+            min_len=_min_len(ready[0], name) if var.kleene and ready else 1))
     return tuple(steps)
+
+
+_FLIPPED = {">=": "<=", ">": "<", "=": "=", "<=": ">=", "<": ">"}
+
+
+def _min_len(c, name: str) -> int:
+    """``K`` when conjunct ``c`` is ``name.LEN >= K`` (``> K - 1``, ``= K``, or the same with
+    the sides swapped) for a literal number: a sequence shorter than ``K`` fails it (without
+    an evaluation error); 1 otherwise."""
+    e = c.expr
+    if c.vars != {name} or not isinstance(e, ast.Compare):
+        return 1
+    op, left, right = e.op, e.left, e.right
+    if isinstance(right, ast.Len) and isinstance(left, ast.Literal):
+        op, left, right = _FLIPPED[op], right, left
+    if not (isinstance(left, ast.Len) and left.var == name and isinstance(right, ast.Literal)):
+        return 1
+    value = right.value
+    if value.__class__ not in (int, float) or isnan(value) or abs(value) > 2 ** 31:
+        return 1
+    if op in (">=", "="):
+        return max(1, ceil(value))
+    if op == ">":
+        return max(1, floor(value) + 1)
+    return 1
 
 
 def _local(c, name: str) -> bool:
