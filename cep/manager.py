@@ -370,7 +370,7 @@ class PatternManager:
             if bounds[i + 1] > bounds[i]:
                 pieces.append((matches, bounds[i], bounds[i + 1]))
         ready.clear()
-        if len({(p[0].query, p[0].names, p[0].order, p[0].batch) for p in pieces}) == 1:
+        if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)
         else:
             found = [m for block, a, b in pieces for m in block[a:b]]

@@ -122,7 +122,7 @@ class MatchBlock:
 
     __slots__ = ("query", "names", "order", "batch", "heads", "prefix", "lasts", "last")
 
-    retracted = False
+    retracted = False                   # like Match: a block holds matches, never retractions
 
     def __init__(self, query: str, names: tuple, order, batch: bool, heads: list, prefix,
                  lasts: list, last):
@@ -164,6 +164,7 @@ class MatchBlock:
             repeat(None), repeat(None), repeat(self.order))))
 
     def same_kind(self, other: "MatchBlock") -> bool:
+        """Whether the matches of both can be one block (``joined``)."""
         return self.query == other.query and self.names == other.names and \
             self.order == other.order and self.batch == other.batch
 

@@ -158,10 +158,11 @@ class MatchLines:
 
     def block(self, block: MatchBlock) -> list:
         """The lines of the matches of ``block`` (cep.match.MatchBlock), in order, without
-        Match objects: ``lines(list(block))`` in pieces of at most PIECE_LINES lines. A line is the part before the last variable's
-        event (made once per prefix binding), that event's JSON with its separator (once per
-        event) and the part after it (per prefix binding), gathered per match with numpy
-        object arrays (whose ``+`` concatenates bytes element-wise) and joined once."""
+        Match objects: ``lines(list(block))`` in pieces of at most PIECE_LINES lines. A line
+        is the part before the last variable's event (made once per prefix binding), that
+        event's JSON with its separator (once per event) and the part after it (per prefix
+        binding), gathered per match with numpy object arrays (whose ``+`` concatenates
+        bytes element-wise)."""
         import numpy as np
         n = len(block)
         if not n:
