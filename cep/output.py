@@ -175,10 +175,8 @@ class MatchLines:
         head = self._heads.get(block.query)
         if head is None:
             head = self._heads[block.query] = _head(block.query)
-        n_prefix = len(block.heads[0]) if block.heads else 0
         pre = post = None                   # per prefix binding: before / after the last
-        mid = np.empty(len(block.lasts), dtype=object)
-        mid[:] = list(map(_JSON, block.lasts))
+        mid = _fragments(block.lasts)
         sep, seen = head, False
         for var in order:
             k = names.index(var)
@@ -186,9 +184,7 @@ class MatchLines:
                 mid = sep + self._var(var) + mid
                 seen = True
             else:
-                frags = np.empty(n_prefix, dtype=object)
-                frags[:] = list(map(_JSON, block.heads[k]))
-                frags = sep + self._var(var) + frags
+                frags = sep + self._var(var) + _fragments(block.heads[k])
                 if seen:
                     post = frags if post is None else post + frags
                 else:
@@ -208,9 +204,22 @@ class MatchLines:
         return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
                 for a in range(0, n, PIECE_LINES)]
 
+    @property
+    def written(self) -> int:
+        """Lines written so far: matches and retractions."""
+        return sum(self.counts.values()) + sum(self.retractions.values())
+
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def _fragments(events: list):
+    """The events' cached JSON as a numpy object array (MatchLines.block)."""
+    import numpy as np
+    out = np.empty(len(events), dtype=object)
+    out[:] = list(map(_JSON, events))
+    return out
 
 
 def _prepare(matches: list, bases: list, starts: list) -> None:

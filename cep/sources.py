@@ -128,18 +128,12 @@ def iter_batch_runs(path, key_attr: str | None = None, on_error=None, ts_unit: s
     of Events (but for a file of more than ``ROW_BATCH_BYTES``: a ColumnBatch of these
     Events, so it is evaluated in bulk too). The same rows, checks, errors and cuts at bad
     rows; ``batch.events()`` gives the events of ``iter_event_runs``."""
-    runs = _open_runs(path, key_attr, on_error, ts_unit)
-    batches = ROW_BATCH_BYTES < os.path.getsize(path) <= ROW_READ_BYTES and \
-        not os.fspath(path).lower().endswith(".parquet")
-    if batches:
-        from cep.batch import ColumnBatch       # numpy
-        return (ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else
-                piece for piece in _pieces(runs))
-    return _pieces(runs)
+    return _pieces(_open_runs(path, key_attr, on_error, ts_unit, batches=True))
 
 
-def _open_runs(path, key_attr, on_error, ts_unit):
-    """The file checks, then the lazy reader of ``path`` (see _runs)."""
+def _open_runs(path, key_attr, on_error, ts_unit, batches: bool = False):
+    """The file checks, then the lazy reader of ``path`` (see _runs); ``batches``: the Events
+    read row by row come as column batches when the file has more than ROW_BATCH_BYTES."""
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
     if ext == ".csv":
@@ -155,9 +149,15 @@ def _open_runs(path, key_attr, on_error, ts_unit):
         raise _file_error(path, "events file not found")
     if os.path.isdir(path):
         raise _file_error(path, "events path is a directory, not a file")
-    if reader is _parquet_chunks or os.path.getsize(path) > ROW_READ_BYTES:
+    size = os.path.getsize(path)
+    runs = _runs(path, reader, key_attr, on_error, check_format(ts_unit))
+    if reader is _parquet_chunks or size > ROW_READ_BYTES:
         import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
-    return _runs(path, reader, key_attr, on_error, check_format(ts_unit))
+    elif batches and size > ROW_BATCH_BYTES:
+        from cep.batch import ColumnBatch       # numpy
+        return ([ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else piece
+                 for piece in pieces] for pieces in runs)
+    return runs
 
 
 def _event_lists(runs):

@@ -146,13 +146,10 @@ def run_local(args) -> int:
                 found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
                     if run.__class__ is list else \
                     engine.process_columns(run, lo, hi, blocks=True)
-                if found:
-                    before = sum(counts.values()) + sum(retracted.values())
-                    for piece in lines.pieces(found):
-                        write(piece)
-                    chunks.found(sum(counts.values()) + sum(retracted.values()) - before)
-                else:
-                    chunks.found(0)
+                before = lines.written
+                for piece in lines.pieces(found) if found else ():
+                    write(piece)
+                chunks.found(lines.written - before)
                 if core.late:
                     for late in core.take_late():
                         late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
