@@ -47,6 +47,7 @@ import io
 import json
 import os
 import re
+from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -150,14 +151,17 @@ def _open_runs(path, key_attr, on_error, ts_unit, batches: bool = False):
     if os.path.isdir(path):
         raise _file_error(path, "events path is a directory, not a file")
     size = os.path.getsize(path)
-    runs = _runs(path, reader, key_attr, on_error, check_format(ts_unit))
+    ts_unit = check_format(ts_unit)
     if reader is _parquet_chunks or size > ROW_READ_BYTES:
         import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
     elif batches and size > ROW_BATCH_BYTES:
         from cep.batch import ColumnBatch       # numpy
+        if reader is _csv_chunks:               # simple blocks typed column by column
+            reader = partial(_csv_chunks, columns=True)
+        runs = _runs(path, reader, key_attr, on_error, ts_unit)
         return ([ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else piece
                  for piece in pieces] for pieces in runs)
-    return runs
+    return _runs(path, reader, key_attr, on_error, ts_unit)
 
 
 def _event_lists(runs):
@@ -291,9 +295,12 @@ def _count_lines(data: bytes) -> int:
 
 # --------------------------------------------------------------------------- CSV
 
-def _csv_chunks(path: str, handle, key_attr, ts_unit):
+def _csv_chunks(path: str, handle, key_attr, ts_unit, columns: bool = False):
     """``([ColumnBatch] or [events], their line numbers, [(line, IngestError)])`` per block
-    of a CSV file."""
+    of a CSV file; ``columns``: a simple block of a file read row by row is typed column by
+    column if it can be (cep.csv_columns)."""
+    if columns:
+        from cep.csv_columns import csv_block_batch     # numpy
     by_rows = _small(handle)
     blocks = _blocks(path, handle)
     header = None
@@ -322,6 +329,11 @@ def _csv_chunks(path: str, handle, key_attr, ts_unit):
             records = None
         if by_rows:
             if records is None and _simple(data):
+                got = columns and csv_block_batch(header, _lf_text(data), first, key_attr,
+                                                  ts_unit)
+                if got:
+                    yield [got[0]], got[1], []
+                    continue
                 split = _simple_records(data, len(header), first)
             else:
                 if records is None:
@@ -432,9 +444,7 @@ def _simple_records(data: bytes, width: int, first: int) -> tuple:
     """``_QuotedRecords.records`` of a block of whole lines that Python's csv module splits
     at every comma (_simple): records, their line numbers and errors, each line split with
     ``str.split`` (blank lines skipped)."""
-    text = data.decode("utf-8")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
+    text = _lf_text(data)
     records, lines, problems = [], [], []
     for k, cells in enumerate(map(str.split, text.split("\n"), repeat(","))):
         if not (cells[0].strip() or any(map(str.strip, cells))):
@@ -446,6 +456,12 @@ def _simple_records(data: bytes, width: int, first: int) -> tuple:
         records.append(cells)
         lines.append(first + k)
     return records, lines, problems
+
+
+def _lf_text(data: bytes) -> str:
+    """A simple block (_simple) as text, its CRLF line ends made LF."""
+    text = data.decode("utf-8")
+    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 def _split_simple(data: bytes, width: int, first: int) -> tuple:

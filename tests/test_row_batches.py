@@ -1,9 +1,10 @@
 """Column batches of row-read files, and the column batch's cheaper paths.
 
 A CSV or JSON Lines file of more than ``cep.sources.ROW_BATCH_BYTES`` (64 KiB) and at most
-``ROW_READ_BYTES`` (512 KiB) is read row by row and comes from ``iter_batch_runs`` as
-``ColumnBatch.from_events(events, keep=True)`` batches of the very Events the row reader made
-(numpy, no pyarrow), so ``raycep local`` evaluates it in bulk with the same output. Beyond
+``ROW_READ_BYTES`` (512 KiB) is read without pyarrow and comes from ``iter_batch_runs`` as
+column batches (a simple CSV block typed column by column, tests/test_csv_columns.py; anything
+else as ``ColumnBatch.from_events(events, keep=True)`` of the very Events the row reader
+made), so ``raycep local`` evaluates it in bulk with the same output. Beyond
 512 KiB the CSV reader's batches take a few rows' values straight from plain int64/float64
 Arrow columns (``batch.events(rows)``) and index types from Arrow's dictionary codes
 (``groups``, ``rows_of``); ``RateTracker.observe_runs`` keeps in-order times as they are.
@@ -133,14 +134,14 @@ def mid_size(path: Path) -> Path:
 
 def assert_same_as_row_reader(path: Path, **kw):
     """``iter_batch_runs`` of a mid-size file: ColumnBatch runs (cut where the row reader's
-    runs are cut) holding the Events the row reader made (all made before anything asks),
-    of the same content as ``iter_event_runs``'; ``batch.event(i)`` is ``events()[i]``."""
+    runs are cut) whose Events (the row reader's, or made from the columns of a simple CSV
+    block: cep.csv_columns) have the content of ``iter_event_runs``'; ``batch.event(i)`` is
+    ``events()[i]``."""
     runs, want = batch_runs(path, **kw), event_runs(path, **kw)
     assert runs and all(run.__class__ is ColumnBatch for run in runs)
     assert all(run.__class__ is list for run in want)
     assert [len(r) for r in runs] == [len(r) for r in want]
     for batch, events in zip(runs, want):
-        assert all(ev is not None for ev in batch.objs)     # the reader's Events, kept
         got = batch.events()
         assert [content(e) for e in got] == [content(e) for e in events]
         assert all(batch.event(i) is ev for i, ev in enumerate(got))
@@ -185,9 +186,8 @@ def test_mid_size_jsonl_keeps_each_events_attribute_order(tmp_path):
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".ndjson"])
 def test_size_bounds_of_the_batch_path(tmp_path, suffix):
-    """A file of exactly ROW_BATCH_BYTES gives lists, one byte more a ColumnBatch of the
-    row reader's Events (all made), ROW_READ_BYTES too, one byte more a ColumnBatch read as
-    columns."""
+    """A file of exactly ROW_BATCH_BYTES gives lists, one byte more a ColumnBatch (of
+    Python lists), ROW_READ_BYTES too, one byte more a ColumnBatch read as Arrow columns."""
     def padded(size: int) -> Path:
         path = tmp_path / f"e{size}{suffix}"
         if suffix == ".csv":
