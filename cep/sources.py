@@ -157,7 +157,8 @@ def _open_runs(path, key_attr, on_error, ts_unit, batches: bool = False):
     elif batches and size > ROW_BATCH_BYTES:
         from cep.batch import ColumnBatch       # numpy
         if reader is _csv_chunks:               # simple blocks typed column by column
-            reader = partial(_csv_chunks, columns=True)
+            from cep.csv_columns import csv_block_batch
+            reader = partial(_csv_chunks, typed=csv_block_batch)
         runs = _runs(path, reader, key_attr, on_error, ts_unit)
         return ([ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else piece
                  for piece in pieces] for pieces in runs)
@@ -295,12 +296,10 @@ def _count_lines(data: bytes) -> int:
 
 # --------------------------------------------------------------------------- CSV
 
-def _csv_chunks(path: str, handle, key_attr, ts_unit, columns: bool = False):
+def _csv_chunks(path: str, handle, key_attr, ts_unit, typed=None):
     """``([ColumnBatch] or [events], their line numbers, [(line, IngestError)])`` per block
-    of a CSV file; ``columns``: a simple block of a file read row by row is typed column by
-    column if it can be (cep.csv_columns)."""
-    if columns:
-        from cep.csv_columns import csv_block_batch     # numpy
+    of a CSV file; ``typed``: ``cep.csv_columns.csv_block_batch``, to type a simple block of
+    a file read row by row column by column where it can."""
     by_rows = _small(handle)
     blocks = _blocks(path, handle)
     header = None
@@ -329,8 +328,7 @@ def _csv_chunks(path: str, handle, key_attr, ts_unit, columns: bool = False):
             records = None
         if by_rows:
             if records is None and _simple(data):
-                got = columns and csv_block_batch(header, _lf_text(data), first, key_attr,
-                                                  ts_unit)
+                got = typed and typed(header, _lf_text(data), first, key_attr, ts_unit)
                 if got:
                     yield [got[0]], got[1], []
                     continue

@@ -122,6 +122,8 @@ def run_local(args) -> int:
     bad = BadRows()
     runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
+    if "cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
+        import cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
     out, close = _open_output(args.out, binary=True)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # the run allocates millions of short-lived acyclic objects (events, matches): the cyclic
