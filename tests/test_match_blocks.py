@@ -9,7 +9,7 @@ the expanded matches; ``cep.output.MatchLines`` writes a list mixing Match and M
 entries byte for byte as the expanded list, keys in the query's variable order.
 
 ``PlannedEngine(first_check=N)`` looks at the statistics first after N events, then at the
-multiples of ``check_every``; ``raycep local`` plans first after 500 events and then every
+multiples of ``check_every``; ``raycep local`` plans first after FIRST_PLAN_EVENTS and then every
 ``--check-every`` (default ``gateway.cli.local.CHECK_EVERY``)
 (``--check-every``'s default)."""
 from __future__ import annotations
@@ -563,13 +563,14 @@ def _phased_csv(path, n: int, switch: int):
     path.write_text("\n".join(rows) + "\n")
 
 
-def test_raycep_local_plans_after_500_events_then_every_check_every(tmp_path, capsys):
-    """``raycep local``: ``plan: ... after 500 events`` first; with the default
+def test_raycep_local_plans_first_then_every_check_every(tmp_path, capsys):
+    """``raycep local``: ``plan: ... after FIRST_PLAN_EVENTS events`` first; with the default
     --check-every (CHECK_EVERY) the plan changes next at a multiple of it (of 2000 with
     --check-every 2000); the same matches either way."""
     from gateway import cli
-    from gateway.cli.local import CHECK_EVERY
+    from gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS as FIRST
 
+    assert FIRST < 300
     path = tmp_path / "events.csv"
     _phased_csv(path, CHECK_EVERY + 8000, 5000)
     query = tmp_path / "q.cep"
@@ -587,13 +588,13 @@ def test_raycep_local_plans_after_500_events_then_every_check_every(tmp_path, ca
                               summary_counts(captured.out))
     after, lines, summary = outs[()]
     assert plans and summary["events"] == CHECK_EVERY + 8000 and summary["matches"] > 100
-    assert after[0] == 500 and len(after) >= 2          # the rates change at event 5000
+    assert after[0] == FIRST and len(after) >= 2        # the rates change at event 5000
     assert all(a % CHECK_EVERY == 0 for a in after[1:]) and after[1] == CHECK_EVERY
     every_2000 = outs[("--check-every", "2000")][0]
-    assert every_2000[0] == 500 and len(every_2000) >= 2
+    assert every_2000[0] == FIRST and len(every_2000) >= 2
     assert all(a % 2000 == 0 for a in every_2000[1:]) and every_2000[1] < CHECK_EVERY
     every_300 = outs[("--check-every", "300")][0]
-    assert every_300[0] == 300 and all(a % 300 == 0 for a in every_300)
+    assert every_300[0] == FIRST and all(a % 300 == 0 for a in every_300[1:])
     for other in outs.values():
         assert other[1] == lines and other[2] == summary
 
@@ -602,8 +603,8 @@ def test_raycep_local_help_states_the_check_every_default(capsys):
     from gateway import cli
     assert cli.main(["local", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    from gateway.cli.local import CHECK_EVERY
-    assert f"default {CHECK_EVERY}" in text and "min(N, 500)" in text
+    from gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS
+    assert f"default {CHECK_EVERY}" in text and f"min(N, {FIRST_PLAN_EVENTS})" in text
 
 
 def test_process_columns_blocks_false_is_the_default():

@@ -29,6 +29,7 @@ from cep import sources
 from cep.batch import ColumnBatch
 from cep.errors import IngestError
 from cep.event import ABSENT, EXACT, Event, kind_of
+from gateway.cli.local import FIRST_PLAN_EVENTS
 from planner.stats import RateTracker
 
 from test_bulk import patched
@@ -400,7 +401,8 @@ def test_raycep_local_on_a_mid_size_file_writes_the_same_bytes_as_by_rows(tmp_pa
         else:
             assert not spy.calls
     assert outs[0][2]["matches"] > 100 and outs[0][2]["events"] > 3000
-    assert any("plan: query dip_recovery v1 after 500 events" in line for line in outs[0][1])
+    first = f"plan: query dip_recovery v1 after {FIRST_PLAN_EVENTS} events"
+    assert any(first in line for line in outs[0][1])
     assert any("bad" in line for line in outs[0][1])
     assert outs[0][0] == outs[1][0]
     assert outs[0][2] == outs[1][2]

@@ -32,8 +32,10 @@ CHUNK_EVENTS = (512, 1024, 32_768)  # fewest, first, most
 CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 SHOW_BAD_ROWS = 10
 #: events before the planner's first look at the statistics (then every --check-every): a
-#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk)
-FIRST_PLAN_EVENTS = 500
+#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk), ~4x
+#: the time per match; 200 gave the plans 500 did on the peers' and the sample workloads
+#: (benchmarks/PEERS_RESULTS.md)
+FIRST_PLAN_EVENTS = 200
 #: --check-every's default: the planner's look cuts the chunk it falls in, and a bulk
 #: evaluation costs about the same for 2,000 rows as for 32,768 (benchmarks/PEERS_RESULTS.md)
 CHECK_EVERY = 32_768
