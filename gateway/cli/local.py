@@ -23,6 +23,7 @@ from cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
 from cep.timestamps import FORMAT_HELP, check_format
 from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params)
+from gateway.cli.writer import BackgroundWriter
 
 PROGRESS_EVERY_S = 2.0
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
@@ -126,7 +127,8 @@ def run_local(args) -> int:
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
     if "cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
         import cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
-    out, close = _open_output(args.out, binary=True)
+    out = BackgroundWriter(*_open_output(args.out, binary=True),
+                           name=f"matches to {args.out}" if args.out else "matches to stdout")
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # the run allocates millions of short-lived acyclic objects (events, matches): the cyclic
     # collector's default (a pass per 700 allocations, full passes over the whole heap) cost
@@ -165,10 +167,7 @@ def run_local(args) -> int:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-        if close:
-            out.close()
-        else:
-            out.flush()
+        out.close()                 # what is queued is written (stdout: flushed, kept open)
         if close_late:
             late_out.close()
     seconds = time.perf_counter() - started
