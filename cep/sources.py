@@ -474,13 +474,17 @@ def _split_simple(data: bytes, width: int, first: int) -> tuple:
         data += b"\n"
     buf = np.frombuffer(data, dtype=np.uint8)
     newline = buf == 10
-    comma = buf == 44
     ends = np.flatnonzero(newline)
     count = len(ends)
     starts = np.concatenate(([0], ends[:-1] + 1))
+    maybe_blank = ~np.frombuffer(_SOLID, dtype=bool)[buf[starts]]   # starts with a space, comma..
+    if not maybe_blank.any():
+        columns = _arrow_split(data, width)
+        if columns is not None:
+            return columns, np.arange(first, first + count, dtype=np.int64), []
+    comma = buf == 44
     commas = np.searchsorted(np.flatnonzero(comma), ends)   # commas before each line end
     per_line = np.diff(commas, prepend=0)            # commas in each line
-    maybe_blank = ~np.frombuffer(_SOLID, dtype=bool)[buf[starts]]   # starts with a space, comma..
     good = per_line == width - 1
     problems = []
     if maybe_blank.any() or not good.all():
@@ -503,6 +507,31 @@ def _split_simple(data: bytes, width: int, first: int) -> tuple:
     rows = np.flatnonzero(good)
     columns = [cells.take(arrow_array(first_cell[rows] + j)) for j in range(width)]
     return columns, rows + first, problems
+
+
+def _arrow_split(data: bytes, width: int):
+    """The cells of a simple block (_simple, LF line ends, no line that may be blank) as one
+    pyarrow string array per column, split by pyarrow's CSV parser with quoting off (~3x
+    faster than _split_simple's numpy); None when a line has not ``width`` cells (then
+    _split_simple finds and reports it)."""
+    import pyarrow as pa
+    from pyarrow import csv as arrow_csv
+    names = [str(j) for j in range(width)]
+    try:
+        table = arrow_csv.read_csv(
+            pa.py_buffer(data),
+            read_options=arrow_csv.ReadOptions(column_names=names, use_threads=False,
+                                               block_size=max(len(data) + 1, 1 << 16)),
+            parse_options=arrow_csv.ParseOptions(quote_char=False, double_quote=False,
+                                                 escape_char=False, newlines_in_values=False,
+                                                 ignore_empty_lines=False),
+            convert_options=arrow_csv.ConvertOptions(
+                column_types={name: pa.string() for name in names}, strings_can_be_null=False,
+                quoted_strings_can_be_null=False, check_utf8=False))
+    except pa.ArrowInvalid:
+        return None
+    return [column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+            for column in table.columns]
 
 
 class _QuotedRecords:
