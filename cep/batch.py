@@ -17,9 +17,18 @@ import numpy as np
 
 from cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of
 
+_NUMBERS = frozenset((int, float))
+_FLOATS = {float}
+
+
 def numeric_of(values) -> tuple:
     """``(float64 values, int8 kinds)`` of Python values (None = absent, kind 0)."""
     n = len(values)
+    classes = set(map(type, values))
+    if classes and classes <= _NUMBERS and (classes == _FLOATS or
+                                           -EXACT_INT <= min(values) <= max(values) <= EXACT_INT):
+        # only floats and ints float64 holds exactly (a common column): converted in C
+        return np.array(values, dtype=np.float64), np.full(n, EXACT, dtype=np.int8)
     kinds = np.fromiter((ABSENT if v is None else kind_of(v) for v in values),
                         dtype=np.int8, count=n)
     vals = np.zeros(n, dtype=np.float64)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -296,6 +297,29 @@ VALUES = st.one_of(st.integers(-2 ** 64, 2 ** 64), st.floats(allow_nan=False),
                    st.sampled_from([2 ** 53, 2 ** 53 + 1, -0.0, math.inf, True, False, "p", "",
                                     "1"]),
                    st.lists(st.integers(0, 3), max_size=2))
+
+
+NUMERIC_VALUES = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                           st.integers(-2 ** 53 - 2, 2 ** 53 + 2),
+                           st.sampled_from([2 ** 63, -2 ** 64, True, False, None, "1", 0, -0.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.one_of(st.lists(st.floats(allow_nan=False, allow_infinity=False)),
+                        st.lists(st.integers(-2 ** 53, 2 ** 53)),
+                        st.lists(NUMERIC_VALUES, max_size=30)))
+def test_numeric_of_gives_each_values_kind_and_value(values):
+    """The C conversion of an all-number column and the value-by-value path agree with
+    ``kind_of``: EXACT (with the value) for floats and ints float64 holds, OTHER for bools,
+    text and larger ints, ABSENT for None."""
+    from cep.batch import numeric_of
+    vals, kinds = numeric_of(values)
+    assert vals.dtype == np.float64 and kinds.dtype == np.int8 and len(vals) == len(values)
+    for v, got, kind in zip(values, vals.tolist(), kinds.tolist()):
+        want = ABSENT if v is None else kind_of(v)
+        assert kind == want, (v, kind)
+        if want == EXACT:
+            assert got == v and (got != 0 or math.copysign(1, got) == math.copysign(1, v))
 
 
 @st.composite
