@@ -92,53 +92,53 @@ def _null_scalar(arrow_type):
 
 
 def _match(arr, pattern: str) -> np.ndarray:
-    """Cells of ``arr`` that ``pattern`` matches; cells a byte check proves to match one of
-    the fast patterns (the common ``123`` / ``-123`` / ``12.34``, see ``_surely``) skip the
-    regular expression, which for ``_INT_FAST`` (an optional ``-`` and 1-18 ASCII digits)
-    the byte check replaces."""
-    sure = _surely(arr, pattern)
-    if pattern == _INT_FAST and sure is not None:
-        return sure                     # the byte check is exactly this pattern
-    if sure is None or sure.all():
-        return sure if sure is not None else true_mask(pc.match_substring_regex(arr, pattern))
-    rest = np.flatnonzero(~sure)
-    if len(rest):
-        sure[rest] = true_mask(pc.match_substring_regex(arr.take(arrow_array(rest)), pattern))
-    return sure
+    """Cells of ``arr`` that ``pattern`` (``_TS_FAST``) matches; cells a byte check proves to
+    match it (the common ``123`` / ``-123`` / ``12.34``, see ``_shapes``) skip the regular
+    expression."""
+    ints, floats = _shapes(arr)
+    sure = ints | floats
+    if sure.all():
+        return sure
+    return _matched(arr, pattern, sure, np.flatnonzero(~sure))
 
 
-def _surely(arr, pattern: str):
-    """For ``_INT_FAST``, ``_FLOAT_FAST`` and ``_TS_FAST``: the cells of a string array that
-    surely match it, by a vectorised look at their bytes (for ints and event times: an
-    optional ``-`` and 1-18 digits; for floats and event times: 1-20 digits, a dot, 1-20
-    digits). None for any other pattern."""
-    ints = pattern in (_INT_FAST, _TS_FAST)
-    floats = pattern in (_FLOAT_FAST, _TS_FAST)
-    if not (ints or floats):
-        return None
+def _matched(arr, pattern: str, hits: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """``hits`` (a mask, changed) with the cells at positions ``cells`` that ``pattern``
+    matches set (pyarrow's regular expressions over those cells only)."""
+    if len(cells):
+        hits[cells] = true_mask(pc.match_substring_regex(arr.take(arrow_array(cells)), pattern))
+    return hits
+
+
+def _shapes(arr) -> tuple:
+    """``(ints, floats)``: the cells of a string array that surely match ``_INT_FAST`` (an
+    optional ``-`` and 1-18 digits: exactly that pattern) and ``_FLOAT_FAST`` (1-20 digits, a
+    dot, 1-20 digits), by a vectorised look at their bytes, both from one pass."""
     n = len(arr)
     _, offsets, data = arr.buffers()[:3]
     offsets = np.frombuffer(offsets, dtype=np.int32)[arr.offset:arr.offset + n + 1]
     if data is None or not n or offsets[-1] <= offsets[0]:
-        return np.zeros(n, dtype=bool)
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     data = np.frombuffer(data, dtype=np.uint8)[:offsets[-1]]
     other = np.concatenate(([0], np.cumsum((data < 48) | (data > 57), dtype=np.int32)))
     starts, ends = offsets[:-1], offsets[1:]
     length = ends - starts
     odd = other[ends] - other[starts]                      # bytes that are not digits
     first = np.where(length > 0, data[np.minimum(starts, len(data) - 1)], 0)
-    sure = np.zeros(n, dtype=bool)
-    if ints:
-        minus = first == 45
-        sure |= (odd == minus) & (length - minus >= 1) & (length - minus <= 18)
-    if floats:
+    minus = first == 45
+    ints = (odd == minus) & (length - minus >= 1) & (length - minus <= 18)
+    if (odd == 1).any():
         dots = np.concatenate(([0], np.cumsum(data == 46, dtype=np.int32)))
         one_dot = (odd == 1) & (dots[ends] - dots[starts] == 1)
         last = np.where(length > 0, data[np.maximum(ends - 1, 0)], 0)
-        sure |= one_dot & (first != 46) & (last != 46) & (length <= 21)
+        floats = one_dot & (first != 46) & (last != 46) & (length <= 21)
+    else:
+        floats = np.zeros(n, dtype=bool)
     if arr.null_count:
-        sure &= true_mask(pc.is_valid(arr))
-    return sure
+        valid = true_mask(pc.is_valid(arr))
+        ints &= valid
+        floats &= valid
+    return ints, floats
 
 
 def _is_text(t) -> bool:
@@ -213,12 +213,21 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
     first, _ = _edge_bytes(arr)
     parts = []
     rest = present
+    shapes = None
     for kind, pattern, starts in (("int", _INT_FAST, _NUMERIC_START),
                                   ("float", _FLOAT_FAST, _NUMERIC_START),
                                   ("bool", _BOOL_FAST, _BOOL_START)):
-        if not (rest & starts[first]).any():
+        maybe = rest & starts[first]        # a cell the pattern matches starts with one of these
+        if not maybe.any():
             continue
-        hit = rest & _match(arr, pattern)
+        if kind == "bool":
+            hit = _matched(arr, pattern, np.zeros(n, dtype=bool), np.flatnonzero(maybe))
+        else:
+            if shapes is None:
+                shapes = _shapes(arr)
+            hit = rest & shapes[kind == "float"]
+            if kind == "float":                 # the byte check is _INT_FAST exactly, not this
+                hit = _matched(arr, pattern, hit, np.flatnonzero(maybe & ~hit))
         if hit.any():
             cells = arr.filter(arrow_array(hit))
             if kind == "bool":

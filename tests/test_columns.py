@@ -642,8 +642,17 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
 
     from cep import columns
     arr = pa.array(cells, pa.string()).slice(min(cut, len(cells)))
-    for pattern in (columns._INT_FAST, columns._FLOAT_FAST, columns._TS_FAST):
-        want = np.asarray(pc.fill_null(pc.match_substring_regex(arr, pattern), False),
+
+    def want(pattern):
+        return np.asarray(pc.fill_null(pc.match_substring_regex(arr, pattern), False),
                           dtype=bool)
-        assert columns._match(arr, pattern).tolist() == want.tolist()
-        assert not (columns._surely(arr, pattern) & ~want).any()
+    ints, floats = columns._shapes(arr)
+    assert ints.tolist() == want(columns._INT_FAST).tolist()       # exactly the pattern
+    assert not (floats & ~want(columns._FLOAT_FAST)).any()          # surely floats
+    assert columns._match(arr, columns._TS_FAST).tolist() == want(columns._TS_FAST).tolist()
+    typed = columns.typed_column(arr)                               # as parse_cell types them
+    from cep.sources import parse_cell
+    values = columns.column_values(typed).values
+    for cell, value in zip(arr.to_pylist(), values):
+        expected = None if cell is None or cell == "" else parse_cell(cell)
+        assert type(value) is type(expected) and value == expected, (cell, value)
