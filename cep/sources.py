@@ -23,20 +23,23 @@ named in the message (also in the error's ``path`` attribute).
 
 Files are read in blocks of about ``BLOCK_SIZE`` bytes (Parquet: record batches), so memory
 stays bounded and the first events come out before the file is read to its end. A CSV block
-whose lines hold no quote character is split with numpy and typed per column
-(``cep.columns``); from a quote on, Python's csv module splits the records (quoted cells may
-span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
+whose lines hold no quote character is split by pyarrow's CSV parser with quoting off (by
+numpy, which reports it, when a line has the wrong width or may be blank) and typed per
+column (``cep.columns``); from a quote on, Python's csv module splits the records (quoted
+cells may span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
 orjson refuses or might read differently (NaN, integers beyond 64 bits, deep nesting) is
 parsed by the standard json module, so every line reads as it always did. ``iter_batch_runs``
 hands out what is read in bulk as ``cep.batch.ColumnBatch`` (an Event made per row only when
 asked for), ``iter_event_runs`` as Events.
 
-A CSV or JSON Lines file of at most ``ROW_READ_BYTES`` is read row by row instead (csv module
-or orjson, then ``parse_cell`` and ``make_event`` per row, the rules the columns follow): for
-a small file, importing numpy and pyarrow would cost more time and memory (~0.2 s, ~50 MB)
-than reading in bulk saves. Both ways give the same events, ids and errors. From
-``ROW_BATCH_BYTES`` on, ``iter_batch_runs`` hands out the Events read row by row as column
-batches (numpy, no pyarrow), which ``raycep local`` evaluates in bulk.
+A CSV or JSON Lines file of at most ``ROW_READ_BYTES`` is read without pyarrow, row by row
+(csv module or orjson, then ``parse_cell`` and ``make_event`` per row, the rules the columns
+follow): for a small file, importing numpy and pyarrow would cost more time and memory
+(~0.2 s, ~50 MB) than reading in bulk saves. Both ways give the same events, ids and errors. From
+``ROW_BATCH_BYTES`` on, ``iter_batch_runs`` hands out such a file as column batches (numpy,
+no pyarrow), which ``raycep local`` evaluates in bulk: a CSV block without quotes typed
+column by column (``cep.csv_columns``, no Event per row), anything else as the Events read
+row by row.
 """
 from __future__ import annotations
 
