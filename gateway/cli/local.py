@@ -165,9 +165,11 @@ def run_local(args) -> int:
         else:
             write(lines.lines(engine.advance(float("inf"))))
     finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
-        out.close()                 # what is queued is written (stdout: flushed, kept open)
+        try:
+            out.close()             # what is queued is written (stdout: flushed, kept open)
+        finally:                    # (after: the collector's first pass over the unfrozen
+            gc.set_threshold(*thresholds)   # heap must not fall on the writer's thread)
+            gc.unfreeze()
         if close_late:
             late_out.close()
     seconds = time.perf_counter() - started
