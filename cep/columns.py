@@ -120,7 +120,9 @@ def _shapes(arr) -> tuple:
     if data is None or not n or offsets[-1] <= offsets[0]:
         return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     data = np.frombuffer(data, dtype=np.uint8)[:offsets[-1]]
-    other = np.concatenate(([0], np.cumsum((data < 48) | (data > 57), dtype=np.int32)))
+    other = np.empty(len(data) + 1, dtype=np.int32)       # running count of non-digits
+    other[0] = 0
+    np.cumsum((data - np.uint8(48)) > 9, dtype=np.int32, out=other[1:])    # (wraps below '0')
     starts, ends = offsets[:-1], offsets[1:]
     length = ends - starts
     odd = other[ends] - other[starts]                      # bytes that are not digits
@@ -128,7 +130,8 @@ def _shapes(arr) -> tuple:
     minus = first == 45
     ints = (odd == minus) & (length - minus >= 1) & (length - minus <= 18)
     if (odd == 1).any():
-        dots = np.concatenate(([0], np.cumsum(data == 46, dtype=np.int32)))
+        dots = other                                        # reused: running count of dots
+        np.cumsum(data == 46, dtype=np.int32, out=dots[1:])
         one_dot = (odd == 1) & (dots[ends] - dots[starts] == 1)
         last = np.where(length > 0, data[np.maximum(ends - 1, 0)], 0)
         floats = one_dot & (first != 46) & (last != 46) & (length <= 21)
