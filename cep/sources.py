@@ -196,12 +196,54 @@ def _events(piece) -> list:
             gc.enable()
 
 
-def _runs(path: str, reader, key_attr, on_error, ts_unit):
-    """Per chunk of the file, the rows between two bad rows as a list of pieces (ColumnBatch
-    or list of Events, see iter_batch_runs), the bad rows reported in line order."""
+def iter_batch_range(path, start: int, stop: int, key_attr: str | None = None,
+                     ts_unit: str = "s"):
+    """``iter_batch_runs`` of the lines in bytes ``start`` to ``stop - 1`` of a CSV or JSON
+    Lines file, read in bulk (both at line starts; a CSV range after the first line is read
+    under the file's header line). A bad row raises (line numbers count from the range).
+    ``raycep local --workers`` reads its time slices so (cep.slices)."""
+    import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
+    path = os.fspath(path)
+    reader = _csv_chunks if os.path.splitext(path)[1].lower() == ".csv" else _jsonl_chunks
+    try:
+        handle = _Range(path, start, stop, header=reader is _csv_chunks and start > 0)
+    except OSError as exc:
+        raise _file_error(path, f"cannot open events file: {exc.strerror or exc}") from None
+    return _pieces(_runs(path, reader, key_attr, None, check_format(ts_unit), handle))
+
+
+class _Range:
+    """Bytes ``start`` to ``stop - 1`` of a file as a handle to read (after its first line,
+    with ``header``)."""
+
+    def __init__(self, path: str, start: int, stop: int, header: bool):
+        self._file = open(path, "rb")
+        self._head = self._file.readline() if header else b""
+        self._file.seek(start)
+        self._left = stop - start
+
+    def read(self, size: int) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            return head
+        data = self._file.read(min(size, self._left))
+        self._left -= len(data)
+        return data
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
+def _runs(path: str, reader, key_attr, on_error, ts_unit, handle=None):
+    """Per chunk of the file (or of ``handle``), the rows between two bad rows as a list of
+    pieces (ColumnBatch or list of Events, see iter_batch_runs), the bad rows reported in
+    line order."""
     unit = "row" if reader is _parquet_chunks else "line"
     try:
-        handle = open(path, "rb")
+        handle = handle or open(path, "rb")
     except OSError as exc:
         raise _file_error(path, f"cannot open events file: {exc.strerror or exc}") from None
     with handle:

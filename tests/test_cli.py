@@ -12,7 +12,7 @@ from gateway import cli
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"events", "matches", "retractions", "late_events", "duplicates", "seconds",
                 "events_per_s", "peak_rss_mb", "startup_seconds", "queries", "groups",
-                "prefixes_reused"}
+                "prefixes_reused", "workers"}
 
 # a.x < b.x holds for (A@1 x=1, B@4 x=10) and (A@3 x=5, B@4 x=10), not for (A@1, B@2 x=0)
 EVENTS_CSV = "type,ts,x,sym\nA,1,1,s\nB,2,0,s\nA,3,5,s\nB,4,10,s\n"

@@ -579,7 +579,7 @@ def test_raycep_local_plans_first_then_every_check_every(tmp_path, capsys):
     for extra in ([], ["--check-every", "2000"], ["--check-every", "300"]):
         out = tmp_path / f"m{len(extra)}{''.join(extra)}.jsonl"
         status = cli.main(["local", "--query", str(query), "--events", str(path),
-                           "--out", str(out), *extra])
+                           "--out", str(out), "--workers", "1", *extra])
         captured = capsys.readouterr()
         assert status == 0, captured.err
         plans = [line for line in captured.err.splitlines() if "plan: query q " in line]

@@ -23,6 +23,7 @@ from cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
 from cep.timestamps import FORMAT_HELP, check_format
 from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params)
+from gateway.cli.slices import run_slices, slice_cuts
 from gateway.cli.writer import BackgroundWriter
 
 PROGRESS_EVERY_S = 2.0
@@ -79,6 +80,14 @@ def add_parser(commands) -> None:
     local.add_argument("--no-sharing", action="store_true",
                        help="evaluate every query on its own (default: queries that differ "
                             "only in constants are evaluated as one group)")
+    local.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="evaluate the file in N time slices, one process each (default: "
+                            "the CPUs this process may use; 1: in this process only). A CSV "
+                            "without quotes or a JSON Lines file of more than 512 KiB is cut "
+                            "into slices; each reads the events within two windows of its "
+                            "own and keeps the matches whose latest event is its own. When a "
+                            "slice finds the events out of time order, a copy, a bad row or "
+                            "a warning, the file is run again in one piece")
     add_disorder_arguments(local)
     local.add_argument("--late-out", metavar="FILE", default=None,
                        help="write late events (later than the threshold, not used) to this "
@@ -101,6 +110,8 @@ def run_local(args) -> int:
     orders = parse_orders(args.order, [q.name for _, q in queries])
     if args.check_every < 1:
         raise UsageError("error: --check-every must be at least 1")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("error: --workers must be at least 1")
     try:
         check_format(args.ts_format)
     except CepError as exc:
@@ -109,26 +120,34 @@ def run_local(args) -> int:
         settings_for(args.planner)
     except CepError as exc:
         raise UsageError(f"error: --planner: {exc}") from None
-    engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder_settings(args),
-                                  mode=args.disorder_mode, sharing=not args.no_sharing),
-                           check_every=args.check_every,
-                           first_check=min(args.check_every, FIRST_PLAN_EVENTS))
-    for label, query in queries:
-        try:
-            engine.add_query(query, name=query.name, params=params or None,
-                             order=orders.get(query.name), planner=args.planner)
-        except CepError as exc:
-            name = f" {query.name!r}" if query.name else ""
-            err(f"cannot add query{name} from {label}: {exc}")
-            return 2
+    disorder = disorder_settings(args)
+
+    def build():
+        engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder,
+                                      mode=args.disorder_mode, sharing=not args.no_sharing),
+                               check_every=args.check_every,
+                               first_check=min(args.check_every, FIRST_PLAN_EVENTS))
+        for label, query in queries:
+            try:
+                engine.add_query(query, name=query.name, params=params or None,
+                                 order=orders.get(query.name), planner=args.planner)
+            except CepError as exc:
+                name = f" {query.name!r}" if query.name else ""
+                raise UsageError(f"cannot add query{name} from {label}: {exc}") from None
+        return engine
+
+    try:
+        engine = build()
+    except UsageError as exc:
+        err(str(exc))
+        return 2
 
     bad = BadRows()
+    parts = slice_cuts(args, engine)
     runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
     if "cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
         import cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
-    out = BackgroundWriter(*_open_output(args.out, binary=True),
-                           name=f"matches to {args.out}" if args.out else "matches to stdout")
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # the run allocates millions of short-lived acyclic objects (events, matches): the cyclic
     # collector's default (a pass per 700 allocations, full passes over the whole heap) cost
@@ -137,41 +156,32 @@ def run_local(args) -> int:
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, 20, 20)
     started = time.perf_counter()
-    n_events = 0
-    core = engine.engine
     lines = MatchLines()
     counts, retracted = lines.counts, lines.retractions
-    write = out.write
-    stopped = None                  # the bad row the run stopped at (without --skip-bad-rows)
+    sliced = None
     try:
-        progress = Progress(started)
-        try:
-            chunks = Chunks(runs)
-            for run, lo, hi in chunks:
-                n_events += hi - lo
-                found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
-                    if run.__class__ is list else \
-                    engine.process_columns(run, lo, hi, blocks=True)
-                before = lines.written
-                for piece in lines.pieces(found) if found else ():
-                    write(piece)
-                chunks.found(lines.written - before)
-                if core.late:
-                    for late in core.take_late():
-                        late_out.write(json.dumps(late.to_dict(), default=str) + "\n")
-                progress.tick(n_events, counts)
-        except IngestError as exc:
-            stopped = exc           # matches so far are written; the summary says where
+        if parts:
+            sliced = run_slices(engine, parts, args, lines, Progress(started))
+        if sliced is None:                  # in one piece (or again so: see run_slices)
+            if parts:
+                engine, lines = build(), MatchLines()
+                counts, retracted = lines.counts, lines.retractions
+            out = BackgroundWriter(*_open_output(args.out, binary=True),
+                                   name=f"matches to {args.out}" if args.out
+                                   else "matches to stdout")
+            try:
+                n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
+                                             Progress(started))
+            finally:
+                out.close()     # what is queued is written (stdout: flushed, kept open)
         else:
-            write(lines.lines(engine.advance(float("inf"))))
-    finally:
-        try:
-            out.close()             # what is queued is written (stdout: flushed, kept open)
-        finally:                    # (after: the collector's first pass over the unfrozen
-            gc.set_threshold(*thresholds)   # heap must not fall on the writer's thread)
-            gc.unfreeze()
+            n_events, stopped = sliced.events, None
+    finally:                    # (after the close: the collector's first pass over the
+        gc.set_threshold(*thresholds)   # unfrozen heap must not fall on the writer's thread)
+        gc.unfreeze()
         if close_late:
             late_out.close()
+    core = engine.engine
     seconds = time.perf_counter() - started
     bad.report()
     for change in engine.history:
@@ -223,6 +233,7 @@ def run_local(args) -> int:
         "queries": len(core.managers),
         "groups": len(core.evaluators),
         "prefixes_reused": prefixes["reused"],
+        "workers": sliced.workers if sliced is not None else 1,
     }
     if warnings:
         summary["warnings"] = warnings
@@ -240,6 +251,40 @@ def run_local(args) -> int:
              f"are not); --skip-bad-rows skips such rows and goes on{hint}")
         return 2
     return 0
+
+
+def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
+             keep=None) -> tuple:
+    """Feed the pieces of ``runs`` (as iter_batch_runs gives them) through ``engine`` in
+    chunks, writing the lines of what it finds (``keep``: the part of it to write) and late
+    events to ``late_out``; ``(events, the IngestError it stopped at or None)``. The matches
+    found before a bad row are written."""
+    n_events = 0
+    core = engine.engine
+    write_late = late_out.write if late_out is not None else None
+    try:
+        chunks = Chunks(runs)
+        for run, lo, hi in chunks:
+            n_events += hi - lo
+            found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
+                if run.__class__ is list else \
+                engine.process_columns(run, lo, hi, blocks=True)
+            if keep is not None and found:
+                found = keep(found)
+            before = lines.written
+            for piece in lines.pieces(found) if found else ():
+                write(piece)
+            chunks.found(lines.written - before)
+            if core.late and write_late is not None:
+                for late in core.take_late():
+                    write_late(json.dumps(late.to_dict(), default=str) + "\n")
+            if progress is not None:
+                progress.tick(n_events, lines.counts)
+    except IngestError as exc:
+        return n_events, exc
+    found = engine.advance(float("inf"))
+    write(lines.lines(keep(found) if keep is not None else found))
+    return n_events, None
 
 
 def parse_orders(values, names) -> dict:

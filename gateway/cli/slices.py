@@ -1,0 +1,228 @@
+"""``raycep local --workers N``: the events file in time slices, one forked process each.
+
+Slice 0 runs in this process, the others in forked children (after the queries are compiled,
+before anything is read); each writes the lines of the matches it owns (cep.slices) to its own
+file, and this process appends them to the output in slice order. A slice that finds the file
+out of time order, a copy of an event, a late event, a bad row or a condition that could not be
+evaluated makes the run start again in one piece, so what is written and reported is always
+what one process would have found.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from cep.output import MatchLines
+from cep.slices import Slice, Unsliceable, cuts
+from gateway.cli.common import err
+from gateway.cli.writer import BackgroundWriter
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                          # not on Linux
+        return os.cpu_count() or 1
+
+
+def slice_cuts(args, engine) -> list | None:
+    """Where ``args.events`` is cut for ``args.workers`` slices (cep.slices.cuts), or None:
+    one worker, or a file that is not cut."""
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 2 or not hasattr(os, "fork"):
+        return None
+    return cuts(args.events, workers)
+
+
+@dataclass
+class Sliced:
+    events: int
+    workers: int
+
+
+def _reach(engine, args) -> float:
+    """Event time a slice reads beyond its part on either side (cep.slices)."""
+    window = max(m.cq.window for m in engine.engine.managers.values())
+    return 2 * window + (args.slack or 0.0)
+
+
+def _clean(engine, slice_: Slice, stopped) -> str | None:
+    """Why the slice's result cannot stand for one process's (None: it can)."""
+    if stopped is not None:
+        return f"bad input ({stopped})"
+    if not slice_.ordered:
+        return "the events are not in time order"
+    stats = engine.engine.stats()
+    if stats["duplicates"] or stats["late_events"]:
+        return "copies or late events"
+    if engine.engine.warnings() or any(
+            c["failed"] for q in stats["queries"].values() for c in q["conjuncts"]):
+        return "warnings"
+    return None
+
+
+def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None) -> str | None:
+    from gateway.cli.local import evaluate
+    try:
+        _, stopped = evaluate(engine, slice_.runs(), lines, write, None, progress,
+                              keep=slice_.keep)
+    except Unsliceable as exc:
+        return str(exc)
+    return _clean(engine, slice_, stopped)
+
+
+def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
+    """A forked slice: its lines to ``path``, a JSON report to ``report_fd``; never returns."""
+    code = 1
+    try:
+        lines = MatchLines()
+        out = BackgroundWriter(open(path, "wb"), True, name=f"slice {slice_.k} to {path}")
+        try:
+            why = _run_slice(engine, slice_, out.write, lines)
+        finally:
+            out.close()
+        report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
+                  "retractions": lines.retractions}
+        code = 0
+    except BaseException as exc:                    # reported; the parent runs it whole
+        report = {"why": f"slice {slice_.k} failed: {type(exc).__name__}: {exc}"}
+    try:
+        os.write(report_fd, json.dumps(report).encode())
+    finally:
+        os._exit(code)
+
+
+def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced | None:
+    """Evaluate the slices at ``parts`` (slice 0 here, the others forked), write every
+    slice's lines to ``args.out`` (stdout when None) in order, merge their counts into
+    ``lines``; None (nothing written) when the run must be done in one piece."""
+    reach = _reach(engine, args)
+    n = len(parts) - 1
+    where = os.path.dirname(os.path.abspath(args.out)) if args.out else None
+    files, children = [], []
+    try:
+        for k in range(n):
+            fd, path = tempfile.mkstemp(prefix=".raycep-slice-", suffix=".jsonl", dir=where)
+            os.close(fd)
+            files.append(path)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for k in range(1, n):
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                _child(engine, Slice(args.events, parts, k, reach, args.key, args.ts_format),
+                       files[k], write_fd)
+            os.close(write_fd)
+            children.append((pid, read_fd))
+        first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
+        direct = _regular(args.out)          # slice 0 straight to --out (rewritten if run again)
+        if direct:
+            from gateway.cli.local import _open_output
+            handle = _open_output(args.out, binary=True)[0]
+            os.unlink(files[0])
+            files[0] = None
+        else:
+            handle = open(files[0], "wb")
+        out = BackgroundWriter(handle, True, name=f"matches to {args.out}" if direct
+                               else f"slice 0 to {files[0]}")
+        try:
+            why = _run_slice(engine, first, out.write, lines, progress)
+        finally:
+            out.close()
+        rows = first.rows
+        reports = [_wait(pid, fd) for pid, fd in children]
+        children = []
+        for report in reports:
+            why = why or report["why"]
+            if why is None:
+                rows += report["rows"]
+                for name, count in report["counts"].items():
+                    lines.counts[name] = lines.counts.get(name, 0) + count
+                for name, count in report["retractions"].items():
+                    lines.retractions[name] = lines.retractions.get(name, 0) + count
+        if why is not None:
+            err(f"the {n} slices of {args.events} are run again in one piece: {why}")
+            return None
+        _append(files, args.out)
+        return Sliced(events=rows, workers=n)
+    finally:
+        for pid, fd in children:                    # (only if this process failed)
+            _wait(pid, fd)
+        for path in files:
+            try:
+                if path:
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
+def _regular(path) -> bool:
+    """Whether ``path`` is a file to write (not there yet, or a regular file)."""
+    if path is None:
+        return False
+    try:
+        import stat
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _wait(pid: int, fd: int) -> dict:
+    """The report of the forked slice ``pid`` (read from ``fd``) once it ended."""
+    with os.fdopen(fd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        report = json.loads(data)
+    except ValueError:
+        report = {"why": f"a slice's process ended without a report "
+                         f"(exit status {os.waitstatus_to_exitcode(status)})"}
+    return report
+
+
+def _append(files: list, out_path) -> None:
+    """The slices' lines, in order, to ``out_path`` (stdout when None); a None in ``files``:
+    that slice's lines are in ``out_path`` already."""
+    from gateway.cli.local import _open_output
+    if files[0] is None:
+        out, close = open(out_path, "r+b"), True     # (copy_file_range refuses O_APPEND)
+        out.seek(0, os.SEEK_END)
+    else:
+        out, close = _open_output(out_path, binary=True)
+    try:
+        target = out if close else getattr(sys.stdout, "buffer", None)
+        for path in filter(None, files):
+            with open(path, "rb") as part:
+                if target is None:
+                    sys.stdout.write(part.read().decode())
+                    continue
+                target.flush()
+                try:
+                    left = os.fstat(part.fileno()).st_size
+                    while left > 0:
+                        done = os.copy_file_range(part.fileno(), target.fileno(), left)
+                        if not done:
+                            break
+                        left -= done
+                    continue
+                except (AttributeError, OSError, ValueError):
+                    pass                            # no copy_file_range here: copy by hand
+                shutil.copyfileobj(part, target, 1 << 20)
+    except OSError as exc:
+        from gateway.cli.common import UsageError
+        raise UsageError(f"cannot write matches to {out_path or 'stdout'}: "
+                         f"{exc.strerror or exc}") from None
+    finally:
+        if close:
+            out.close()
+        else:
+            out.flush()
