@@ -197,11 +197,12 @@ class PatternManager:
         """Whether ``event`` can only add matches (no retraction possible)."""
         return event.type in self._monotone
 
-    def emitted_around(self, event: Event) -> set:
-        """The reported matches of the triggers ``event`` can affect (before it is indexed)."""
+    def emitted_around(self, event: Event) -> dict:
+        """The reported matches of the triggers ``event`` can affect (before it is indexed),
+        as the keys of a dict, in the order they are found."""
         return self._results(self._affected(event), update=False)
 
-    def revise(self, event: Event, before: set | None) -> list:
+    def revise(self, event: Event, before: dict | None) -> list:
         """``event`` (out of order, now indexed) was accepted: re-evaluate the triggers it can
         affect; Retractions for matches in ``before`` that no longer hold, the new Matches
         (``before`` None: ``event`` is monotone, the new matches are those that bind it)."""
@@ -236,23 +237,25 @@ class PatternManager:
         out.sort(key=lambda e: e.order)
         return out
 
-    def _results(self, triggers: list, update: bool) -> set:
+    def _results(self, triggers: list, update: bool) -> dict:
         """The matches reported for ``triggers`` given the index now: immediate ones and
-        deferred ones whose window closed before the clock. With ``update`` the deferred
-        matches still waiting replace those triggers' entries in the heap."""
-        out: set = set()
+        deferred ones whose window closed before the clock, as the keys of a dict in the
+        order they are found (a set's order would change from run to run with the string
+        hashes). With ``update`` the deferred matches still waiting replace those triggers'
+        entries in the heap."""
+        out: dict = {}
         waiting = []
         for t in triggers:
             for b, name in self._targets(t):
                 ev = self._run(b, name, t, count=update)
                 if not ev.deferred:
-                    out.update(self._fan(ev.results, count=False))
+                    out.update(dict.fromkeys(self._fan(ev.results, count=False)))
                     continue
                 for env in ev.results:
                     deadline = _first_ts(env) + self.cq.window
                     if self._due(deadline):
                         if _confirmed(ev, env):
-                            out.update(self._matches(env, count=False))
+                            out.update(dict.fromkeys(self._matches(env, count=False)))
                     else:
                         waiting.append((deadline, next(self._seq), b, env, t))
         if update:

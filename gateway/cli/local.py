@@ -184,6 +184,8 @@ def run_local(args) -> int:
     core = engine.engine
     seconds = time.perf_counter() - started
     bad.report()
+    if sliced is not None:
+        err(f"evaluated in {sliced.workers} time slices, one process each (--workers)")
     for change in engine.history:
         order = ",".join(change.order) if change.order else "per trigger (tree-nfa)"
         err(f"plan: query {change.query} v{change.version} after {change.events} events: "

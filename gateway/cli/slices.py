@@ -104,6 +104,11 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
     reach = _reach(engine, args)
     n = len(parts) - 1
     where = os.path.dirname(os.path.abspath(args.out)) if args.out else None
+    try:
+        if where:
+            os.makedirs(where, exist_ok=True)
+    except OSError:
+        where = None                                # (the output's own error comes later)
     files, children = [], []
     try:
         for k in range(n):
