@@ -3,7 +3,10 @@ script (`../shared/peers/compare.py`: same events, same pattern, identical match
 per repetition), then prints the median ratios, peak memory and the issue-14 targets.
 
     eval "$(../shared/peers/setup.sh GIT_DIR)"     # once: OpenCEP + FlinkCEP jars
-    python3 -m benchmarks.bench_peers [--repeat 3] [--no-flink] [--only NAME]
+    python3 -m benchmarks.bench_peers [--repeat 3] [--no-flink] [--only NAME] [--workers N]
+
+``raycep local`` runs as a user runs it: by default in as many time slices (processes) as the
+machine gives it CPUs (``--workers``); ``--workers 1`` measures one process.
 
 The machine is shared and noisy: each repetition runs every system on the same events one
 after another, so each ratio compares like with like; the median of the repetitions is the
@@ -89,12 +92,27 @@ def summary(runs: list) -> list:
     return out
 
 
+def _with_workers(n: int) -> str:
+    """An executable that runs ``raycep ... --workers n`` (compare.py takes the command to
+    run as ``--raycep PATH``)."""
+    import shutil
+    import tempfile
+    raycep = shutil.which("raycep") or f"{sys.executable} -m gateway.cli"
+    path = os.path.join(tempfile.mkdtemp(prefix="raycep-workers-"), "raycep")
+    with open(path, "w") as script:
+        script.write(f'#!/bin/sh\nexec {raycep} "$@" --workers {int(n)}\n')
+    os.chmod(path, 0o755)
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-flink", action="store_true")
     ap.add_argument("--only")
     ap.add_argument("--compare", default=COMPARE, help="path of the peers' compare.py")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="raycep local --workers N (default: raycep's own default)")
     args = ap.parse_args(argv)
     if not os.environ.get("OPENCEP_DIR"):
         print("error: OPENCEP_DIR is not set: fetch github:ilya-kolchinsky/OpenCEP, then "
@@ -106,6 +124,8 @@ def main(argv=None) -> int:
         return 2
     cmd = [sys.executable, args.compare] + (["--no-flink"] if args.no_flink else []) + \
         (["--only", args.only] if args.only else [])
+    if args.workers is not None:
+        cmd += ["--raycep", _with_workers(args.workers)]
     runs = []
     for k in range(1, args.repeat + 1):
         print(f"--- run {k}/{args.repeat}: {' '.join(cmd)}", flush=True)

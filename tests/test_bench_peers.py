@@ -53,3 +53,23 @@ def test_without_the_peers_set_up_it_says_how(monkeypatch, capsys):
     monkeypatch.delenv("OPENCEP_DIR", raising=False)
     assert bench_peers.main(["--repeat", "1"]) == 2
     assert "setup.sh" in capsys.readouterr().err
+
+
+def test_workers_wraps_raycep_with_the_option(tmp_path):
+    """--workers N: compare.py runs ``raycep local ... --workers N`` (a wrapper it is given
+    as --raycep); the job's summary says how many slices it ran in."""
+    import json
+    import subprocess
+
+    from benchmarks.bench_peers import _with_workers
+    events = tmp_path / "e.csv"
+    events.write_text("type,ts,x\nA,1,1\nB,2,2\n")
+    wrapper = _with_workers(1)
+    done = subprocess.run([wrapper, "local", "--query",
+                           "PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 5 seconds",
+                           "--events", str(events)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["workers"] == 1 and summary["matches"] == 1
+    assert open(wrapper).read().rstrip().endswith("--workers 1")

@@ -230,7 +230,8 @@ def run_local(args) -> int:
         "duplicates": stats["duplicates"],
         "seconds": round(seconds, 3),
         "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb() if sliced is None else  # (slices: all processes)
+        round(peak_rss_mb() + sliced.children_rss_mb, 1),
         "startup_seconds": round(started - entered, 3),
         "queries": len(core.managers),
         "groups": len(core.evaluators),

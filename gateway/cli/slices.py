@@ -43,6 +43,7 @@ def slice_cuts(args, engine) -> list | None:
 class Sliced:
     events: int
     workers: int
+    children_rss_mb: float          # the forked slices' peak RSS, summed
 
 
 def _reach(engine, args) -> float:
@@ -86,8 +87,9 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             why = _run_slice(engine, slice_, out.write, lines)
         finally:
             out.close()
+        from gateway.cli.local import peak_rss_mb
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
-                  "retractions": lines.retractions}
+                  "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb()}
         code = 0
     except BaseException as exc:                    # reported; the parent runs it whole
         report = {"why": f"slice {slice_.k} failed: {type(exc).__name__}: {exc}"}
@@ -141,13 +143,14 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             why = _run_slice(engine, first, out.write, lines, progress)
         finally:
             out.close()
-        rows = first.rows
+        rows, rss = first.rows, 0.0
         reports = [_wait(pid, fd) for pid, fd in children]
         children = []
         for report in reports:
             why = why or report["why"]
             if why is None:
                 rows += report["rows"]
+                rss += report["peak_rss_mb"] or 0.0
                 for name, count in report["counts"].items():
                     lines.counts[name] = lines.counts.get(name, 0) + count
                 for name, count in report["retractions"].items():
@@ -156,7 +159,7 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             err(f"the {n} slices of {args.events} are run again in one piece: {why}")
             return None
         _append(files, args.out)
-        return Sliced(events=rows, workers=n)
+        return Sliced(events=rows, workers=n, children_rss_mb=rss)
     finally:
         for pid, fd in children:                    # (only if this process failed)
             _wait(pid, fd)
