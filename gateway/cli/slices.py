@@ -3,8 +3,8 @@
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
 before anything is read); each writes the lines of the matches it owns (cep.slices) to its own
 file, and this process appends them to the output in slice order. A slice that finds the file
-out of time order, a copy of an event, a late event, a bad row or a condition that could not be
-evaluated makes the run start again in one piece, so what is written and reported is always
+out of time order, a copy of an event, a late event, a bad row, a condition that could not be
+evaluated or a trigger with more matches than the cap makes the run start again in one piece, so what is written and reported is always
 what one process would have found.
 """
 from __future__ import annotations
@@ -64,6 +64,8 @@ def _clean(engine, slice_: Slice, stopped) -> str | None:
     if engine.engine.warnings() or any(
             c["failed"] for q in stats["queries"].values() for c in q["conjuncts"]):
         return "warnings"
+    if any(q.get("truncated_triggers") for q in stats["queries"].values()):
+        return "a trigger hit the cap of matches (which ones are kept depends on the plan)"
     return None
 
 
