@@ -1,22 +1,24 @@
 """Time slices of one events file, evaluated apart (``raycep local --workers``).
 
-The file is cut at line starts into parts of about equal size. Slice ``k`` owns the matches
-whose latest event has ``lo <= ts < hi`` (``lo``: the event time of its part's first row,
-``hi``: the next part's). Every event a match, its negations or the gaps its selection
-strategy checks can depend on lies within one window of the match's latest event, on either
-side (corrections of optimistic queries re-read one window more); so a slice reads its part
-plus the rows within ``reach`` (twice the longest window, plus the slack) before ``lo`` and
-after ``hi``, evaluates them all as one stream, and keeps the matches it owns (``keep``). Its
-matches are those of one run over the whole file, in the same order per query, when the file
-is in time order (no event behind the one before it: ``Slice.ordered`` says) and has no
-copies; the caller runs the file in one piece otherwise.
+The file is cut at line starts into parts of about equal size. Slice ``k`` writes what its
+engine emits while it processes the rows from ``lo`` (its part's first event time) up to, not
+including, ``hi`` (the next part's), and, for the last slice, at the end of the stream; so
+the slices' outputs, one after the other, hold every match of one run over the whole file,
+for each query in the order that run emits them (the order of their triggers, or of their
+windows' ends for a negation at the end). For that, the engine's state at ``lo`` must be that
+of the whole run in everything a later emission can depend on: every match, negation, gap of
+a selection strategy and correction lies within two windows (and SLIDE periods) and the slack
+of the row that emits it, and a binding still waiting at ``lo`` within that reach of the row
+before; so a slice first reads the rows before its part back to one more than ``reach`` before
+the last of them. This holds when the file is in time order (``Slice.ordered`` says; ties
+allowed) and has no copies; the caller runs the file in one piece otherwise.
 """
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from operator import lt
 
-from cep.match import MatchBlock
 from cep.sources import ROW_READ_BYTES, iter_batch_range
 
 #: a file is cut into parts of at least this many bytes
@@ -92,9 +94,9 @@ def _times(piece) -> list:
 
 class Slice:
     """Slice ``k`` of the file cut at ``cuts``: ``runs()`` gives the pieces to evaluate in
-    turn (as ``iter_batch_runs``); ``keep(found)`` the owned part of what they gave; after
-    the runs, ``rows`` (rows of its own part) and ``ordered``. Raises IngestError for a bad
-    row, Unsliceable for a part without rows."""
+    turn (as ``iter_batch_runs``), ``keep(found)`` what the last one made that is this
+    slice's to write; after the runs, ``rows`` (rows of its own part) and ``ordered``. Raises
+    IngestError for a bad row, Unsliceable for a part without rows."""
 
     def __init__(self, path, cuts: list, k: int, reach: float, key_attr=None,
                  ts_unit: str = "s"):
@@ -103,7 +105,13 @@ class Slice:
         self.lo, self.hi = float("-inf"), float("inf")
         self.rows = 0
         self.ordered = True
+        self.owning = False             # whether what the last piece made is this slice's
         self._prev = float("-inf")
+
+    def keep(self, found: list) -> list:
+        """``found`` if the piece it came from is this slice's (rows from ``lo`` on, before
+        ``hi``; the end of the stream for the last slice), else nothing."""
+        return found if self.owning else []
 
     def _read(self, start: int, stop: int) -> list:
         return list(iter_batch_range(self.path, start, stop, self.key_attr, self.ts_unit))
@@ -120,83 +128,55 @@ class Slice:
     def runs(self):
         cuts, k = self.cuts, self.k
         start, stop, size = cuts[k], cuts[k + 1], cuts[-1]
+        if stop < size:
+            self.hi = self._first_after(stop, size)
         main = iter_batch_range(self.path, start, stop, self.key_attr, self.ts_unit)
         first = next(main, None)
         if first is None:
             raise Unsliceable(f"part {k} of {self.path} has no rows")
         if k:
             self.lo = _first_ts(first)
-            yield from self._checked(self._before(start, self.lo - self.reach))
+            for piece in self._before(start):
+                yield from self._split(piece)
         self.rows += len(first)
-        yield from self._checked([first])
+        yield from self._split(first)
         for piece in main:
             self.rows += len(piece)
-            yield from self._checked([piece])
-        if stop < size:
-            yield from self._after(stop, size)
+            yield from self._split(piece)
+        self.owning = self.hi == float("inf")       # what the end of the stream releases
 
-    def _checked(self, pieces):
-        for piece in pieces:
-            self._check(piece)
-            yield piece
+    def _split(self, piece):
+        """The rows of ``piece`` before ``lo`` (not owning), then those before ``hi``
+        (owning); the rest (ties of the next part's first row) are the next slice's."""
+        self._check(piece)
+        times = _times(piece)
+        a, b = bisect_left(times, self.lo), bisect_left(times, self.hi)
+        for lo, hi, owning in ((0, a, False), (a, b, True)):
+            if hi > lo:
+                self.owning = owning
+                yield piece if hi - lo == len(piece) else \
+                    piece[lo:hi] if piece.__class__ is list else piece.slice(lo, hi)
 
-    def _before(self, start: int, lo: float) -> list:
-        """The rows before byte ``start``, from one with ``ts < lo`` (or the file's start)."""
+    def _before(self, start: int) -> list:
+        """The rows before byte ``start`` from one more than ``reach`` before the last of
+        them (or from the file's start)."""
         back = FIRST_REACH_BYTES
         with open(self.path, "rb") as handle:
             while True:
                 at = line_start(handle, start - back)
                 pieces = self._read(at, start) if at < start else []
-                if at == 0 or (pieces and _first_ts(pieces[0]) < lo):
+                if at == 0 or (pieces and _first_ts(pieces[0]) <
+                               _last_ts(pieces[-1]) - self.reach):
                     return pieces
                 back *= 4
 
-    def _after(self, stop: int, size: int):
-        """The rows from byte ``stop`` on up to one with ``ts > hi + reach`` (or the end);
-        ``hi``: the first one's."""
+    def _first_after(self, stop: int, size: int) -> float:
+        """The event time of the first row from byte ``stop`` on."""
         ahead = FIRST_REACH_BYTES
         with open(self.path, "rb") as handle:
-            while stop < size:
+            while True:
                 end = line_start(handle, min(size, stop + ahead))
-                for piece in self._read(stop, end):
-                    if self.hi == float("inf"):
-                        self.hi = _first_ts(piece)
-                    self._check(piece)
-                    yield piece
-                    if _last_ts(piece) > self.hi + self.reach:
-                        return
-                stop, ahead = end, ahead * 2
-
-    def keep(self, found: list) -> list:
-        """The matches (and retractions) of ``found`` whose latest event has
-        ``lo <= ts < hi``."""
-        lo, hi = self.lo, self.hi
-        out = []
-        for item in found:
-            if item.__class__ is MatchBlock:
-                latest = _block_latest(item)
-                inside = (latest >= lo) & (latest < hi)
-                if inside.all():
-                    out.append(item)
-                elif inside.any():
-                    out.append(MatchBlock(item.query, item.names, item.order, item.batch,
-                                          item.heads, item.prefix[inside], item.lasts,
-                                          item.last[inside]))
-            elif lo <= item.last_ts < hi:
-                out.append(item)
-        return out
-
-
-def _latest(value) -> float:
-    return value.ts if value.__class__ is not tuple else max(e.ts for e in value)
-
-
-def _block_latest(block: MatchBlock):
-    """The latest event time of each match of ``block`` (numpy)."""
-    import numpy as np
-    latest = np.fromiter(map(_latest, block.lasts), dtype=np.float64,
-                         count=len(block.lasts))[block.last]
-    for heads in block.heads:
-        times = np.fromiter(map(_latest, heads), dtype=np.float64, count=len(heads))
-        np.maximum(latest, times[block.prefix], out=latest)
-    return latest
+                pieces = self._read(stop, end)
+                if pieces or end >= size:
+                    return _first_ts(pieces[0]) if pieces else float("inf")
+                ahead *= 4

@@ -1,6 +1,6 @@
 """``raycep local --workers N`` (gateway.cli.slices): the file in time slices, one forked
 process each, gives the bytes one process writes; a file a slice cannot stand for (out of time
-order, a copy, a bad row, a warning) is run again in one piece, with the messages and exit
+order, a copy, a bad row) is run again in one piece, with the messages and exit
 status of one process. Run as a user runs it: the CLI in a subprocess."""
 from __future__ import annotations
 

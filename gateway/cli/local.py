@@ -84,10 +84,11 @@ def add_parser(commands) -> None:
                        help="evaluate the file in N time slices, one process each (default: "
                             "the CPUs this process may use; 1: in this process only). A CSV "
                             "without quotes or a JSON Lines file of more than 512 KiB is cut "
-                            "into slices; each reads the events within two windows of its "
-                            "own and keeps the matches whose latest event is its own. When a "
-                            "slice finds the events out of time order, a copy, a bad row or "
-                            "a warning, the file is run again in one piece")
+                            "into slices; each also reads the events within two windows "
+                            "before its part and writes what is found while its own part is "
+                            "read. When a slice finds the events out of time order, a copy, "
+                            "a bad row, a condition that could not be evaluated or a trigger "
+                            "over the cap, the file is run again in one piece")
     add_disorder_arguments(local)
     local.add_argument("--late-out", metavar="FILE", default=None,
                        help="write late events (later than the threshold, not used) to this "
@@ -212,7 +213,7 @@ def run_local(args) -> int:
         err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
              f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
              f"slack {d['slack']:g}")
-    warnings = engine.engine.warnings()
+    warnings = engine.engine.warnings() if sliced is None else sliced.warnings
     for name, found in warnings.items():
         for text in found:
             err(f"warning: query {name}: {text}")

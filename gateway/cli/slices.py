@@ -1,8 +1,9 @@
 """``raycep local --workers N``: the events file in time slices, one forked process each.
 
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
-before anything is read); each writes the lines of the matches it owns (cep.slices) to its own
-file, and this process appends them to the output in slice order. A slice that finds the file
+before anything is read); each writes the lines of what its engine emits while it processes
+its own part (cep.slices) to its own file, and this process appends them to the output in
+slice order. A slice that finds the file
 out of time order, a copy of an event, a late event, a bad row, a condition that could not be
 evaluated or a trigger with more matches than the cap makes the run start again in one piece, so what is written and reported is always
 what one process would have found.
@@ -44,12 +45,14 @@ class Sliced:
     events: int
     workers: int
     children_rss_mb: float          # the forked slices' peak RSS, summed
+    warnings: dict                  # those of every slice: what the whole file never had
 
 
 def _reach(engine, args) -> float:
-    """Event time a slice reads beyond its part on either side (cep.slices)."""
-    window = max(m.cq.window for m in engine.engine.managers.values())
-    return 2 * window + (args.slack or 0.0)
+    """Event time a slice reads before its part (cep.slices): two of the longest window or
+    SLIDE period, and the slack."""
+    span = max(max(m.cq.window, m.cq.slide or 0.0) for m in engine.engine.managers.values())
+    return 2 * span + (args.slack or 0.0)
 
 
 def _clean(engine, slice_: Slice, stopped) -> str | None:
@@ -61,9 +64,8 @@ def _clean(engine, slice_: Slice, stopped) -> str | None:
     stats = engine.engine.stats()
     if stats["duplicates"] or stats["late_events"]:
         return "copies or late events"
-    if engine.engine.warnings() or any(
-            c["failed"] for q in stats["queries"].values() for c in q["conjuncts"]):
-        return "warnings"
+    if any(c["failed"] for q in stats["queries"].values() for c in q["conjuncts"]):
+        return "a condition could not be evaluated"
     if any(q.get("truncated_triggers") for q in stats["queries"].values()):
         return "a trigger hit the cap of matches (which ones are kept depends on the plan)"
     return None
@@ -91,7 +93,8 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             out.close()
         from gateway.cli.local import peak_rss_mb
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
-                  "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb()}
+                  "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
+                  "warnings": engine.engine.warnings()}
         code = 0
     except BaseException as exc:                    # reported; the parent runs it whole
         report = {"why": f"slice {slice_.k} failed: {type(exc).__name__}: {exc}"}
@@ -146,6 +149,7 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
         finally:
             out.close()
         rows, rss = first.rows, 0.0
+        warnings = engine.engine.warnings()
         reports = [_wait(pid, fd) for pid, fd in children]
         children = []
         for report in reports:
@@ -153,6 +157,8 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             if why is None:
                 rows += report["rows"]
                 rss += report["peak_rss_mb"] or 0.0
+                warnings = {name: [w for w in found if w in report["warnings"].get(name, ())]
+                            for name, found in warnings.items()}
                 for name, count in report["counts"].items():
                     lines.counts[name] = lines.counts.get(name, 0) + count
                 for name, count in report["retractions"].items():
@@ -161,7 +167,8 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             err(f"the {n} slices of {args.events} are run again in one piece: {why}")
             return None
         _append(files, args.out)
-        return Sliced(events=rows, workers=n, children_rss_mb=rss)
+        return Sliced(events=rows, workers=n, children_rss_mb=rss,
+                      warnings={name: found for name, found in warnings.items() if found})
     finally:
         for pid, fd in children:                    # (only if this process failed)
             _wait(pid, fd)
