@@ -5,7 +5,8 @@ engine emits while it processes the rows from ``lo`` (its part's first event tim
 including, ``hi`` (the next part's), and, for the last slice, at the end of the stream; so
 the slices' outputs, one after the other, hold every match of one run over the whole file,
 for each query in the order that run emits them (the order of their triggers, or of their
-windows' ends for a negation at the end). For that, the engine's state at ``lo`` must be that
+windows' ends for a negation at the end; the matches of one trigger in the order of the
+slice's plan, which it chose from its own statistics). For that, the engine's state at ``lo`` must be that
 of the whole run in everything a later emission can depend on: every match, negation, gap of
 a selection strategy and correction lies within two windows (and SLIDE periods) and the slack
 of the row that emits it, and a binding still waiting at ``lo`` within that reach of the row
