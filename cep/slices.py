@@ -96,8 +96,8 @@ def _times(piece) -> list:
 class Slice:
     """Slice ``k`` of the file cut at ``cuts``: ``runs()`` gives the pieces to evaluate in
     turn (as ``iter_batch_runs``), ``keep(found)`` what the last one made that is this
-    slice's to write; after the runs, ``rows`` (rows of its own part) and ``ordered``. Raises
-    IngestError for a bad row, Unsliceable for a part without rows."""
+    slice's to write; after the runs, ``rows`` (rows of its own part). Raises IngestError for
+    a bad row, Unsliceable for a part without rows or rows out of time order."""
 
     def __init__(self, path, cuts: list, k: int, reach: float, key_attr=None,
                  ts_unit: str = "s"):
@@ -118,12 +118,12 @@ class Slice:
         return list(iter_batch_range(self.path, start, stop, self.key_attr, self.ts_unit))
 
     def _check(self, piece) -> None:
-        """Whether the rows go on in time order (ties allowed)."""
-        if not self.ordered:
-            return
+        """Raises Unsliceable at the first piece whose rows do not go on in time order (ties
+        allowed): the slice stops there, its run will not stand."""
         times = _times(piece)
         if times[0] < self._prev or any(map(lt, times[1:], times)):
             self.ordered = False
+            raise Unsliceable("the events are not in time order")
         self._prev = times[-1]
 
     def runs(self):

@@ -51,10 +51,10 @@ from cep.event import Event
 from cep.match import MatchBlock
 from cep.output import MatchLines
 from cep.parser import parse_query
-from cep.slices import Slice, cuts
+from cep.slices import Slice, Unsliceable, cuts
 from cep.sources import iter_batch_runs
 from gateway.cli.local import FIRST_PLAN_EVENTS, evaluate
-from gateway.cli.slices import _clean, _reach
+from gateway.cli.slices import _Children, _clean, _reach, _watched
 from planner.local import PlannedEngine
 
 from strategies import events_text, kleene_types, queries, query_text, streams, \
@@ -174,9 +174,13 @@ def sliced_run(setup: Setup, path: Path, parts: list) -> list:
                                                    for item in found):
                 event("MatchBlocks found")
             return piece.keep(found)
-        _, stopped = evaluate(engine, piece.runs(), MatchLines(), chunks.append, None,
-                              keep=keep)
-        out.append((b"".join(chunks), _clean(engine, piece, stopped), piece))
+        try:
+            _, stopped = evaluate(engine, piece.runs(), MatchLines(), chunks.append, None,
+                                  keep=keep)
+            why = _clean(engine, piece, stopped)
+        except Unsliceable as exc:                  # (stopped at once: rows out of order)
+            why = str(exc)
+        out.append((b"".join(chunks), why, piece))
     return out
 
 
@@ -686,3 +690,66 @@ def test_a_bad_row_stops_its_slice(tmp_path, suffix):
     whys = [why for _, why, _ in slices]
     assert whys[0] is None
     assert whys[2] is not None and whys[2].startswith("bad input (") and "ts" in whys[2]
+
+
+def _forked(body) -> tuple:
+    """(pid, read end) of a forked process that runs ``body(write end)`` and ends."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                            # pragma: no cover (the child)
+        try:
+            os.close(read_fd)
+            body(write_fd)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def test_slice_zero_stops_once_a_forked_slice_reports_it_cannot_stand(tmp_path):
+    """A forked slice that ended with a reason: ``failed()`` gives it (without waiting), and
+    slice 0's pieces stop after the one being evaluated (Unsliceable, that reason)."""
+    events = [Event("AB"[j % 2], float(j), {}, id=f"e{j:02d}") for j in range(60)]
+    path = write_events(tmp_path / "in_order.jsonl", events)
+    children = _Children()
+    assert children.failed() is None
+    children.add(*_forked(lambda fd: os.write(fd, b'{"why": "the events are not in time order"}')))
+    for _ in range(1000):                                   # until the child has ended
+        if children.failed() is not None:
+            break
+        os.sched_yield()
+    assert children.failed() == "the events are not in time order"
+    with small_cuts(first_reach=1):
+        parts = cuts(path, 2)
+        setup = Setup([("q", parse_query("PATTERN SEQ(A a, B b) WITHIN 2 seconds"), {}, None)])
+        pieces = _watched(setup.build(), Slice(path, parts, 0, 4.0), children)
+        assert next(pieces)                                 # the first piece is evaluated
+        with pytest.raises(Unsliceable, match="not in time order"):
+            next(pieces)
+    assert children.reports() == [{"why": "the events are not in time order"}]
+
+
+def test_the_slices_still_running_are_ended(tmp_path):
+    """``stop()`` ends a slice that would run on (its output is of no use) and reaps it."""
+    children = _Children()
+    pid, fd = _forked(lambda fd: __import__("time").sleep(600))
+    children.add(pid, fd)
+    assert children.failed() is None                        # still running: no report
+    children.stop()
+    with pytest.raises(ChildProcessError):                  # ended and reaped
+        os.waitpid(pid, os.WNOHANG)
+    assert children.reports() == []
+
+
+def test_a_slice_stops_at_the_first_piece_out_of_time_order(tmp_path):
+    """Rows out of time order in a slice's first piece: runs() raises Unsliceable instead
+    of giving that piece to evaluate (the run in one piece follows at once)."""
+    events = [Event("AB"[j % 2], float(j), {}, id=f"e{j:02d}") for j in range(60)]
+    events[3] = Event("A", 0.5, {}, id="e03")
+    path = write_events(tmp_path / "early.jsonl", events)
+    with small_cuts(first_reach=1):
+        parts = cuts(path, 2)
+        first = Slice(path, parts, 0, 4.0)
+        with pytest.raises(Unsliceable, match="not in time order"):
+            next(first.runs())
+    assert not first.ordered

@@ -3,16 +3,20 @@
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
 before anything is read); each writes the lines of what its engine emits while it processes
 its own part (cep.slices) to its own file, and this process appends them to the output in
-slice order. A slice that finds the file
-out of time order, a copy of an event, a late event, a bad row, a condition that could not be
-evaluated or a trigger with more matches than the cap makes the run start again in one piece, so what is written and reported is always
-what one process would have found.
+slice order. A slice that finds the file out of time order, a copy of an event, a late event,
+a bad row, a condition that could not be evaluated or a trigger with more matches than the cap
+makes the run start again in one piece, so what is written and reported is always what one
+process would have found. The first four stop a slice where they are found, and slice 0 ends
+the others as soon as one of them reports, so a file that cannot be sliced costs little more
+than one process's run.
 """
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -71,14 +75,29 @@ def _clean(engine, slice_: Slice, stopped) -> str | None:
     return None
 
 
-def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None) -> str | None:
+def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
+               others=None) -> str | None:
     from gateway.cli.local import evaluate
     try:
-        _, stopped = evaluate(engine, slice_.runs(), lines, write, None, progress,
-                              keep=slice_.keep)
+        _, stopped = evaluate(engine, _watched(engine, slice_, others), lines, write, None,
+                              progress, keep=slice_.keep)
     except Unsliceable as exc:
         return str(exc)
     return _clean(engine, slice_, stopped)
+
+
+def _watched(engine, slice_: Slice, others=None):
+    """``slice_.runs()``, stopped (Unsliceable) after a piece that gave a copy or a late
+    event, or once one of ``others`` (the forked slices) reported that its run cannot stand:
+    the run in one piece need not wait for the rest of this one."""
+    core = engine.engine
+    for piece in slice_.runs():
+        yield piece
+        if core.duplicates or core.late_events:
+            raise Unsliceable("copies or late events")
+        why = others.failed() if others is not None else None
+        if why is not None:
+            raise Unsliceable(why)
 
 
 def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
@@ -116,7 +135,7 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             os.makedirs(where, exist_ok=True)
     except OSError:
         where = None                                # (the output's own error comes later)
-    files, children = [], []
+    files, children = [], _Children()
     try:
         for k in range(n):
             fd, path = tempfile.mkstemp(prefix=".raycep-slice-", suffix=".jsonl", dir=where)
@@ -132,7 +151,7 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
                 _child(engine, Slice(args.events, parts, k, reach, args.key, args.ts_format),
                        files[k], write_fd)
             os.close(write_fd)
-            children.append((pid, read_fd))
+            children.add(pid, read_fd)
         first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
         direct = _regular(args.out)          # slice 0 straight to --out (rewritten if run again)
         if direct:
@@ -145,14 +164,14 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
         out = BackgroundWriter(handle, True, name=f"matches to {args.out}" if direct
                                else f"slice 0 to {files[0]}")
         try:
-            why = _run_slice(engine, first, out.write, lines, progress)
+            why = _run_slice(engine, first, out.write, lines, progress, children)
         finally:
             out.close()
         rows, rss = first.rows, 0.0
         warnings = engine.engine.warnings()
-        reports = [_wait(pid, fd) for pid, fd in children]
-        children = []
-        for report in reports:
+        if why is not None:
+            children.stop()                         # their work is of no use now
+        for report in children.reports():
             why = why or report["why"]
             if why is None:
                 rows += report["rows"]
@@ -170,8 +189,7 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
         return Sliced(events=rows, workers=n, children_rss_mb=rss,
                       warnings={name: found for name, found in warnings.items() if found})
     finally:
-        for pid, fd in children:                    # (only if this process failed)
-            _wait(pid, fd)
+        children.stop()                             # (only if this process failed)
         for path in files:
             try:
                 if path:
@@ -191,6 +209,44 @@ def _regular(path) -> bool:
         return True
     except OSError:
         return False
+
+
+class _Children:
+    """The forked slices: their process ids and the pipes their reports come by."""
+
+    def __init__(self):
+        self.waiting: dict = {}                     # pipe -> process id
+        self.done: dict = {}                        # pipe -> report
+        self.order: list = []                       # the pipes in slice order
+
+    def add(self, pid: int, fd: int) -> None:
+        self.waiting[fd] = pid
+        self.order.append(fd)
+
+    def failed(self) -> str | None:
+        """Why a slice that already ended cannot stand (None: none such yet); never waits."""
+        if self.waiting:
+            ready, _, _ = select.select(list(self.waiting), [], [], 0)
+            for fd in ready:
+                self.done[fd] = _wait(self.waiting.pop(fd), fd)
+        return next((r["why"] for r in self.done.values() if r.get("why") is not None), None)
+
+    def reports(self) -> list:
+        """Every slice's report, in slice order, once all have ended."""
+        for fd, pid in self.waiting.items():
+            self.done[fd] = _wait(pid, fd)
+        self.waiting.clear()
+        return [self.done[fd] for fd in self.order if fd in self.done]
+
+    def stop(self) -> None:
+        """Ends the slices still running (what they would write is not used)."""
+        for fd, pid in self.waiting.items():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait(pid, fd)
+        self.waiting.clear()
 
 
 def _wait(pid: int, fd: int) -> dict:
