@@ -27,6 +27,24 @@ _JSON = attrgetter("_json")
 _RETRACTED = b',"retracted":true'
 #: the lines of a MatchBlock are joined this many at a time (MatchLines.block)
 PIECE_LINES = 2048
+#: lines of a MatchBlock per Fragments piece (MatchLines.block with ``gather``)
+GATHER_LINES = 8192
+#: fragments per ``Fragments.sizes`` entry: what one os.writev call may take (Linux, POSIX)
+IOV_MAX = 1024
+
+
+class Fragments(tuple):
+    """Lines not joined: ``(fragments, sizes)``, the bytes objects that make them up in order
+    and the bytes of each run of IOV_MAX of them, to be written with ``os.writev`` (the kernel
+    gathers them: no copy into one buffer first). ``bytes(piece)`` joins them."""
+
+    __slots__ = ()
+
+    fragments = property(itemgetter(0))
+    sizes = property(itemgetter(1))
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self[0])
 
 
 def _value(value) -> bytes:
@@ -99,9 +117,10 @@ class MatchLines:
         and ``retractions``. ``matches`` may hold cep.match.MatchBlock entries (``block``)."""
         return b"".join(self.pieces(matches))
 
-    def pieces(self, matches) -> list:
+    def pieces(self, matches, gather: bool = False) -> list:
         """``lines(matches)`` as a list of bytes to write in turn (``matches`` may hold
-        cep.match.MatchBlock entries, each standing for its matches)."""
+        cep.match.MatchBlock entries, each standing for its matches; with ``gather`` their
+        lines come as Fragments pieces)."""
         if not isinstance(matches, list):
             matches = list(matches)
         at = list(compress(range(len(matches)), map(is_, map(type, matches),
@@ -113,7 +132,7 @@ class MatchLines:
             if j > k:
                 out.append(self._lines(matches[k:j]))
             if j < len(matches):
-                out += self.block(matches[j])
+                out += self.block(matches[j], gather)
             k = j + 1
         return out
 
@@ -156,13 +175,13 @@ class MatchLines:
             self._count(m, b - a)
         return b"".join(out)
 
-    def block(self, block: MatchBlock) -> list:
+    def block(self, block: MatchBlock, gather: bool = False) -> list:
         """The lines of the matches of ``block`` (cep.match.MatchBlock), in order, without
-        Match objects: ``lines(list(block))`` in pieces of at most PIECE_LINES lines. A line
-        is the part before the last variable's event (made once per prefix binding), that
-        event's JSON with its separator (once per event) and the part after it (per prefix
-        binding), gathered per match with numpy object arrays (whose ``+`` concatenates
-        bytes element-wise)."""
+        Match objects: ``lines(list(block))`` in pieces of at most PIECE_LINES lines (with
+        ``gather``: Fragments of at most GATHER_LINES lines). A line is the part before the
+        last variable's event (made once per prefix binding), that event's JSON with its
+        separator (once per event) and the part after it (per prefix binding), gathered per
+        match with numpy object arrays (whose ``+`` concatenates bytes element-wise)."""
         import numpy as np
         n = len(block)
         if not n:
@@ -199,6 +218,8 @@ class MatchLines:
         for c, column in enumerate(columns):
             parts[:, c] = column[block.last] if column is mid else column[block.prefix]
         self.counts[block.query] = self.counts.get(block.query, 0) + n
+        if gather:
+            return _gathered(parts, columns, block, mid)
         # joined in pieces: a fresh buffer for all of them costs more (page faults) than
         # pieces that the allocator reuses once written
         return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
@@ -212,6 +233,22 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def _gathered(parts, columns: list, block: MatchBlock, mid) -> list:
+    """``parts`` (a line per row, its fragments in columns) as Fragments of GATHER_LINES
+    lines; the sizes from the byte lengths of each column's distinct fragments."""
+    import numpy as np
+    lengths = np.empty(parts.shape, dtype=np.int64)
+    for c, column in enumerate(columns):
+        size = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
+        lengths[:, c] = size[block.last] if column is mid else size[block.prefix]
+    out = []
+    for a in range(0, len(parts), GATHER_LINES):
+        flat = lengths[a:a + GATHER_LINES].ravel()
+        out.append(Fragments((parts[a:a + GATHER_LINES].ravel().tolist(), np.add.reduceat(
+            flat, np.arange(0, len(flat), IOV_MAX)).tolist())))
+    return out
 
 
 def _fragments(events: list):

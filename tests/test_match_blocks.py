@@ -29,7 +29,7 @@ from cep.batch import ColumnBatch
 from cep.engine import Engine
 from cep.event import Event
 from cep.match import Match, MatchBlock, Retraction
-from cep.output import MatchLines
+from cep.output import Fragments, MatchLines
 from planner.local import PlannedEngine
 
 from test_bulk import VARS, bulk_queries, cycle_stream, patched, random_stream
@@ -629,9 +629,9 @@ def test_raycep_local_writes_match_blocks(tmp_path, capsys, monkeypatch):
     calls = []
     block = MatchLines.block
 
-    def counting(self, b):
+    def counting(self, b, gather=False):
         calls.append(len(b))
-        return block(self, b)
+        return block(self, b, gather)
 
     monkeypatch.setattr(MatchLines, "block", counting)
     out = tmp_path / "m.jsonl"
@@ -647,3 +647,23 @@ def test_first_check_and_check_every_must_be_positive():
     for kwargs in ({"first_check": 0}, {"check_every": 0}, {"first_check": -3}):
         with pytest.raises(PlanningError, match="at least 1"):
             PlannedEngine(Engine(), **kwargs)
+
+
+def test_a_block_as_fragments(monkeypatch):
+    """``pieces(..., gather=True)``: a block's lines as Fragments of at most GATHER_LINES
+    lines whose fragments join to the same bytes, with ``sizes`` the bytes of each run of
+    IOV_MAX fragments (what the writer checks each os.writev against)."""
+    monkeypatch.setattr(cep.output, "GATHER_LINES", 50)
+    monkeypatch.setattr(cep.output, "IOV_MAX", 16)
+    found = _blocks()[0]
+    items = [found[0], *list(found[1])[:3], *found[1:]]       # blocks, and Match objects
+    joined = MatchLines().pieces(items)
+    gathered = MatchLines().pieces(items, gather=True)
+    assert b"".join(joined) == b"".join(bytes(p) if isinstance(p, Fragments) else p
+                                        for p in gathered)
+    frags = [p for p in gathered if isinstance(p, Fragments)]
+    assert len(frags) >= sum(-(-len(b) // 50) for b in items if isinstance(b, MatchBlock))
+    for piece in frags:
+        assert 0 < bytes(piece).count(b"\n") <= 50
+        runs = [piece.fragments[k:k + 16] for k in range(0, len(piece.fragments), 16)]
+        assert piece.sizes == [sum(map(len, run)) for run in runs]

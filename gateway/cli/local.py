@@ -172,7 +172,7 @@ def run_local(args) -> int:
                                    else "matches to stdout")
             try:
                 n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
-                                             Progress(started))
+                                             Progress(started), gather=True)
             finally:
                 out.close()     # what is queued is written (stdout: flushed, kept open)
         else:
@@ -258,11 +258,12 @@ def run_local(args) -> int:
 
 
 def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
-             keep=None) -> tuple:
+             keep=None, gather: bool = False) -> tuple:
     """Feed the pieces of ``runs`` (as iter_batch_runs gives them) through ``engine`` in
-    chunks, writing the lines of what it finds (``keep``: the part of it to write) and late
-    events to ``late_out``; ``(events, the IngestError it stopped at or None)``. The matches
-    found before a bad row are written."""
+    chunks, writing the lines of what it finds (``keep``: the part of it to write; ``gather``:
+    ``write`` takes cep.output.Fragments too) and late events to ``late_out``; ``(events,
+    the IngestError it stopped at or None)``. The matches found before a bad row are
+    written."""
     n_events = 0
     core = engine.engine
     write_late = late_out.write if late_out is not None else None
@@ -276,7 +277,7 @@ def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
             if keep is not None and found:
                 found = keep(found)
             before = lines.written
-            for piece in lines.pieces(found) if found else ():
+            for piece in lines.pieces(found, gather) if found else ():
                 write(piece)
             chunks.found(lines.written - before)
             if core.late and write_late is not None:

@@ -80,7 +80,7 @@ def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
     from gateway.cli.local import evaluate
     try:
         _, stopped = evaluate(engine, _watched(engine, slice_, others), lines, write, None,
-                              progress, keep=slice_.keep)
+                              progress, keep=slice_.keep, gather=True)
     except Unsliceable as exc:
         return str(exc)
     return _clean(engine, slice_, stopped)
