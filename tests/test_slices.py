@@ -54,7 +54,7 @@ from cep.parser import parse_query
 from cep.slices import Slice, Unsliceable, cuts
 from cep.sources import iter_batch_runs
 from gateway.cli.local import FIRST_PLAN_EVENTS, evaluate
-from gateway.cli.slices import _Children, _clean, _reach, _watched
+from gateway.cli.slices import _Children, _clean, _follow, _reach, _watched
 from planner.local import PlannedEngine
 
 from strategies import events_text, kleene_types, queries, query_text, streams, \
@@ -753,3 +753,49 @@ def test_a_slice_stops_at_the_first_piece_out_of_time_order(tmp_path):
         with pytest.raises(Unsliceable, match="not in time order"):
             next(first.runs())
     assert not first.ordered
+
+
+def _writer(path, chunks: list, why=None):
+    """A forked slice's body: ``chunks`` to ``path`` one by one (a pause between them), then
+    its report."""
+    def body(fd):
+        import time
+        with open(path, "wb", buffering=0) as out:
+            for chunk in chunks:
+                out.write(chunk)
+                time.sleep(0.05)
+        os.write(fd, json.dumps({"why": why}).encode())
+    return body
+
+
+def test_the_slices_files_are_appended_while_written(tmp_path):
+    """_follow appends each forked slice's file to the output after slice 0's lines, in slice
+    order, including what a slice writes after the copy began; nothing twice."""
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b"slice 0\n")
+    files = [tmp_path / "s1.jsonl", tmp_path / "s2.jsonl"]
+    for path in files:
+        path.write_bytes(b"")
+    children = _Children()
+    children.add(*_forked(_writer(files[0], [b"one a\n", b"one b\n", b"one c\n"])))
+    children.add(*_forked(_writer(files[1], [b"two a\n", b"two b\n"])))
+    assert _follow(children, [str(p) for p in files], str(out)) is None
+    assert out.read_bytes() == b"slice 0\none a\none b\none c\ntwo a\ntwo b\n"
+    assert [r["why"] for r in children.reports()] == [None, None]
+
+
+def test_a_slice_that_cannot_stand_stops_the_appending(tmp_path):
+    """A slice reports a reason: _follow returns it and ends the slices after it (the
+    caller then runs the file again in one piece, which rewrites the output)."""
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b"slice 0\n")
+    files = [tmp_path / "s1.jsonl", tmp_path / "s2.jsonl"]
+    for path in files:
+        path.write_bytes(b"")
+    children = _Children()
+    children.add(*_forked(_writer(files[0], [b"one a\n"], why="copies or late events")))
+    slow = _forked(lambda fd: __import__("time").sleep(600))
+    children.add(*slow)
+    assert _follow(children, [str(p) for p in files], str(out)) == "copies or late events"
+    with pytest.raises(ChildProcessError):                  # the slow one: ended, reaped
+        os.waitpid(slow[0], os.WNOHANG)

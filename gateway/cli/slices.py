@@ -3,12 +3,12 @@
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
 before anything is read); each writes the lines of what its engine emits while it processes
 its own part (cep.slices) to its own file, and this process appends them to the output in
-slice order. A slice that finds the file out of time order, a copy of an event, a late event,
-a bad row, a condition that could not be evaluated or a trigger with more matches than the cap
-makes the run start again in one piece, so what is written and reported is always what one
-process would have found. The first four stop a slice where they are found, and slice 0 ends
-the others as soon as one of them reports, so a file that cannot be sliced costs little more
-than one process's run.
+slice order, each while its slice still writes it (``_follow``). A slice that finds the file
+out of time order, a copy of an event, a late event, a bad row, a condition that could not be
+evaluated or a trigger with more matches than the cap makes the run start again in one piece,
+so what is written and reported is always what one process would have found. The first four
+stop a slice where they are found, and slice 0 ends the others as soon as one of them
+reports, so a file that cannot be sliced costs little more than one process's run.
 """
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ from cep.output import MatchLines
 from cep.slices import Slice, Unsliceable, cuts
 from gateway.cli.common import err
 from gateway.cli.writer import BackgroundWriter
+
+
+#: how long the parent waits for a slice's report between two copies of what it wrote
+FOLLOW_POLL_S = 0.002
 
 
 def default_workers() -> int:
@@ -171,6 +175,8 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
         warnings = engine.engine.warnings()
         if why is not None:
             children.stop()                         # their work is of no use now
+        elif direct:                                # their lines follow, each while written
+            why = _follow(children, files[1:], args.out)
         for report in children.reports():
             why = why or report["why"]
             if why is None:
@@ -185,7 +191,8 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
         if why is not None:
             err(f"the {n} slices of {args.events} are run again in one piece: {why}")
             return None
-        _append(files, args.out)
+        if not direct:
+            _append(files, args.out)
         return Sliced(events=rows, workers=n, children_rss_mb=rss,
                       warnings={name: found for name, found in warnings.items() if found})
     finally:
@@ -231,6 +238,12 @@ class _Children:
                 self.done[fd] = _wait(self.waiting.pop(fd), fd)
         return next((r["why"] for r in self.done.values() if r.get("why") is not None), None)
 
+    def ended(self, fd: int, timeout: float) -> dict | None:
+        """The report of the slice whose pipe is ``fd`` if it ends within ``timeout`` s."""
+        if fd in self.waiting and select.select([fd], [], [], timeout)[0]:
+            self.done[fd] = _wait(self.waiting.pop(fd), fd)
+        return self.done.get(fd)
+
     def reports(self) -> list:
         """Every slice's report, in slice order, once all have ended."""
         for fd, pid in self.waiting.items():
@@ -260,6 +273,48 @@ def _wait(pid: int, fd: int) -> dict:
         report = {"why": f"a slice's process ended without a report "
                          f"(exit status {os.waitstatus_to_exitcode(status)})"}
     return report
+
+
+def _follow(children: _Children, files: list, out_path: str) -> str | None:
+    """Appends the forked slices' files to ``out_path`` (which holds slice 0's lines) in
+    slice order, each while its slice still writes it (the copy overlaps the wait); the
+    reason a slice cannot stand, if one reports one (the others are then ended)."""
+    try:
+        with open(out_path, "r+b") as out:          # (copy_file_range refuses O_APPEND)
+            out.seek(0, os.SEEK_END)
+            for fd, path in zip(children.order, files):
+                with open(path, "rb") as part:
+                    at = 0
+                    while True:
+                        report = children.ended(fd, FOLLOW_POLL_S)
+                        at = _copy(part, out, at, os.fstat(part.fileno()).st_size)
+                        if report is not None:
+                            break
+                if report.get("why") is not None:
+                    children.stop()
+                    return report["why"]
+    except OSError as exc:
+        children.stop()
+        from gateway.cli.common import UsageError
+        raise UsageError(f"cannot write matches to {out_path}: {exc.strerror or exc}") \
+            from None
+    return None
+
+
+def _copy(part, out, at: int, end: int) -> int:
+    """Bytes ``at`` to ``end - 1`` of the file ``part`` to the end of ``out`` (in the kernel
+    where it can); returns ``end``."""
+    while at < end:
+        try:
+            done = os.copy_file_range(part.fileno(), out.fileno(), end - at, at)
+        except (AttributeError, OSError):           # not here: by hand
+            part.seek(at)
+            done = out.write(part.read(min(end - at, 1 << 20)))
+            out.flush()
+        if not done:
+            raise OSError(f"{part.name} ended before byte {end}")
+        at += done
+    return end
 
 
 def _append(files: list, out_path) -> None:
