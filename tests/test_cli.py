@@ -329,6 +329,22 @@ def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
     assert len(lines) == 3                          # progress never goes to stdout
 
 
+def test_progress_of_time_slices_says_which_slice(capsys, monkeypatch, tmp_path):
+    """In time slices the progress line counts the first slice's events and says so."""
+    import gateway.cli.local
+    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    path = tmp_path / "big.csv"
+    path.write_text("type,ts,x\n" + "".join(f"{'AB'[k % 2]},{k},{k % 7}\n"
+                                             for k in range(60_000)), encoding="utf-8")
+    assert path.stat().st_size > 512 * 1024
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path,
+                             "--out", tmp_path / "m.jsonl", "--workers", "2")
+    assert status == 0, err
+    assert json.loads(lines[-1])["workers"] == 2
+    progress = [line for line in err.splitlines() if "events/s" in line]
+    assert progress and all("slice 1 of 2: " in line for line in progress)
+
+
 def test_jsonl_events(capsys, tmp_path):
     path = tmp_path / "e.jsonl"
     rows = [{"type": t, "ts": ts, "x": x} for t, ts, x in

@@ -162,7 +162,8 @@ def run_local(args) -> int:
     sliced = None
     try:
         if parts:
-            sliced = run_slices(engine, parts, args, lines, Progress(started))
+            sliced = run_slices(engine, parts, args, lines,
+                                Progress(started, f"slice 1 of {len(parts) - 1}: "))
         if sliced is None:                  # in one piece (or again so: see run_slices)
             if parts:
                 engine, lines = build(), MatchLines()
@@ -358,10 +359,11 @@ class Chunks:
 
 
 class Progress:
-    """Prints ``events, matches, events/s`` to stderr at most every PROGRESS_EVERY_S."""
+    """Prints ``events, matches, events/s`` to stderr at most every PROGRESS_EVERY_S, after
+    ``label`` (time slices: which slice it counts)."""
 
-    def __init__(self, started: float):
-        self.started = started
+    def __init__(self, started: float, label: str = ""):
+        self.started, self.label = started, label
         self.next_at = started + PROGRESS_EVERY_S
 
     def tick(self, events: int, counts: dict) -> None:
@@ -371,7 +373,7 @@ class Progress:
             return
         self.next_at = now + PROGRESS_EVERY_S
         rate = events / (now - self.started)
-        err(f"{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
+        err(f"{self.label}{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
 
 
 class _StdoutBytes:
