@@ -158,3 +158,27 @@ def test_workers_must_be_positive_and_small_files_stay_whole(tmp_path, queries):
     small = _csv(tmp_path / "small.csv", _rows(2000))
     assert _summary(_local("-q", str(queries), "-e", str(small), "-o",
                            str(tmp_path / "s.jsonl"), "--workers", "4"))["workers"] == 1
+
+
+def test_a_full_disk_or_a_closed_pipe_ends_slices_as_one_process(queries, ordered):
+    """--workers 2 writing to /dev/full: the same message and exit status as one process;
+    stdout closed by its reader (``| head -1``): ended quietly with status 1, as one process
+    does."""
+    if not os.path.exists("/dev/full"):
+        pytest.fail("this test needs Linux's /dev/full")
+    for workers in ("1", "2"):
+        done = _local("-q", str(queries), "-e", str(ordered), "-o", "/dev/full",
+                      "--workers", workers)
+        assert done.returncode == 2, done.stderr
+        assert "raycep: error: cannot write matches to /dev/full: No space left on device" \
+            in done.stderr and "Traceback" not in done.stderr
+    for workers in ("1", "2"):
+        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "local", "-q",
+                                 str(queries), "-e", str(ordered), "--workers", workers],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT),
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.stdout.readline().startswith(b'{"query":')
+        proc.stdout.close()                             # as `| head -1` does
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err
+        assert b"Traceback" not in err and b"cannot write" not in err

@@ -296,8 +296,8 @@ def _follow(children: _Children, files: list, out_path: str) -> str | None:
     except OSError as exc:
         children.stop()
         from gateway.cli.common import UsageError
-        raise UsageError(f"cannot write matches to {out_path}: {exc.strerror or exc}") \
-            from None
+        raise UsageError(f"error: cannot write matches to {out_path}: "
+                         f"{exc.strerror or exc}") from None
     return None
 
 
@@ -345,9 +345,11 @@ def _append(files: list, out_path) -> None:
                 except (AttributeError, OSError, ValueError):
                     pass                            # no copy_file_range here: copy by hand
                 shutil.copyfileobj(part, target, 1 << 20)
+    except BrokenPipeError:
+        raise                                       # (a closed stdout: as in one process)
     except OSError as exc:
         from gateway.cli.common import UsageError
-        raise UsageError(f"cannot write matches to {out_path or 'stdout'}: "
+        raise UsageError(f"error: cannot write matches to {out_path or 'stdout'}: "
                          f"{exc.strerror or exc}") from None
     finally:
         if close:
