@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -329,20 +330,63 @@ def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
     assert len(lines) == 3                          # progress never goes to stdout
 
 
-def test_progress_of_time_slices_says_which_slice(capsys, monkeypatch, tmp_path):
-    """In time slices the progress line counts the first slice's events and says so."""
-    import gateway.cli.local
-    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+@pytest.fixture()
+def sliced_csv(tmp_path):
+    """A CSV that raycep local --workers 2 cuts in two."""
     path = tmp_path / "big.csv"
     path.write_text("type,ts,x\n" + "".join(f"{'AB'[k % 2]},{k},{k % 7}\n"
                                              for k in range(60_000)), encoding="utf-8")
     assert path.stat().st_size > 512 * 1024
+    return path
+
+
+def test_progress_of_time_slices_says_which_slice(capsys, monkeypatch, tmp_path, sliced_csv):
+    """In time slices the progress line counts the first slice's events and says so."""
+    import gateway.cli.local
+    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    path = sliced_csv
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path,
                              "--out", tmp_path / "m.jsonl", "--workers", "2")
     assert status == 0, err
     assert json.loads(lines[-1])["workers"] == 2
     progress = [line for line in err.splitlines() if "events/s" in line]
     assert progress and all("slice 1 of 2: " in line for line in progress)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_sliced_run_ends_its_slices_and_removes_their_files(
+        capsys, monkeypatch, tmp_path, sliced_csv, signum):
+    """SIGTERM or SIGHUP while raycep local runs in time slices: exit status 128 + the
+    signal, a message, the forked slices ended and their temporary files gone; the handlers
+    are the ones before afterwards."""
+    import gateway.cli.local
+    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(gateway.cli.local.Progress, "tick",
+                        lambda self, events, counts: os.kill(os.getpid(), signum))
+    before = signal.getsignal(signum)
+    out = tmp_path / "out" / "m.jsonl"
+    status, _, err = run(capsys, "local", "--query", SEQ_AB, "--events", sliced_csv,
+                         "--out", out, "--workers", "2")
+    assert status == 128 + signum, err
+    assert f"raycep: terminated (signal {int(signum)})" in err
+    assert os.listdir(out.parent) == ["m.jsonl"]               # no .raycep-slice-* left
+    with pytest.raises(ChildProcessError):                     # the forked slice: reaped
+        os.waitpid(-1, os.WNOHANG)
+    assert signal.getsignal(signum) == before
+
+
+def test_slices_to_a_device_keep_their_files_in_the_temporary_directory(
+        capsys, tmp_path, sliced_csv, monkeypatch):
+    """--out /dev/null: the slices' files go to the system's temporary directory (not /dev),
+    and are removed."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", sliced_csv,
+                             "--out", "/dev/null", "--workers", "2")
+    assert status == 0, err
+    assert json.loads(lines[-1])["workers"] == 2
+    assert not [p for p in os.listdir("/dev") if p.startswith(".raycep-slice-")]
+    assert os.listdir(tmp_path) == ["big.csv"]
 
 
 def test_jsonl_events(capsys, tmp_path):

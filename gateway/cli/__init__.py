@@ -19,7 +19,8 @@ import argparse
 import importlib
 
 from cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
-from gateway.cli.common import PROG, UsageError, err, load_queries, silence_stdout
+from gateway.cli.common import (PROG, Terminated, UsageError, err, load_queries,
+                                silence_stdout)
 
 __all__ = ["PROG", "SUBCOMMANDS", "UsageError", "build_parser", "load_queries", "main"]
 
@@ -68,6 +69,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+    except Terminated as exc:
+        err(f"terminated (signal {exc.signum})")
+        return 128 + exc.signum
     except BrokenPipeError:
         silence_stdout()
         return 1

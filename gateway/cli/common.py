@@ -3,6 +3,7 @@ files and parameters, the out-of-order options, the gateway address options and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -24,6 +25,36 @@ def declares_name(query) -> bool:
 
 class UsageError(CepError):
     """A command-line argument that cannot be used (exit status 2)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP while a command holds what must be cleaned up (``terminable``): the
+    command unwinds (its ``finally`` blocks run) and exits with 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def terminable():
+    """Within: SIGTERM and SIGHUP raise Terminated in the main thread instead of ending the
+    process at once (raycep local's time slices: their processes are ended and their files
+    removed). Elsewhere the handlers are left as they are."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise Terminated(signum)
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def err(message: str) -> None:

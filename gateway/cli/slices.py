@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from cep.output import MatchLines
 from cep.slices import Slice, Unsliceable, cuts
-from gateway.cli.common import err
+from gateway.cli.common import err, terminable
 from gateway.cli.writer import BackgroundWriter
 
 
@@ -131,20 +131,23 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
     """Evaluate the slices at ``parts`` (slice 0 here, the others forked), write every
     slice's lines to ``args.out`` (stdout when None) in order, merge their counts into
     ``lines``; None (nothing written) when the run must be done in one piece."""
+    with terminable():          # SIGTERM, SIGHUP: the slices are ended, their files removed
+        return _run_slices(engine, parts, args, lines, progress)
+
+
+def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced | None:
     reach = _reach(engine, args)
     n = len(parts) - 1
-    where = os.path.dirname(os.path.abspath(args.out)) if args.out else None
-    try:
-        if where:
-            os.makedirs(where, exist_ok=True)
-    except OSError:
-        where = None                                # (the output's own error comes later)
+    direct = _regular(args.out)          # slice 0 straight to --out (rewritten if run again)
     files, children = [], _Children()
     try:
-        for k in range(n):
-            fd, path = tempfile.mkstemp(prefix=".raycep-slice-", suffix=".jsonl", dir=where)
-            os.close(fd)
-            files.append(path)
+        try:                            # (in the output's file system: copy_file_range)
+            files = _temporary(n, os.path.dirname(os.path.abspath(args.out)) if direct
+                               else None)
+        except OSError as exc:
+            err(f"the file is run in one piece: no temporary file for the slices' lines "
+                f"({exc.strerror or exc})")
+            return None
         sys.stdout.flush()
         sys.stderr.flush()
         for k in range(1, n):
@@ -157,7 +160,6 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
             os.close(write_fd)
             children.add(pid, read_fd)
         first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
-        direct = _regular(args.out)          # slice 0 straight to --out (rewritten if run again)
         if direct:
             from gateway.cli.local import _open_output
             handle = _open_output(args.out, binary=True)[0]
@@ -203,6 +205,28 @@ def run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Sliced
                     os.unlink(path)
             except OSError:
                 pass
+
+
+def _temporary(n: int, where: str | None) -> list:
+    """``n`` new empty files for the slices' lines: in ``where`` if it can, else in the
+    system's temporary directory (a device or pipe as the output, a directory not writable)."""
+    error = None
+    for place in dict.fromkeys((where, None)):
+        paths: list = []
+        try:
+            if place:
+                os.makedirs(place, exist_ok=True)
+            for _ in range(n):
+                fd, path = tempfile.mkstemp(prefix=".raycep-slice-", suffix=".jsonl",
+                                            dir=place)
+                os.close(fd)
+                paths.append(path)
+            return paths
+        except OSError as exc:
+            error = exc
+            for path in paths:
+                os.unlink(path)
+    raise error
 
 
 def _regular(path) -> bool:
