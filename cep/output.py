@@ -214,12 +214,13 @@ class MatchLines:
         else:
             post = post + b"}}\n"
         columns = [c for c in (pre, mid, post) if c is not None]
+        rows = [block.last if column is mid else block.prefix for column in columns]
         parts = np.empty((n, len(columns)), dtype=object)
-        for c, column in enumerate(columns):
-            parts[:, c] = column[block.last] if column is mid else column[block.prefix]
+        for c, (column, at) in enumerate(zip(columns, rows)):
+            parts[:, c] = column[at]
         self.counts[block.query] = self.counts.get(block.query, 0) + n
         if gather:
-            return _gathered(parts, columns, block, mid)
+            return _gathered(parts, columns, rows)
         # joined in pieces: a fresh buffer for all of them costs more (page faults) than
         # pieces that the allocator reuses once written
         return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
@@ -235,14 +236,13 @@ class MatchLines:
         into[match[0]] = into.get(match[0], 0) + n
 
 
-def _gathered(parts, columns: list, block: MatchBlock, mid) -> list:
-    """``parts`` (a line per row, its fragments in columns) as Fragments of GATHER_LINES
-    lines; the sizes from the byte lengths of each column's distinct fragments."""
+def _gathered(parts, columns: list, rows: list) -> list:
+    """``parts`` (a line per row: ``columns[c][rows[c]]`` in column ``c``) as Fragments of
+    GATHER_LINES lines; the sizes from the byte lengths of each column's distinct fragments."""
     import numpy as np
     lengths = np.empty(parts.shape, dtype=np.int64)
-    for c, column in enumerate(columns):
-        size = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
-        lengths[:, c] = size[block.last] if column is mid else size[block.prefix]
+    for c, (column, at) in enumerate(zip(columns, rows)):
+        lengths[:, c] = np.fromiter(map(len, column), dtype=np.int64, count=len(column))[at]
     out = []
     for a in range(0, len(parts), GATHER_LINES):
         flat = lengths[a:a + GATHER_LINES].ravel()

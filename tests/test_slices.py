@@ -177,7 +177,7 @@ def sliced_run(setup: Setup, path: Path, parts: list) -> list:
         try:
             _, stopped = evaluate(engine, piece.runs(), MatchLines(), chunks.append, None,
                                   keep=keep)
-            why = _clean(engine, piece, stopped)
+            why = _clean(engine, stopped)
         except Unsliceable as exc:                  # (stopped at once: rows out of order)
             why = str(exc)
         out.append((b"".join(chunks), why, piece))
@@ -305,6 +305,16 @@ def tmp_dir(tmp_path_factory) -> Path:
     return _DIRS[key]
 
 
+def one_query(data, tmp_path_factory, query: A.Query, params: dict, strategy: str,
+              keyed: bool) -> None:
+    """run_property of ``query`` with ``strategy`` alone, on a long stream for it, with or
+    without a forced order."""
+    query = dataclasses.replace(query, strategy=strategy)
+    events = long_stream(data, [(query, params)], keyed=keyed)
+    members = [("q", query, params, forced_order(data, query))]
+    run_property(data, tmp_dir(tmp_path_factory), members, events, keyed=keyed)
+
+
 # --------------------------------------------------------------------------- properties
 
 @settings(max_examples=100, deadline=None, suppress_health_check=SLOW,
@@ -312,11 +322,7 @@ def tmp_dir(tmp_path_factory) -> Path:
 @given(qp=queries(), strategy=st.sampled_from(A.STRATEGIES), data=st.data())
 def test_one_query_every_strategy(tmp_path_factory, qp, strategy, data):
     """One query (any shape), every selection strategy, with and without a forced order."""
-    query, params = qp
-    query = dataclasses.replace(query, strategy=strategy)
-    events = long_stream(data, [(query, params)], keyed=False)
-    members = [("q", query, params, forced_order(data, query))]
-    run_property(data, tmp_dir(tmp_path_factory), members, events, keyed=False)
+    one_query(data, tmp_path_factory, *qp, strategy, keyed=False)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=SLOW,
@@ -325,11 +331,7 @@ def test_one_query_every_strategy(tmp_path_factory, qp, strategy, data):
        data=st.data())
 def test_keyed_streams(tmp_path_factory, qp, strategy, data):
     """Events keyed by attribute k (--key k), queries mostly with [k]."""
-    query, params = qp
-    query = dataclasses.replace(query, strategy=strategy)
-    events = long_stream(data, [(query, params)], keyed=True)
-    members = [("q", query, params, forced_order(data, query))]
-    run_property(data, tmp_dir(tmp_path_factory), members, events, keyed=True)
+    one_query(data, tmp_path_factory, *qp, strategy, keyed=True)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=SLOW,
@@ -338,11 +340,7 @@ def test_keyed_streams(tmp_path_factory, qp, strategy, data):
        strategy=st.sampled_from(A.STRATEGIES), data=st.data())
 def test_trailing_negation(tmp_path_factory, qpe, keyed, strategy, data):
     """A pattern ending in a negated variable (deferred: confirmed when the window closed)."""
-    query, params, _ = qpe
-    query = dataclasses.replace(query, strategy=strategy)
-    events = long_stream(data, [(query, params)], keyed=keyed)
-    members = [("q", query, params, forced_order(data, query))]
-    run_property(data, tmp_dir(tmp_path_factory), members, events, keyed=keyed)
+    one_query(data, tmp_path_factory, *qpe[:2], strategy, keyed)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=SLOW,
@@ -351,11 +349,7 @@ def test_trailing_negation(tmp_path_factory, qpe, keyed, strategy, data):
        keyed=st.booleans(), strategy=st.sampled_from(A.STRATEGIES), data=st.data())
 def test_negation_and_kleene(tmp_path_factory, qp, keyed, strategy, data):
     """A query with a negated variable (leading, middle, inside AND) or a Kleene one."""
-    query, params = qp
-    query = dataclasses.replace(query, strategy=strategy)
-    events = long_stream(data, [(query, params)], keyed=keyed)
-    members = [("q", query, params, forced_order(data, query))]
-    run_property(data, tmp_dir(tmp_path_factory), members, events, keyed=keyed)
+    one_query(data, tmp_path_factory, *qp, strategy, keyed)
 
 
 def write_fixed_width(path: Path, events: list) -> list:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 
 from cep.output import MatchLines
 from cep.slices import Slice, Unsliceable, cuts
-from gateway.cli.common import err, terminable
+from gateway.cli.common import UsageError, err, terminable
 from gateway.cli.writer import BackgroundWriter
 
 
@@ -63,12 +62,10 @@ def _reach(engine, args) -> float:
     return 2 * span + (args.slack or 0.0)
 
 
-def _clean(engine, slice_: Slice, stopped) -> str | None:
+def _clean(engine, stopped) -> str | None:
     """Why the slice's result cannot stand for one process's (None: it can)."""
     if stopped is not None:
         return f"bad input ({stopped})"
-    if not slice_.ordered:
-        return "the events are not in time order"
     stats = engine.engine.stats()
     if stats["duplicates"] or stats["late_events"]:
         return "copies or late events"
@@ -87,7 +84,7 @@ def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
                               progress, keep=slice_.keep, gather=True)
     except Unsliceable as exc:
         return str(exc)
-    return _clean(engine, slice_, stopped)
+    return _clean(engine, stopped)
 
 
 def _watched(engine, slice_: Slice, others=None):
@@ -319,9 +316,7 @@ def _follow(children: _Children, files: list, out_path: str) -> str | None:
                     return report["why"]
     except OSError as exc:
         children.stop()
-        from gateway.cli.common import UsageError
-        raise UsageError(f"error: cannot write matches to {out_path}: "
-                         f"{exc.strerror or exc}") from None
+        raise _write_error(out_path, exc) from None
     return None
 
 
@@ -342,41 +337,28 @@ def _copy(part, out, at: int, end: int) -> int:
 
 
 def _append(files: list, out_path) -> None:
-    """The slices' lines, in order, to ``out_path`` (stdout when None); a None in ``files``:
-    that slice's lines are in ``out_path`` already."""
+    """The slices' files, in order, to ``out_path`` (stdout when None)."""
     from gateway.cli.local import _open_output
-    if files[0] is None:
-        out, close = open(out_path, "r+b"), True     # (copy_file_range refuses O_APPEND)
-        out.seek(0, os.SEEK_END)
-    else:
-        out, close = _open_output(out_path, binary=True)
+    out, close = _open_output(out_path, binary=True)
+    target = out if close else getattr(sys.stdout, "buffer", None)
     try:
-        target = out if close else getattr(sys.stdout, "buffer", None)
-        for path in filter(None, files):
+        for path in files:
             with open(path, "rb") as part:
-                if target is None:
+                if target is None:                  # (a text stdout, e.g. a test's capture)
                     sys.stdout.write(part.read().decode())
                     continue
                 target.flush()
-                try:
-                    left = os.fstat(part.fileno()).st_size
-                    while left > 0:
-                        done = os.copy_file_range(part.fileno(), target.fileno(), left)
-                        if not done:
-                            break
-                        left -= done
-                    continue
-                except (AttributeError, OSError, ValueError):
-                    pass                            # no copy_file_range here: copy by hand
-                shutil.copyfileobj(part, target, 1 << 20)
+                _copy(part, target, 0, os.fstat(part.fileno()).st_size)
     except BrokenPipeError:
         raise                                       # (a closed stdout: as in one process)
     except OSError as exc:
-        from gateway.cli.common import UsageError
-        raise UsageError(f"error: cannot write matches to {out_path or 'stdout'}: "
-                         f"{exc.strerror or exc}") from None
+        raise _write_error(out_path or "stdout", exc) from None
     finally:
         if close:
             out.close()
         else:
             out.flush()
+
+
+def _write_error(out_path: str, exc: OSError) -> UsageError:
+    return UsageError(f"error: cannot write matches to {out_path}: {exc.strerror or exc}")
