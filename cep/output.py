@@ -29,22 +29,17 @@ _RETRACTED = b',"retracted":true'
 PIECE_LINES = 2048
 #: lines of a MatchBlock per Fragments piece (MatchLines.block with ``gather``)
 GATHER_LINES = 8192
-#: fragments per ``Fragments.sizes`` entry: what one os.writev call may take (Linux, POSIX)
-IOV_MAX = 1024
 
 
-class Fragments(tuple):
-    """Lines not joined: ``(fragments, sizes)``, the bytes objects that make them up in order
-    and the bytes of each run of IOV_MAX of them, to be written with ``os.writev`` (the kernel
-    gathers them: no copy into one buffer first). ``bytes(piece)`` joins them."""
+class Fragments(list):
+    """Lines not joined: the bytes objects that make them up, in order. ``bytes(piece)``
+    joins them; the writer thread does (gateway.cli.writer), so the producer never copies
+    a line."""
 
     __slots__ = ()
 
-    fragments = property(itemgetter(0))
-    sizes = property(itemgetter(1))
-
     def __bytes__(self) -> bytes:
-        return b"".join(self[0])
+        return b"".join(self)
 
 
 def _value(value) -> bytes:
@@ -214,13 +209,13 @@ class MatchLines:
         else:
             post = post + b"}}\n"
         columns = [c for c in (pre, mid, post) if c is not None]
-        rows = [block.last if column is mid else block.prefix for column in columns]
         parts = np.empty((n, len(columns)), dtype=object)
-        for c, (column, at) in enumerate(zip(columns, rows)):
-            parts[:, c] = column[at]
+        for c, column in enumerate(columns):
+            parts[:, c] = column[block.last if column is mid else block.prefix]
         self.counts[block.query] = self.counts.get(block.query, 0) + n
         if gather:
-            return _gathered(parts, columns, rows)
+            return [Fragments(parts[a:a + GATHER_LINES].ravel().tolist())
+                    for a in range(0, n, GATHER_LINES)]
         # joined in pieces: a fresh buffer for all of them costs more (page faults) than
         # pieces that the allocator reuses once written
         return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
@@ -234,21 +229,6 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
-
-
-def _gathered(parts, columns: list, rows: list) -> list:
-    """``parts`` (a line per row: ``columns[c][rows[c]]`` in column ``c``) as Fragments of
-    GATHER_LINES lines; the sizes from the byte lengths of each column's distinct fragments."""
-    import numpy as np
-    lengths = np.empty(parts.shape, dtype=np.int64)
-    for c, (column, at) in enumerate(zip(columns, rows)):
-        lengths[:, c] = np.fromiter(map(len, column), dtype=np.int64, count=len(column))[at]
-    out = []
-    for a in range(0, len(parts), GATHER_LINES):
-        flat = lengths[a:a + GATHER_LINES].ravel()
-        out.append(Fragments((parts[a:a + GATHER_LINES].ravel().tolist(), np.add.reduceat(
-            flat, np.arange(0, len(flat), IOV_MAX)).tolist())))
-    return out
 
 
 def _fragments(events: list):

@@ -444,3 +444,28 @@ def test_sample_queries_on_sample_ticks(tmp_path):
     assert set(counts) == {"dip_recovery", "rally", "clean_breakout"}
     assert all(10 <= n <= 20000 for n in counts.values()), counts
     assert summary["matches"] == sum(counts.values())
+
+
+def test_raycep_keeps_numpy_to_one_blas_thread(tmp_path, events_csv):
+    """numpy's OpenBLAS thread spins ~0.1 s after import and took a core from the match
+    writer: ``raycep`` starts it with OPENBLAS_NUM_THREADS=1 (a value the user set is kept),
+    so a run leaves the process with no thread but its own."""
+    if not os.path.isdir("/proc/self/task"):
+        pytest.fail("this test reads a process's threads from /proc (Linux)")
+    script = ("import os, sys, contextlib, io\n"
+              "from gateway.cli import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()):\n"
+              "    status = main(sys.argv[1:])\n"
+              "import numpy\n"
+              "print(status, os.environ.get('OPENBLAS_NUM_THREADS', '-'), "
+              "len(os.listdir('/proc/self/task')))\n")
+    argv = ["local", "--query", SEQ_AB, "--events", events_csv, "--out", tmp_path / "m.jsonl"]
+    for user, expected in ((None, "0 1 1"), ("2", "0 2")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        env["PYTHONPATH"] = str(ROOT)
+        if user is not None:
+            env["OPENBLAS_NUM_THREADS"] = user
+        proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split()[:len(expected.split())] == expected.split()

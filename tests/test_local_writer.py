@@ -137,24 +137,15 @@ def test_raycep_local_writes_the_same_lines_to_stdout_and_to_a_file(events, tmp_
     assert len(lines) - 1 > 1000
 
 
-def _fragments(lines: list, per_call: int = 3) -> Fragments:
-    """``lines`` cut into fragments of up to 5 bytes, with the sizes of runs of
-    ``per_call`` fragments (as cep.output makes them for IOV_MAX)."""
-    frags = [line[k:k + 5] for line in lines for k in range(0, len(line), 5)]
-    return Fragments((frags, [sum(map(len, frags[k:k + per_call]))
-                              for k in range(0, len(frags), per_call)]))
+def _fragments(lines: list) -> Fragments:
+    """``lines`` cut into fragments of up to 5 bytes (as cep.output leaves them unjoined)."""
+    return Fragments([line[k:k + 5] for line in lines for k in range(0, len(line), 5)])
 
 
-def test_fragments_are_written_in_order_with_the_bytes_around_them(tmp_path, monkeypatch):
-    """Fragments go to the file with os.writev, after what was written before them through
-    the stream's buffer and before what follows; a stream without a file descriptor gets
-    them joined."""
-    monkeypatch.setattr("gateway.cli.writer.IOV_MAX", 3)
+def test_fragments_are_written_in_order_with_the_bytes_around_them(tmp_path):
+    """Fragments are joined by the writer and go to the file after what was written before
+    them and before what follows, to a file or to a stream without a file descriptor."""
     lines = [f'{{"n":{k},"pad":"{"x" * (k % 7)}"}}\n'.encode() for k in range(200)]
-    calls = []
-    real = os.writev
-    monkeypatch.setattr("gateway.cli.writer.os.writev",
-                        lambda fd, parts: calls.append(len(parts)) or real(fd, parts))
     path = tmp_path / "out.jsonl"
     out = BackgroundWriter(open(path, "wb"), True)
     out.write(b"first\n")
@@ -164,28 +155,9 @@ def test_fragments_are_written_in_order_with_the_bytes_around_them(tmp_path, mon
     out.close()
     assert path.read_bytes() == b"first\n" + b"".join(lines[:120]) + b"middle\n" + \
         b"".join(lines[120:])
-    assert calls and max(calls) <= 3
     memory = io.BytesIO()
     memory.close = lambda: None
     out = BackgroundWriter(memory, True)
     out.write(_fragments(lines))
     out.close()
     assert memory.getvalue() == b"".join(lines)
-
-
-def test_a_short_gathered_write_is_finished(tmp_path, monkeypatch):
-    """os.writev may write less than asked (a pipe, a signal): the rest of that run is
-    written with plain writes, nothing lost or written twice."""
-    monkeypatch.setattr("gateway.cli.writer.IOV_MAX", 4)
-    real = os.writev
-
-    def short(fd, parts):                       # at most 7 bytes a call
-        data = b"".join(parts)[:7]
-        return real(fd, [data])
-    monkeypatch.setattr("gateway.cli.writer.os.writev", short)
-    lines = [f"line {k}\n".encode() for k in range(50)]
-    path = tmp_path / "short.jsonl"
-    out = BackgroundWriter(open(path, "wb"), True)
-    out.write(_fragments(lines, per_call=4))
-    out.close()
-    assert path.read_bytes() == b"".join(lines)

@@ -4,18 +4,17 @@ the next chunk on the second core. Pieces wait in a bounded queue, so a slow dis
 holds the producer back instead of filling memory; a failed write (disk full, closed pipe) is
 raised in the producer at its next write, flush or close, after which nothing more is taken.
 
-A piece is bytes, or cep.output.Fragments: lines left as the fragments they are made of,
-written with ``os.writev`` (the kernel gathers them; joining the W = 600 s lines into
-buffers first cost the producer ~18 ms of its ~90). A short writev (a pipe, a signal) is
-finished with plain writes; a stream without a file descriptor gets the fragments joined.
+A piece is bytes, or cep.output.Fragments: lines left as the fragments they are made of, joined
+here. Joining them in the producer cost it ~18 ms of its ~90 on the W = 600 s workload; handing
+them to ``os.writev`` (the kernel gathers, ~430 calls of 1,024 fragments) made that run 0.065 s
+where one join and one write per 8,192 lines here make it 0.052 s (benchmarks/PEERS_RESULTS.md).
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 
-from cep.output import IOV_MAX, Fragments
+from cep.output import Fragments
 from gateway.cli.common import UsageError
 
 #: pieces (bytes) waiting at most: ~2,048 lines each in raycep local
@@ -45,31 +44,11 @@ class BackgroundWriter:
                 if data is _STOP:
                     return
                 if self._error is None and not self._failed:
-                    if data.__class__ is Fragments:
-                        self._gather(data)
-                    else:
-                        write(data)
+                    write(b"".join(data) if data.__class__ is Fragments else data)
             except BaseException as exc:       # noqa: BLE001  (handed to the producer)
                 self._error = exc
             finally:
                 self._queue.task_done()
-
-    def _gather(self, piece: Fragments) -> None:
-        """Writes ``piece`` with os.writev, IOV_MAX fragments a call."""
-        try:
-            fd = self.stream.fileno()
-        except (AttributeError, OSError, ValueError):    # (not a file: joined)
-            self.stream.write(bytes(piece))
-            return
-        self.stream.flush()                 # what went through the stream's buffer first
-        fragments, step = piece.fragments, IOV_MAX
-        for k, size in enumerate(piece.sizes):
-            part = fragments[k * step:(k + 1) * step]
-            done = os.writev(fd, part)
-            if done < size:                 # a short write: the rest with plain writes
-                rest = memoryview(b"".join(part))[done:]
-                while rest:
-                    rest = rest[os.write(fd, rest):]
 
     def _check(self) -> None:
         if self._error is not None:
