@@ -10,16 +10,24 @@ machine gives it CPUs (``--workers``); ``--workers 1`` measures one process.
 
 The machine is shared and noisy: each repetition runs every system on the same events one
 after another, so each ratio compares like with like; the median of the repetitions is the
-figure to quote, with its range.
+figure to quote, with its range. compare.py leaves its directory of events and matches
+(~90 MB) in the system's temporary directory; it is removed after each repetition, so every
+repetition writes its matches into the same amount of free memory (on this VM a page the
+kernel's file cache has not used before costs several times more to write: 71 MB of matches
+took 0.04-0.16 s instead of 0.013 s once 1 GB of such files had piled up,
+benchmarks/PEERS_RESULTS.md).
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPARE = os.path.join(os.path.dirname(ROOT), "shared", "peers", "compare.py")
@@ -92,11 +100,14 @@ def summary(runs: list) -> list:
     return out
 
 
+def _leftovers() -> list:
+    """The directories compare.py makes (and leaves) in the system's temporary directory."""
+    return glob.glob(os.path.join(tempfile.gettempdir(), "peers-*"))
+
+
 def _with_workers(n: int) -> str:
     """An executable that runs ``raycep ... --workers n`` (compare.py takes the command to
     run as ``--raycep PATH``)."""
-    import shutil
-    import tempfile
     raycep = shutil.which("raycep") or f"{sys.executable} -m gateway.cli"
     path = os.path.join(tempfile.mkdtemp(prefix="raycep-workers-"), "raycep")
     with open(path, "w") as script:
@@ -129,7 +140,12 @@ def main(argv=None) -> int:
     runs = []
     for k in range(1, args.repeat + 1):
         print(f"--- run {k}/{args.repeat}: {' '.join(cmd)}", flush=True)
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        before = set(_leftovers())
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        finally:
+            for path in set(_leftovers()) - before:
+                shutil.rmtree(path, ignore_errors=True)
         sys.stdout.write(done.stdout)
         if done.returncode:
             sys.stderr.write(done.stderr[-2000:])

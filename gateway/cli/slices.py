@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cep.output import MatchLines
 from cep.slices import Slice, Unsliceable, cuts
 from gateway.cli.common import UsageError, err, terminable
-from gateway.cli.writer import BackgroundWriter
+from gateway.cli.writer import WRITE_BYTES, BackgroundWriter
 
 
 #: how long the parent waits for a slice's report between two copies of what it wrote
@@ -322,13 +322,14 @@ def _follow(children: _Children, files: list, out_path: str) -> str | None:
 
 def _copy(part, out, at: int, end: int) -> int:
     """Bytes ``at`` to ``end - 1`` of the file ``part`` to the end of ``out`` (in the kernel
-    where it can); returns ``end``."""
+    where it can, WRITE_BYTES a call); returns ``end``."""
     while at < end:
         try:
-            done = os.copy_file_range(part.fileno(), out.fileno(), end - at, at)
+            done = os.copy_file_range(part.fileno(), out.fileno(), min(end - at, WRITE_BYTES),
+                                      at)
         except (AttributeError, OSError):           # not here: by hand
             part.seek(at)
-            done = out.write(part.read(min(end - at, 1 << 20)))
+            done = out.write(part.read(min(end - at, WRITE_BYTES)))
             out.flush()
         if not done:
             raise OSError(f"{part.name} ended before byte {end}")

@@ -5,9 +5,10 @@ holds the producer back instead of filling memory; a failed write (disk full, cl
 raised in the producer at its next write, flush or close, after which nothing more is taken.
 
 A piece is bytes, or cep.output.Fragments: lines left as the fragments they are made of, joined
-here. Joining them in the producer cost it ~18 ms of its ~90 on the W = 600 s workload; handing
-them to ``os.writev`` (the kernel gathers, ~430 calls of 1,024 fragments) made that run 0.065 s
-where one join and one write per 8,192 lines here make it 0.052 s (benchmarks/PEERS_RESULTS.md).
+here and written WRITE_BYTES at a time. Joining them in the producer cost it ~18 ms of its ~90
+on the W = 600 s workload; handing them to ``os.writev`` (the kernel gathers, ~430 calls of
+1,024 fragments) made that run 0.065 s where a join per 8,192 lines here makes it 0.052 s
+(benchmarks/PEERS_RESULTS.md).
 """
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ import threading
 from cep.output import Fragments
 from gateway.cli.common import UsageError
 
-#: pieces (bytes) waiting at most: ~2,048 lines each in raycep local
+#: pieces waiting at most (raycep local: Fragments of up to 8,192 lines, cep.output)
 QUEUE_PIECES = 8
+#: bytes per write call at most. Writing the W = 600 s workload's 71 MB of matches 2.5 MB a
+#: call took the kernel 0.013-0.16 s on this VM, 1 MiB a call 0.013 s every time (16 MB a
+#: call: 0.13-0.16 s): a larger write seems to get the file's cache in 2 MiB blocks, which
+#: come from memory the VM gave back to its host (benchmarks/PEERS_RESULTS.md)
+WRITE_BYTES = 1 << 20
 _STOP = object()
 
 
@@ -44,7 +50,9 @@ class BackgroundWriter:
                 if data is _STOP:
                     return
                 if self._error is None and not self._failed:
-                    write(b"".join(data) if data.__class__ is Fragments else data)
+                    data = memoryview(b"".join(data) if data.__class__ is Fragments else data)
+                    for k in range(0, len(data), WRITE_BYTES):
+                        write(data[k:k + WRITE_BYTES])
             except BaseException as exc:       # noqa: BLE001  (handed to the producer)
                 self._error = exc
             finally:
