@@ -11,7 +11,8 @@
 Shared options and helpers live in ``gateway.cli.common``. A new subcommand is a module with
 ``add_parser(commands)`` (which sets ``func``) listed in ``SUBCOMMANDS``. Error policy (``main``):
 a user's mistake prints ``raycep: <message>`` on stderr and exits with status 2, never a
-traceback; a missing install extra names the extra; Ctrl-C exits 130.
+traceback; a missing install extra names the extra; Ctrl-C exits 130. Environment defaults
+for the process and what it starts (``ENVIRONMENT``) are set there too.
 """
 from __future__ import annotations
 
