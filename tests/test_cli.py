@@ -469,3 +469,19 @@ def test_raycep_keeps_numpy_to_one_blas_thread(tmp_path, events_csv):
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split()[:len(expected.split())] == expected.split()
+
+
+def test_matches_reach_a_stdout_without_a_byte_buffer(monkeypatch, events_csv):
+    """Standard output that takes only text (e.g. redirected to a StringIO) still gets every
+    match line, also when the writer hands them over in pieces of WRITE_BYTES."""
+    import contextlib
+    import io
+    monkeypatch.setattr("gateway.cli.writer.WRITE_BYTES", 16)
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        status = cli.main(["local", "--query", SEQ_AB, "--events", events_csv,
+                           "--workers", "1"])
+    assert status == 0
+    lines = text.getvalue().splitlines()
+    assert pairs([json.loads(line) for line in lines[:-1]]) == [(1, 10), (5, 10)]
+    assert json.loads(lines[-1])["matches"] == 2

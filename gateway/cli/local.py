@@ -380,10 +380,11 @@ class _StdoutBytes:
     """Writes bytes to standard output (``sys.stdout.buffer``, or the text stream when it has
     none, e.g. under a test's capture)."""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data) -> None:
+        """``data``: bytes or another bytes-like object (the writer's memoryview pieces)."""
         buffer = getattr(sys.stdout, "buffer", None)
         if buffer is None:
-            sys.stdout.write(data.decode())
+            sys.stdout.write(str(data, "utf-8"))
         else:
             buffer.write(data)
 

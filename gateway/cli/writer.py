@@ -43,20 +43,24 @@ class BackgroundWriter:
         self._thread.start()
 
     def _run(self) -> None:
-        write, get = self.stream.write, self._queue.get
+        get = self._queue.get
         while True:
             data = get()
             try:
                 if data is _STOP:
                     return
                 if self._error is None and not self._failed:
-                    data = memoryview(b"".join(data) if data.__class__ is Fragments else data)
-                    for k in range(0, len(data), WRITE_BYTES):
-                        write(data[k:k + WRITE_BYTES])
+                    self._put(data)
             except BaseException as exc:       # noqa: BLE001  (handed to the producer)
                 self._error = exc
             finally:
                 self._queue.task_done()
+
+    def _put(self, data) -> None:
+        """Writes ``data`` (bytes, or Fragments joined here) WRITE_BYTES at a time."""
+        view = memoryview(b"".join(data) if data.__class__ is Fragments else data)
+        for k in range(0, len(view), WRITE_BYTES):
+            self.stream.write(view[k:k + WRITE_BYTES])
 
     def _check(self) -> None:
         if self._error is not None:
