@@ -36,8 +36,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pause", type=float, default=2.0)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     args = ap.parse_args(argv)
-    data = (b'{"query":"q1","events":{}}\n' * 64) * (args.mb * 600)
-    data = data[:args.mb * 1_000_000]
+    line, size = b'{"query":"q1","events":{}}\n', args.mb * 1_000_000
+    data = (line * (size // len(line) + 1))[:size]
     times: dict = {step: [] for step in SIZES}
     for k in range(args.repeat):
         for step in SIZES:

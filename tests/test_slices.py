@@ -762,14 +762,20 @@ def _writer(path, chunks: list, why=None):
     return body
 
 
-def test_the_slices_files_are_appended_while_written(tmp_path):
-    """_follow appends each forked slice's file to the output after slice 0's lines, in slice
-    order, including what a slice writes after the copy began; nothing twice."""
+def _outputs(tmp_path):
+    """The output, holding slice 0's line, and two empty files for slices 1 and 2."""
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"slice 0\n")
     files = [tmp_path / "s1.jsonl", tmp_path / "s2.jsonl"]
     for path in files:
         path.write_bytes(b"")
+    return out, files
+
+
+def test_the_slices_files_are_appended_while_written(tmp_path):
+    """_follow appends each forked slice's file to the output after slice 0's lines, in slice
+    order, including what a slice writes after the copy began; nothing twice."""
+    out, files = _outputs(tmp_path)
     children = _Children()
     children.add(*_forked(_writer(files[0], [b"one a\n", b"one b\n", b"one c\n"])))
     children.add(*_forked(_writer(files[1], [b"two a\n", b"two b\n"])))
@@ -781,11 +787,7 @@ def test_the_slices_files_are_appended_while_written(tmp_path):
 def test_a_slice_that_cannot_stand_stops_the_appending(tmp_path):
     """A slice reports a reason: _follow returns it and ends the slices after it (the
     caller then runs the file again in one piece, which rewrites the output)."""
-    out = tmp_path / "out.jsonl"
-    out.write_bytes(b"slice 0\n")
-    files = [tmp_path / "s1.jsonl", tmp_path / "s2.jsonl"]
-    for path in files:
-        path.write_bytes(b"")
+    out, files = _outputs(tmp_path)
     children = _Children()
     children.add(*_forked(_writer(files[0], [b"one a\n"], why="copies or late events")))
     slow = _forked(lambda fd: __import__("time").sleep(600))
