@@ -430,7 +430,13 @@ class GroupManager(PatternManager):
         self.varying_texts = [f"{first.cq.conjuncts[k].text} ({len(t.entries)} constants, "
                               f"{t.kind})" for k, t in zip(varying, tables)] + \
             ([f"WITHIN ({len(windows)} windows)"] if self._windows is not None else [])
+        # a separable filter whose constant sits on the candidate's side reads the candidate
+        # through a getter built from the extreme constants (_loosest_getter): the compiled
+        # query is rebuilt when they change, or a member looser than the old extremes loses
+        # the candidates only it accepts
         shape = (varying, max(windows), tuple(tuple(t.separable) for t in tables),
+                 tuple((t.entries[0][0], t.entries[-1][0]) if t.kind == "ordered" else None
+                       for t in tables),
                  first.name if self.single else None)
         self._tables[:] = tables
         if shape != self._shape:

@@ -666,3 +666,34 @@ def test_a_member_leaving_with_pending_matches_leaves_the_others_theirs(mode, co
                    if f"v{k}" != gone and c > 0 for e in ("a0", "a05"))
     want[("late", frozenset({("b", "a05")}))] += 1
     assert results[0] == want
+
+
+RATIO = "PATTERN SEQ(A a, B b) WHERE b.x > a.x * {c} WITHIN 10 seconds"
+
+
+@pytest.mark.parametrize("order", ["strictest first", "loosest first", "shuffled"])
+def test_members_joining_one_by_one_keep_their_own_constants(order):
+    """Regression (the gateway lost matches of variants registered after the group's first
+    refresh): the constant sits on the candidate's side (``a.x * c``), where the group filters
+    ``a`` through a getter built from the extreme constants; a looser member that joins after
+    the group was first evaluated must widen it, in any registration order."""
+    constants = [f"{1 + k / 50:.2f}" for k in range(10)]          # 1.00 .. 1.18
+    if order == "strictest first":
+        constants.reverse()
+    elif order == "shuffled":
+        constants = [constants[k] for k in (4, 9, 1, 7, 0, 3, 8, 2, 6, 5)]
+    events = [ev("A", 1 + j * 0.1, f"a{j}", x=80 + 2 * j) for j in range(21)]
+    tail = [ev("B", 5 + j, f"b{j}", x=100 + 5 * j) for j in range(4)]
+    shared = Engine(sharing=True)
+    for k, c in enumerate(constants):
+        shared.add_query(RATIO.format(c=c), name=f"c{c}")
+        shared.process_many(events[2 * k:2 * k + 2])     # the group is evaluated between joins
+        shared.stats()
+    shared.process_many(events[20:])
+    got = matches_of(shared, tail)
+    assert len(shared.groups()) == 1, shared.groups()
+    for c in constants:
+        want = {frozenset({("a", a.id), ("b", b.id)}) for a in events for b in tail
+                if b.attrs["x"] > a.attrs["x"] * float(c)}
+        assert set(got.get(f"c{c}", ())) == want, c
+        assert all(n == 1 for n in got.get(f"c{c}", Counter()).values()), c
