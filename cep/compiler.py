@@ -16,7 +16,7 @@ from functools import cached_property
 from cep import ast
 from cep.errors import QueryValidationError
 from cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
-from cep.validate import conjuncts as split_conjuncts, finite, short_repr, validate
+from cep.validate import conjuncts as split_conjuncts, finite, short_repr, static_kind, validate
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,10 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
     if len(negated) > 1:
         raise QueryValidationError(
             f"a conjunct mentions several negated variables: {sorted(negated)}", text)
+    _check_param_conditions(expr, params, text)
     fn = compile_expr(expr, kleene, params, shift, text)
+    if static_kind(expr) is None:       # an attribute (or a parameter) used as a condition
+        fn = _boolean(fn)
     return Conjunct(expr=expr, vars=frozenset(used), negated=negated[0] if negated else None,
                     kleene_i=next(iter(i_vars)) if i_vars else None, p_min=p_min,
                     set_level=frozenset(set_level), max_first=max_first, fn=fn,
@@ -268,6 +271,36 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
                     separable=separable(expr, kleene, variables, params, text)
                     if not i_vars else {},
                     text=ast.expr_text(expr))
+
+
+def _boolean(fn):
+    """``fn`` whose value must be a boolean: anything else fails, i.e. the conjunct is false
+    (README "Predicates"), never Python truthiness (``WHERE a.price`` with price 5)."""
+    def condition(env, p):
+        value = fn(env, p)
+        if value is True or value is False:
+            return value
+        raise EvalFailure(f"expected a boolean, got {short_repr(value)}")
+    return condition
+
+
+def _check_param_conditions(expr, params, text) -> None:
+    """A parameter used as a condition (a conjunct, an operand of AND/OR/NOT) must be bound
+    to a boolean (a missing one is reported by compile_expr)."""
+    spots = [expr]
+    for node in ast.walk_expr(expr):
+        if isinstance(node, (ast.BoolAnd, ast.BoolOr)):
+            spots.extend(node.items)
+        elif isinstance(node, ast.BoolNot):
+            spots.append(node.item)
+    for node in spots:
+        if isinstance(node, ast.Param) and node.name in params \
+                and params[node.name].__class__ is not bool:
+            value = params[node.name]
+            line, col = node.pos or (None, None)
+            raise QueryValidationError(
+                f"parameter {node.name!r} is used as a condition, so it must be true or false, "
+                f"got {short_repr(value)} ({type(value).__name__})", text, line, col)
 
 
 def _dnf(node) -> list:

@@ -13,11 +13,11 @@ import math
 
 from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
-                     walk_expr, walk_pattern)
+                     expr_text, walk_expr, walk_pattern)
 from cep.errors import QueryValidationError
 
 __all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "short_repr",
-           "AGGREGATES"]
+           "static_kind", "AGGREGATES"]
 
 AGGREGATES = ("avg", "sum", "min", "max", "count")
 _COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=")
@@ -170,6 +170,62 @@ def _check_where(where, variables: dict, text) -> None:
         _check_node(node, variables, text)
     for conj in conjuncts(where):
         _check_conjunct(conj, variables, text)
+        _check_condition(conj, text)
+    for node in walk_expr(where):
+        if isinstance(node, (BoolAnd, BoolOr)):
+            for item in node.items:
+                _check_condition(item, text, node)
+        elif isinstance(node, BoolNot):
+            _check_condition(node.item, text, node)
+        elif isinstance(node, Compare):
+            _check_comparable(node, text)
+
+
+#: what a value of each Python kind is called in messages
+_KIND_NAMES = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+
+
+def static_kind(node) -> str | None:
+    """What ``node`` evaluates to whatever the events: "a boolean", "a number" or "a string";
+    None when only the events (an attribute) or the parameters can tell."""
+    if isinstance(node, Literal):
+        return _KIND_NAMES.get(node.value.__class__)
+    if isinstance(node, (Compare, BoolAnd, BoolOr, BoolNot)):
+        return "a boolean"
+    if isinstance(node, (Len, Aggregate, BinOp, Neg)):
+        return "a number"
+    return None
+
+
+def _check_condition(node, text, parent=None) -> None:
+    """A conjunct, an operand of AND/OR or the operand of NOT is a condition: it must be able
+    to be true or false (README "Predicates": a WHERE term that is not a boolean fails, so
+    one that can never be a boolean is refused here). An attribute or a parameter may hold a
+    boolean: that is checked when it is evaluated (a non-boolean is false)."""
+    kind = static_kind(node)
+    if kind is None or kind == "a boolean":
+        return
+    shown = expr_text(node)
+    where = "the operand of NOT" if isinstance(parent, BoolNot) else \
+        f"an operand of {'AND' if isinstance(parent, BoolAnd) else 'OR'}" if parent else \
+        "a WHERE condition"
+    hint = f" (compare it, e.g. {shown} > 0)" if kind == "a number" else \
+        f" (compare it with an attribute, e.g. a.x = {shown})" if kind == "a string" else ""
+    _fail(f"{where} must be true or false, but {shown} is always {kind}{hint}",
+          getattr(node, "pos", None), text)
+
+
+def _check_comparable(node: Compare, text) -> None:
+    """A comparison whose two sides are of kinds known here to differ (a number and a string)
+    or that orders booleans can never hold (README "Predicates": it fails on every
+    evaluation): refused here."""
+    left, right = static_kind(node.left), static_kind(node.right)
+    if left is not None and right is not None and left != right:
+        _fail(f"comparison {expr_text(node)} can never hold: it compares {left} with "
+              f"{right} (values of different kinds are not comparable)", node.pos, text)
+    if node.op in ("<", "<=", ">", ">=") and "a boolean" in (left, right):
+        _fail(f"comparison {expr_text(node)} can never hold: booleans have no order "
+              f"(use = or !=)", node.pos, text)
 
 
 def _declared(name, node, variables, text) -> EventVar:
