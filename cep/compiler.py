@@ -9,6 +9,7 @@ conjuncts that apply to it.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -178,6 +179,7 @@ def compile_query(query, params: dict | None = None) -> CompiledQuery:
         validate(query)
     params = dict(params or {})
     text = query.text
+    _check_params(query, params, text)
     window = _duration(query.within, params, text, "WITHIN")
     if window is None:
         raise QueryValidationError("missing WITHIN: every query needs a time window", text)
@@ -194,6 +196,43 @@ def compile_query(query, params: dict | None = None) -> CompiledQuery:
         conjuncts=conjuncts,
         positive_types=frozenset(v.type for v in variables.values() if not v.negated),
         negated_types=frozenset(v.type for v in variables.values() if v.negated))
+
+
+def _check_params(query, params: dict, text) -> None:
+    """Every parameter the query uses has a value; when one has none, the error also names
+    the given parameters that the query does not use, with the closest used name (a
+    misspelt ``treshold`` for ``threshold``). Unused parameters alone are no error: one
+    ``--param`` set serves several queries."""
+    used: dict = {}
+    clause: dict = {}
+    for d, what in ((query.within, "WITHIN"), (query.slide, "SLIDE")):
+        if d is not None and isinstance(d.amount, ast.Param):
+            used.setdefault(d.amount.name, d.amount)
+            clause.setdefault(d.amount.name, f" of {what}")
+    for node in ast.walk_expr(query.where):
+        if isinstance(node, ast.Param):
+            used.setdefault(node.name, node)
+    missing = [name for name in used if name not in params]
+    if not missing:
+        return
+    unknown = [name for name in params if name not in used]
+    node = used[missing[0]]
+    message = (f"parameter {missing[0]!r}{clause.get(missing[0], '')} has no value (pass "
+               f"params={{'{missing[0]}': ...}} or --param {missing[0]}=VALUE)")
+    if len(missing) > 1:
+        message += f"; also without a value: {', '.join(repr(m) for m in missing[1:])}"
+    if unknown:
+        hints = []
+        for name in unknown:
+            lower = {m.lower(): m for m in missing}
+            close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
+            hints.append(f"{name!r}" + (f" (did you mean {lower[close[0]]!r}?)" if close
+                                        else ""))
+        message += (f"; the query has no parameter{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(hints)} (its parameters: "
+                    f"{', '.join(repr(u) for u in used)})")
+    line, col = node.pos or (None, None)
+    raise QueryValidationError(message, text, line, col)
 
 
 def _duration(d, params, text, clause):

@@ -93,3 +93,32 @@ def test_a_parameter_used_as_a_condition_must_be_a_boolean():
         Engine().add_query(text, params={"on": 1})
     assert "parameter 'on' is used as a condition" in str(info.value)
     assert (info.value.line, info.value.column) == (1, 37)
+
+
+# --------------------------------------------------------------------------- parameters
+
+def test_a_misspelt_parameter_is_named_with_the_close_name():
+    text = "PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price + threshold WITHIN 10 seconds"
+    with pytest.raises(QueryValidationError) as info:
+        Engine().add_query(text, params={"treshold": 5})
+    message = str(info.value)
+    assert "parameter 'threshold' has no value" in message
+    assert "no parameter 'treshold' (did you mean 'threshold'?)" in message
+    assert (info.value.line, info.value.column) == (1, 57)
+
+
+def test_every_missing_parameter_and_every_unknown_one_is_named():
+    text = "PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price + lift WITHIN W"
+    with pytest.raises(QueryValidationError) as info:
+        Engine().add_query(text, params={"w": 5, "other": 1})
+    message = str(info.value)
+    assert "parameter 'W' of WITHIN has no value" in message
+    assert "also without a value: 'lift'" in message
+    assert "'w' (did you mean 'W'?)" in message and "'other'" in message
+
+
+def test_unused_parameters_alone_are_no_error():
+    """One ``--param`` set serves every query of ``raycep local``: a parameter one query does
+    not use is fine as long as the query's own parameters have values."""
+    text = "PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price + lift WITHIN 100 seconds"
+    assert_like_oracle(text, sample(), {"lift": 1, "unused": 2})
