@@ -1,7 +1,7 @@
 """Build queries in Python: the same :class:`cep.ast.Query` the parser makes from text.
 
     from cep.builder import seq, var, kleene, attr, next_, first, query
-    q = query(seq(var("a"), kleene("b"), var("c")),
+    q = query(seq(var(None, "a"), kleene(None, "b"), var(None, "c")),
               where=(attr("a", "price") < attr("b", "price"))
                     & (attr("b", "price") < next_("b", "price"))
                     & (attr("c", "price") < first("b", "price")),
@@ -16,17 +16,36 @@ does) and ``+ - * /`` (BinOp); plain numbers, strings and booleans become Litera
 Python's ``and``/``or``/``not`` and chained comparisons (``a < b < c``) cannot be overloaded:
 an ``E`` refuses to be used as a truth value, so such mistakes fail loudly.
 
+``where`` takes an expression built with these helpers, an AST node, or query text, which is
+parsed as the WHERE clause of the query language: ``where="[symbol] AND b.price < a.price"``
+is the same as the ``E`` expression (a string is never a string literal there; a literal
+string operand is ``attr("a", "s") == "x"`` or ``lit("x")``).
+
+Variables: ``var("Stock", "a")`` is ``Stock a`` (the event type first, then the name);
+``var(None, "a")`` is the untyped ``a``, which matches events of every type. A single
+argument is refused (``var("Stock")`` would otherwise be a variable named Stock of any type),
+and a name declared twice because type and name were swapped is reported as such.
+
 Durations: ``within=60`` is ``Duration(Literal(60), 1.0)``, i.e. ``WITHIN 60 seconds``;
-``within="W"`` is a parameter; ``within=(30, "minutes")`` is ``Duration(Literal(30), 60.0)``,
-i.e. ``WITHIN 30 minutes``. ``WITHIN 30 minutes`` and ``within=1800`` are the same window but
-not equal ASTs, so compare builder and parser output with the same unit.
+``within="10 seconds"`` (any amount and unit of the query language) is ``WITHIN 10 seconds``;
+``within="W"`` (an identifier) is a parameter, ``within="W minutes"`` too; ``within=(30,
+"minutes")`` is ``Duration(Literal(30), 60.0)``, i.e. ``WITHIN 30 minutes``; a
+``datetime.timedelta`` is its length in seconds. ``WITHIN 30 minutes`` and ``within=1800`` are
+the same window but not equal ASTs, so compare builder and parser output with the same unit.
+
+An argument of the wrong Python type raises ``TypeError`` naming the argument; a well-typed
+argument that means nothing (an unknown unit, a bad duration text) raises the query errors
+(``QuerySyntaxError``/``QueryValidationError``).
 """
 from __future__ import annotations
 
+import datetime
+
 from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
-                     Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq)
+                     Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
+                     event_vars, walk_expr)
 from cep.errors import QueryValidationError
-from cep.parser import UNITS
+from cep.parser import UNITS, _Parser, tokenize
 from cep.validate import validate
 
 __all__ = ["E", "seq", "and_", "or_", "var", "kleene", "neg", "attr", "nth", "first", "last",
@@ -143,37 +162,59 @@ class E:
 
 # --------------------------------------------------------------------------- patterns
 
+_PATTERNS = (EventVar, Seq, And, Or)
+_NO_NAME = object()
+
+
+def _children(func: str, children) -> tuple:
+    for k, child in enumerate(children):
+        if not isinstance(child, _PATTERNS):
+            raise TypeError(f"{func}() argument {k + 1} must be a pattern (var, kleene, neg, "
+                            f"seq, and_, or_), got {type(child).__name__}: {child!r}")
+    return tuple(children)
+
+
 def seq(*children) -> Seq:
-    return Seq(tuple(children))
+    return Seq(_children("seq", children))
 
 
 def and_(*children) -> And:
-    return And(tuple(children))
+    return And(_children("and_", children))
 
 
 def or_(*children) -> Or:
-    return Or(tuple(children))
+    return Or(_children("or_", children))
 
 
-def _leaf(type_or_name, name, kleene=False, negated=False) -> EventVar:
-    if name is None:                         # var("a") is the untyped leaf `a`
-        return EventVar(None, type_or_name, kleene, negated)
-    return EventVar(type_or_name, name, kleene, negated)
+def _leaf(func: str, type, name, kleene=False, negated=False) -> EventVar:
+    example = {"var": ("Stock", "a"), "kleene": ("Stock", "b"), "neg": ("Stock", "n")}[func]
+    if name is _NO_NAME:
+        raise TypeError(
+            f"{func}({type!r}) has one argument: {func}() takes the event type and the "
+            f"variable name, {func}({example[0]!r}, {example[1]!r}); a variable that matches "
+            f"every event type is {func}(None, {type!r})")
+    if type is not None and not isinstance(type, str):
+        raise TypeError(f"{func}() argument 'type' must be a string or None, got "
+                        f"{type.__class__.__name__}: {type!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"{func}() argument 'name' must be a string, got "
+                        f"{name.__class__.__name__}: {name!r}")
+    return EventVar(type, name, kleene, negated)
 
 
-def var(type_or_name: str, name: str | None = None) -> EventVar:
-    """``var("A", "a")`` is ``A a``; ``var("a")`` is the untyped ``a``."""
-    return _leaf(type_or_name, name)
+def var(type: str | None, name: str = _NO_NAME) -> EventVar:
+    """``var("A", "a")`` is ``A a``; ``var(None, "a")`` is the untyped ``a``."""
+    return _leaf("var", type, name)
 
 
-def kleene(type_or_name: str, name: str | None = None) -> EventVar:
-    """``kleene("B", "b")`` is ``B+ b[]``; ``kleene("b")`` is the untyped ``b+``."""
-    return _leaf(type_or_name, name, kleene=True)
+def kleene(type: str | None, name: str = _NO_NAME) -> EventVar:
+    """``kleene("B", "b")`` is ``B+ b[]``; ``kleene(None, "b")`` is the untyped ``b+``."""
+    return _leaf("kleene", type, name, kleene=True)
 
 
-def neg(type_or_name: str, name: str | None = None) -> EventVar:
+def neg(type: str | None, name: str = _NO_NAME) -> EventVar:
     """``neg("C", "c")`` is ``~C c``."""
-    return _leaf(type_or_name, name, negated=True)
+    return _leaf("neg", type, name, negated=True)
 
 
 # --------------------------------------------------------------------------- expressions
@@ -184,8 +225,16 @@ def _kindex(upto) -> KIndex | None:
     return KIndex("i", upto)
 
 
+def _strings(func: str, **args) -> None:
+    for arg, value in args.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{func}() argument {arg!r} must be a string, got "
+                            f"{value.__class__.__name__}: {value!r}")
+
+
 def attr(var: str, name: str, i: int | None = None, index: KIndex | None = None) -> E:
     """``attr("a", "x")`` is ``a.x``; ``i=-1`` gives ``a[i-1].x``, ``i=0`` gives ``a[i].x``."""
+    _strings("attr", var=var, name=name)
     return E(Attr(var, name, index if index is not None else _kindex(i)))
 
 
@@ -252,6 +301,12 @@ def count(var: str, attr: str | None = None, upto=None) -> E:
 
 def duration(amount, unit: str = "seconds") -> Duration:
     """``duration(30, "minutes")`` = ``WITHIN 30 minutes``; a str amount is a parameter."""
+    if not isinstance(unit, str):
+        raise TypeError(f"duration() argument 'unit' must be a string such as 'seconds', got "
+                        f"{unit.__class__.__name__}: {unit!r}")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float, str)):
+        raise TypeError(f"duration() argument 'amount' must be a number or a parameter name, "
+                        f"got {amount.__class__.__name__}: {amount!r}")
     if unit.lower() not in UNITS:
         raise QueryValidationError(f"unknown time unit {unit!r} "
                                    "(expected seconds, minutes, hours, days or milliseconds)")
@@ -259,27 +314,118 @@ def duration(amount, unit: str = "seconds") -> Duration:
     return Duration(value, UNITS[unit.lower()])
 
 
-def _duration(d) -> Duration | None:
+def _duration(d, arg: str) -> Duration | None:
     if d is None or isinstance(d, Duration):
         return d
     if isinstance(d, tuple) and len(d) == 2:
         return duration(*d)
-    if isinstance(d, bool) or not isinstance(d, (int, float, str)):
-        raise QueryValidationError(f"a window is seconds, a parameter name, (amount, unit) or a "
-                                   f"Duration, got {d!r}")
+    if isinstance(d, datetime.timedelta):
+        seconds = d.total_seconds()
+        return duration(int(seconds) if seconds.is_integer() else seconds)
+    if isinstance(d, str):
+        return _parse_duration(d, arg)
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        raise TypeError(f"query() argument {arg!r} must be seconds (a number), a text such as "
+                        f"'10 seconds', a parameter name, (amount, unit), a datetime.timedelta "
+                        f"or a Duration, got {d.__class__.__name__}: {d!r}")
     return duration(d)
+
+
+def _parse_duration(text: str, arg: str) -> Duration:
+    """``"10 seconds"``, ``"250 ms"``, ``"1.5 h"``, ``"10"`` (seconds), ``"W"`` (a parameter),
+    ``"W minutes"``: the query language's duration."""
+    parser = _Parser(text, tokenize(text))
+    d = parser.duration(arg.upper() if arg in ("within", "slide") else arg)
+    if parser.tok.kind != "eof":
+        raise parser.expected("the end of the duration (an amount and a unit, e.g. "
+                              "'10 seconds')")
+    return d
+
+
+def _where(where, pattern) -> tuple:
+    """``(expression or None, equivalence attributes, strategy or None)`` of ``where``."""
+    if where is None:
+        return None, (), None
+    if not isinstance(where, str):
+        if isinstance(where, E) or isinstance(where, (Literal, Param, Attr, Len, Aggregate,
+                                                      BinOp, Neg, Compare, BoolAnd, BoolOr,
+                                                      BoolNot, bool)):
+            return _node(where), (), None
+        raise TypeError(f"query() argument 'where' must be an expression (attr(...) < ..., "
+                        f"...), an AST node or query text, got {where.__class__.__name__}: "
+                        f"{where!r}")
+    parser = _Parser(where, tokenize(where))
+    try:
+        expr, equivalence, strategy = parser.where(pattern)
+    except RecursionError:
+        raise parser.error("condition nested too deeply") from None
+    if parser.tok.kind != "eof":
+        raise parser.expected("AND, OR, a comparison or the end of the condition")
+    return expr, equivalence, strategy
+
+
+def _swapped(pattern, where) -> None:
+    """``var("a", "Stock")`` declares a variable named Stock of type a: when that shows (a
+    name declared twice, or WHERE reading a "variable" that is a type), say so."""
+    leaves = event_vars(pattern)
+    names = [v.name for v in leaves]
+    used = {n.var for n in walk_expr(where) if isinstance(n, (Attr, Len, Aggregate))}
+    for v in leaves:
+        if v.type is None:
+            continue
+        twice = names.count(v.name) > 1
+        if twice or (v.type in used and v.type not in names):
+            func = "neg" if v.negated else "kleene" if v.kleene else "var"
+            why = (f"variable {v.name!r} is declared {names.count(v.name)} times" if twice else
+                   f"WHERE reads variable {v.type!r}, which the PATTERN has as an event type")
+            raise QueryValidationError(
+                f"{why}: {func}({v.type!r}, {v.name!r}) declares a variable named {v.name!r} "
+                f"of event type {v.type!r}; {func}() takes the event type first, then the "
+                f"name: did you mean {func}({v.name!r}, {v.type!r})?")
 
 
 def query(pattern, where=None, within=None, slide=None, equivalence=(),
           strategy: str = STRATEGIES[0], name: str | None = None) -> Query:
-    """Build and validate a Query (see the module docstring for ``within``/``slide``)."""
+    """Build and validate a Query (see the module docstring for ``where``, ``within`` and
+    ``slide``)."""
+    if not isinstance(pattern, _PATTERNS):
+        raise TypeError(f"query() argument 'pattern' must be a pattern (var, kleene, neg, seq, "
+                        f"and_, or_), got {pattern.__class__.__name__}: {pattern!r}")
     if isinstance(equivalence, str):
         equivalence = (equivalence,)
-    equiv: list = []
+    try:
+        equivalence = list(equivalence)
+    except TypeError:
+        raise TypeError(f"query() argument 'equivalence' must be an attribute name or a list "
+                        f"of them, got {equivalence.__class__.__name__}: {equivalence!r}") \
+            from None
     for a in equivalence:
+        if not isinstance(a, str):
+            raise TypeError(f"query() argument 'equivalence' must hold attribute names "
+                            f"(strings), got {a.__class__.__name__}: {a!r}")
+    if not isinstance(strategy, str):
+        raise TypeError(f"query() argument 'strategy' must be a string, got "
+                        f"{strategy.__class__.__name__}: {strategy!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"query() argument 'name' must be a string or None, got "
+                        f"{name.__class__.__name__}: {name!r}")
+    expr, more, where_strategy = _where(where, pattern)
+    if where_strategy is not None:
+        if strategy not in (STRATEGIES[0], where_strategy):
+            raise QueryValidationError(f"conflicting selection strategies: '{where_strategy}' "
+                                       f"in where and '{strategy}' in strategy")
+        strategy = where_strategy
+    equiv: list = []
+    for a in (*equivalence, *more):
         if a not in equiv:
             equiv.append(a)
-    q = Query(pattern=pattern, where=None if where is None else _node(where),
-              equivalence=tuple(equiv), within=_duration(within), slide=_duration(slide),
+    _swapped(pattern, expr)
+    q = Query(pattern=pattern, where=expr, equivalence=tuple(equiv),
+              within=_duration(within, "within"), slide=_duration(slide, "slide"),
               strategy=strategy, name=name)
-    return validate(q)
+    try:
+        return validate(q)
+    except QueryValidationError as exc:
+        if isinstance(where, str) and exc.line is not None:   # a node of the where text
+            raise QueryValidationError(exc.reason, where, exc.line, exc.column) from None
+        raise

@@ -43,7 +43,7 @@ def test_sase_query3():
 
 
 def test_rcep_query1():
-    q = query(seq(var("a"), kleene("b"), var("c")),
+    q = query(seq(var(None, "a"), kleene(None, "b"), var(None, "c")),
               where=(attr("a", "price") < attr("b", "price"))
               & (attr("b", "price") < next_("b", "price"))
               & (attr("c", "price") < first("b", "price")),

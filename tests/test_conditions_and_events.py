@@ -122,3 +122,115 @@ def test_unused_parameters_alone_are_no_error():
     not use is fine as long as the query's own parameters have values."""
     text = "PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price + lift WITHIN 100 seconds"
     assert_like_oracle(text, sample(), {"lift": 1, "unused": 2})
+
+
+# --------------------------------------------------------------------------- the builder
+
+from datetime import timedelta                                   # noqa: E402
+
+from cep import builder as b                                      # noqa: E402
+from cep.ast import Duration, Literal, Param                      # noqa: E402
+from cep.errors import QuerySyntaxError                           # noqa: E402
+
+PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE {} WITHIN 100 seconds"
+
+
+def pair():
+    return b.seq(b.var("Stock", "a"), b.var("Stock", "b"))
+
+
+def test_a_where_text_is_parsed_as_the_condition_not_taken_as_a_string():
+    built = b.query(pair(), where="b.price < a.price", within=100)
+    assert built == b.query(pair(), where=b.attr("b", "price") < b.attr("a", "price"),
+                            within=100)
+    assert built == parse_query(PAIR.format("b.price < a.price"))
+    events = sample()
+    eng = Engine()
+    eng.add_query(built, name="q")
+    got = {m.key() for m in eng.process_many(events) + eng.advance(float("inf"))}
+    assert got == oracle_matches(built, events) == assert_like_oracle(
+        PAIR.format("b.price < a.price"), events)
+    # equivalence tests and strategies of the WHERE clause work in the text too
+    keyed = b.query(pair(), where="[symbol] AND b.price < a.price", within=100)
+    assert keyed == parse_query(PAIR.format("[symbol] AND b.price < a.price"))
+    nxt = b.query(pair(), where="skip_till_next_match(a, b) { b.price < a.price }", within=100)
+    assert nxt.strategy == "skip_till_next_match" and nxt.where == built.where
+
+
+def test_a_where_text_that_is_wrong_points_into_the_text():
+    with pytest.raises(QuerySyntaxError) as info:
+        b.query(pair(), where="b.price < < a.price", within=100)
+    assert (info.value.line, info.value.column) == (1, 11)
+    assert "b.price < < a.price" in info.value.excerpt
+    with pytest.raises(QueryValidationError) as info:
+        b.query(pair(), where="b.price < 1 AND 'abc'", within=100)
+    assert (info.value.line, info.value.column) == (1, 17)
+    assert "b.price < 1 AND 'abc'" in info.value.excerpt
+    with pytest.raises(QueryValidationError, match="variable 'z' is not declared"):
+        b.query(pair(), where="z.price > 1", within=100)
+
+
+def test_var_needs_a_type_and_a_name():
+    with pytest.raises(TypeError, match=r"var\('Stock'\) has one argument.*var\(None, 'Stock'\)"):
+        b.var("Stock")
+    with pytest.raises(TypeError, match=r"kleene\('b'\) has one argument"):
+        b.kleene("b")
+    with pytest.raises(TypeError, match="argument 'name' must be a string"):
+        b.var("Stock", 1)
+    with pytest.raises(TypeError, match="argument 'type' must be a string or None"):
+        b.neg(3, "n")
+    untyped = b.query(b.seq(b.var(None, "a"), b.var(None, "b")), within=100)
+    assert untyped == parse_query("PATTERN SEQ(a, b) WITHIN 100 seconds")
+
+
+def test_swapped_type_and_name_are_reported_as_such():
+    swapped = b.seq(b.var("a", "Stock"), b.var("b", "Stock"))
+    with pytest.raises(QueryValidationError,
+                       match=r"declared 2 times.*did you mean var\('Stock', 'a'\)\?"):
+        b.query(swapped, within=100)
+    with pytest.raises(QueryValidationError,
+                       match=r"WHERE reads variable 'a'.*did you mean var\('Stock', 'a'\)\?"):
+        b.query(b.seq(b.var("a", "Stock"), b.var("Stock", "b")), where="a.price < b.price",
+                within=100)
+
+
+@pytest.mark.parametrize("given, text", [
+    ("10 seconds", "10 seconds"), ("250 ms", "250 ms"), ("1.5 h", "1.5 hours"),
+    ("10", "10 seconds"), ("W", "W"), ("W minutes", "W minutes"),
+    (timedelta(seconds=10), "10 seconds"), (timedelta(milliseconds=1500), "1.5 seconds"),
+])
+def test_windows_from_text_and_timedelta(given, text):
+    want = parse_query(f"PATTERN Stock a WITHIN {text}").within
+    assert b.query(b.var("Stock", "a"), within=given).within == want
+
+
+def test_a_duration_text_that_is_no_duration_is_refused():
+    with pytest.raises(QuerySyntaxError, match="unknown time unit 'parsecs'"):
+        b.query(b.var("Stock", "a"), within="10 parsecs")
+    with pytest.raises(QuerySyntaxError, match="end of the duration"):
+        b.query(b.var("Stock", "a"), within="10 seconds please")
+    with pytest.raises(QuerySyntaxError, match="a duration after SLIDE"):
+        b.query(b.var("Stock", "a"), within=10, slide="")
+    assert b.query(b.var("Stock", "a"), within="W").within == Duration(Param("W"), 1.0)
+    assert b.query(b.var("Stock", "a"), within=timedelta(minutes=1)).within == \
+        Duration(Literal(60), 1.0)
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda: b.query(pair(), within=[10]), "'within'"),
+    (lambda: b.query(pair(), within=10, slide=object()), "'slide'"),
+    (lambda: b.query(pair(), where=5, within=10), "'where'"),
+    (lambda: b.query("PATTERN Stock a WITHIN 10", within=10), "'pattern'"),
+    (lambda: b.query(pair(), within=10, equivalence=5), "'equivalence'"),
+    (lambda: b.query(pair(), within=10, equivalence=["symbol", 1]), "'equivalence'"),
+    (lambda: b.query(pair(), within=10, strategy=1), "'strategy'"),
+    (lambda: b.query(pair(), within=10, name=5), "'name'"),
+    (lambda: b.attr(1, "price"), "'var'"),
+    (lambda: b.attr("a", None), "'name'"),
+    (lambda: b.duration(5, 60), "'unit'"),
+    (lambda: b.duration([5]), "'amount'"),
+    (lambda: b.seq("a", b.var("Stock", "b")), "argument 1"),
+])
+def test_wrong_argument_types_raise_type_error_naming_the_argument(call, argument):
+    with pytest.raises(TypeError, match=argument):
+        call()
