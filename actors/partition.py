@@ -68,9 +68,12 @@ class PartitionWorker:
                  sharing: bool = True, checkpoint_dir: str | None = None,
                  checkpoint_every: int = CHECKPOINT_EVERY,
                  checkpoint_seconds: float = CHECKPOINT_SECONDS,
-                 fsync: bool = False):
+                 fsync: bool = False, retain: float = 0.0):
         self.partition = partition
-        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing)
+        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing,
+                             retain=retain)
+        self.retain = self.engine.retain
+        self._evicted_at = None                      # the engine clock of the last eviction
         self._lines = MatchLines()
         self.rates = RateTracker(rate_horizon)
         self.remember_batches = remember_batches
@@ -172,6 +175,9 @@ class PartitionWorker:
         else:                                   # a column batch: Events only where used
             self.rates.observe_runs(rows.types, rows.times)
             matches = engine.process_columns(rows, source=source)
+        if engine.clock != self._evicted_at:    # the tail of the batch too (issue 33: an
+            engine.evict()                       # idle actor keeps only what windows need)
+            self._evicted_at = engine.clock
         self._recent[ident] = None
         if len(self._recent) > self.remember_batches:
             self._recent.popitem(last=False)
@@ -291,13 +297,15 @@ class PartitionWorker:
     def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
         worker = cls(snap["partition"], snap["engine"]["key_attr"], settings,
                      outbox=snap["outbox"] is not None,
-                     outbox_capacity=snap.get("outbox_capacity", 100_000))
+                     outbox_capacity=snap.get("outbox_capacity", 100_000),
+                     retain=snap["engine"].get("retain", 0.0))
         worker._adopt(snap, settings)
         return worker
 
     def _adopt(self, snap: dict, settings=None) -> None:
         """Take over the state of a snapshot."""
         self.engine = Engine.restore(snap["engine"], settings)
+        self.engine.retain = self.retain         # this actor's setting, not the saved one
         self._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]

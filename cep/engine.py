@@ -45,11 +45,24 @@ BULK_TRIGGERS = 2
 _TYPE, _TS = attrgetter("type"), attrgetter("ts")
 
 
+def check_retain(retain) -> float:
+    """A retention (``Engine(retain=...)``, ``raycep serve --retain``): seconds of event time
+    the index keeps behind the watermark even when no query needs them, so a query
+    registered later finds that much history (its first matches may use events from before
+    its registration). A finite number >= 0; 0 (the default) keeps only what the registered
+    queries' windows need, and nothing with no query."""
+    if isinstance(retain, bool) or not isinstance(retain, (int, float)) \
+            or not (0 <= retain < math.inf):
+        raise CepError(f"retain must be a finite number of seconds >= 0, got {retain!r}")
+    return float(retain)
+
+
 class Engine:
     def __init__(self, key_attr: str | None = None, settings: ManagerSettings | None = None,
                  retention_slack: float = 0.0, disorder: DisorderSettings | None = None,
-                 mode: str | None = None, sharing: bool = True):
+                 mode: str | None = None, sharing: bool = True, retain: float = 0.0):
         self.sharing = sharing
+        self.retain = check_retain(retain)
         self.disorder = DisorderTracker(disorder)
         self.index = SharedEventIndex(key_attr, self.disorder.settings.remember_ids)
         self._prefixes = SharedPrefixes(self.index)   # shared sub-patterns (cep.prefixes)
@@ -187,9 +200,11 @@ class Engine:
 
     @property
     def horizon(self) -> float:
-        """How far behind the clock events are kept: the largest window (+ slide, + slack)."""
-        return max((m.cq.window + (m.cq.slide or 0.0) for m in self._evaluators.values()),
+        """How far behind the clock events are kept: the largest window (+ slide, + slack),
+        and at least ``retain`` seconds (0 with no query and no retention: nothing is kept)."""
+        need = max((m.cq.window + (m.cq.slide or 0.0) for m in self._evaluators.values()),
                    default=0.0) + self.retention_slack
+        return need if need >= self.retain else self.retain
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event, source: str = DEFAULT_SOURCE) -> list:
@@ -553,14 +568,30 @@ class Engine:
     def evict(self) -> int:
         """Drop events no registered query can use any more: those a window before the
         watermark (two windows for optimistic queries with deferred negation, whose
-        corrections re-read one window on either side of a late event)."""
-        if not self.managers or not math.isfinite(self.clock):
+        corrections re-read one window on either side of a late event), but never those of
+        the last ``retain`` seconds. With no query and no retention every event up to the
+        watermark goes (and a later copy of one is recognised as a duplicate or reported
+        late, never indexed again).
+
+        Called every EVICT_EVERY events inserted (``process``, and where bulk runs are cut
+        in ``process_many`` / ``process_columns``), at each finite ``advance``, and by the
+        partition actors after each batch."""
+        if not math.isfinite(self.clock):
+            return 0
+        kept = min(self.clock, self.disorder.watermark)
+        if not math.isfinite(kept):
             return 0
         reach = max((m.cq.window for m in self._optimistic if m.has_deferred), default=0.0)
-        kept = min(self.clock, self.disorder.watermark)
-        cutoff = kept - self.horizon - reach
-        if kept > self._kept_from:
-            self._kept_from = kept
+        horizon = self.horizon
+        if not self._evaluators and not horizon:
+            cutoff = math.nextafter(kept, math.inf)      # no query: keep nothing
+            floor = cutoff
+        else:
+            cutoff = floor = kept - horizon - reach
+            if kept > floor:
+                floor = kept
+        if floor > self._kept_from:
+            self._kept_from = floor
         for m in self._evaluators.values():
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
@@ -626,6 +657,7 @@ class Engine:
         self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
+            "retain": self.retain,
             "events": list(self.index.events()),
             "evicted": self.index.evicted_events() if evicted else None,
             "front": self.front,
@@ -647,7 +679,7 @@ class Engine:
     @classmethod
     def restore(cls, snap: dict, settings: ManagerSettings | None = None) -> "Engine":
         engine = cls(snap["key_attr"], settings, disorder=snap["settings"], mode=snap["mode"],
-                     sharing=snap["sharing"])
+                     sharing=snap["sharing"], retain=snap.get("retain", 0.0))
         queries = snap["queries"]
         for group in snap["evaluators"]:         # each group rebuilt in its join order
             for name in group["queries"]:

@@ -20,6 +20,7 @@ from actors.partition import PartitionWorker
 from actors.recovery import CheckpointSettings, claim
 from actors.routing import GLOBAL
 from cep.disorder import DisorderSettings, check_mode
+from cep.engine import check_retain
 from gateway.server.http import GatewayServer
 from gateway.server.service import GatewaySettings
 from planner.service import PlannerService
@@ -77,7 +78,8 @@ class RayCluster:
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
                  num_cpus: int | None = None, disorder: DisorderSettings | None = None,
-                 mode: str | None = None, checkpoint: CheckpointSettings | None = None):
+                 mode: str | None = None, checkpoint: CheckpointSettings | None = None,
+                 retain: float = 0.0):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
@@ -87,6 +89,7 @@ class RayCluster:
         self.address = address
         self.num_cpus = num_cpus
         self.checkpoint = checkpoint
+        self.retain = check_retain(retain)
         self.handles: dict = {}           # routing target -> RayHandle of its actor
         self.planner = None               # RayHandle
         self.gateway = None               # RayHandle
@@ -118,7 +121,7 @@ class RayCluster:
                 name=actor_name(t), namespace=NAMESPACE, get_if_exists=True,
                 scheduling_strategy=place, **restarts).remote(
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
-                disorder=self.disorder, mode=self.mode, **durable))
+                disorder=self.disorder, mode=self.mode, retain=self.retain, **durable))
         # the planner's state is soft (statistics, current plans): a restarted planner is
         # given the queries again by the gateway (GatewayService._converge_planner)
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
@@ -195,12 +198,13 @@ class InProcessCluster:
     def __init__(self, partitions: int = 2, key_attr: str | None = None,
                  settings: GatewaySettings = GatewaySettings(),
                  disorder: DisorderSettings | None = None, mode: str | None = None,
-                 checkpoint: CheckpointSettings | None = None):
+                 checkpoint: CheckpointSettings | None = None, retain: float = 0.0):
         self.key_attr = key_attr
         self.settings = settings
         if checkpoint is not None:
             claim(checkpoint.directory, partitions, key_attr)
         self._worker_args = dict(outbox=True, disorder=disorder, mode=mode,
+                                 retain=check_retain(retain),
                                  **(checkpoint.worker_options() if checkpoint else {}))
         self.workers = {t: PartitionWorker(f"p{t}" if t != GLOBAL else GLOBAL, key_attr,
                                            **self._worker_args)

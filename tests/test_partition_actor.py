@@ -171,7 +171,9 @@ def test_report_has_the_shape_planner_service_takes():
     rep = w.report()
     entry = rep["seq"]
     assert set(entry) == {"rates", "tested", "passed", "keys"}
-    assert set(entry["rates"]) == {"A", "B", "C"} and entry["keys"] == 4
+    # keys: those with events in the window (the actor evicts after each batch, issue 33)
+    assert set(entry["rates"]) == {"A", "B", "C"}
+    assert 1 <= entry["keys"] == w.engine.index.partitions() <= 4
     assert entry["tested"][0] > 0 and 0 <= entry["passed"][0] <= entry["tested"][0]
     service = PlannerService()
     service.register("seq", SEQ3, partitioned=True)

@@ -50,6 +50,12 @@ def add_parser(commands) -> None:
     serve.add_argument("--no-checkpoints", action="store_true",
                        help="keep state in memory only: a crashed actor stays down and its "
                             "events and matches are lost")
+    serve.add_argument("--retain", type=float, default=0.0, metavar="SECONDS",
+                       help="seconds of event time each actor keeps behind its watermark "
+                            "even when no query needs them, so a query registered later "
+                            "finds that much history (its first matches may use events from "
+                            "before its registration); default 0: only what the registered "
+                            "queries' windows need, nothing with no query")
     serve.add_argument("--matches-jsonl", default=None, metavar="FILE",
                        help="also append every match to this JSON-lines file")
     serve.add_argument("--match-capacity", type=int, default=10_000, metavar="N",
@@ -107,6 +113,9 @@ def run_serve(args) -> int:
     if args.wait_for_nodes < 1 or not args.wait_for_nodes_timeout >= 0:
         err("error: --wait-for-nodes must be >= 1 and --wait-for-nodes-timeout >= 0")
         return 2
+    if not 0 <= args.retain < float("inf"):
+        err("error: --retain must be a finite number of seconds >= 0")
+        return 2
     checkpoint = None
     if not args.no_checkpoints:
         if args.checkpoint_every < 1 or not args.checkpoint_seconds > 0:
@@ -123,7 +132,7 @@ def run_serve(args) -> int:
             return 2
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode,
-                         checkpoint=checkpoint)
+                         checkpoint=checkpoint, retain=args.retain)
     note(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway ...")
     url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)

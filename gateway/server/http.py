@@ -394,10 +394,20 @@ class GatewayServer:
         return self.url
 
     async def _drain_loop(self):
+        """Move the actors' outboxes to the store: every ``drain_every`` s while records move,
+        the pause doubling up to ``drain_idle`` s while none do (issue 33: a 20 ms poll of
+        every actor kept an idle cluster at ~0.27 cores). The gateway's own ingest and
+        advance drain before they answer; this loop picks up what producers that write to
+        the actors directly (Spark, ``raycep ingest``) cause."""
+        fast = self.settings.drain_every
+        slow = max(fast, self.settings.drain_idle)
+        pause = fast
         while True:
-            moved = await self.service.drain_all()
-            if not moved:
-                await asyncio.sleep(self.settings.drain_every)
+            if await self.service.drain_all():
+                pause = fast
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, slow)
 
     async def _plan_loop(self):
         while True:

@@ -48,7 +48,11 @@ class GatewaySettings:
     registry_path: str | None = None
     match_capacity: int = 10_000
     matches_jsonl: str | None = None
-    drain_every: float = 0.02          # seconds between outbox drains when idle
+    drain_every: float = 0.02          # seconds between outbox drains while matches move
+    #: the longest pause between two drains while nothing moves (the pause doubles from
+    #: drain_every up to this): how late matches caused by producers that write to the actors
+    #: directly reach the store after a quiet spell; the gateway's own ingest drains at once
+    drain_idle: float = 1.0
     plan_every: float = 2.0            # seconds between planner rounds (0: never)
     drain_limit: int = 10_000
     #: the largest request body (bytes); a larger one is answered 413 (--max-body-bytes)
@@ -618,8 +622,8 @@ class GatewayService:
         """One planner round: collect every actor's statistics (concurrently), hand them to the
         planner in one call, install the plans it returns on each query's actors. An
         unreachable actor is left out of the round (logged); the others go on."""
-        if self.planner is None:
-            return {}
+        if self.planner is None or not self._scopes:
+            return {}                     # no query: nothing to plan (an idle cluster idles)
         await self._converge_planner()
         targets = list(self.targets)
         reports = await asyncio.gather(*(self._call(t, "report") for t in targets),

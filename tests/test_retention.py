@@ -1,0 +1,145 @@
+"""What the index keeps (issue 33 section 2): only what the registered queries' windows need,
+nothing with no query, or the last ``retain`` seconds (``raycep serve --retain``), on every
+ingest path: ``process``, ``process_many``, ``process_columns``, a partition actor's encoded
+batches, and the cluster through the Python client."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from actors.partition import PartitionWorker
+from cep.batch import ColumnBatch
+from cep.codec import encode_batch
+from cep.engine import Engine
+from cep.errors import CepError
+from cep.event import Event
+from gateway.client import connect
+from gateway.runtime import InProcessCluster
+from gateway.server.service import GatewaySettings
+
+PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > a.price WITHIN 2 seconds"
+
+
+def ticks(n: int, start: float = 0.0, symbols: int = 7) -> list:
+    return [Event("Stock", start + i / 100, {"symbol": f"S{i % symbols}",
+                                             "price": float(i % 13)}, key=f"S{i % symbols}")
+            for i in range(n)]
+
+
+def feed(engine: Engine, events: list, path: str) -> list:
+    if path == "process":
+        out = []
+        for ev in events:
+            out += engine.process(ev)
+        return out
+    if path == "process_many":
+        return engine.process_many(events)
+    return engine.process_columns(ColumnBatch.from_events(events))
+
+
+PATHS = ("process", "process_many", "process_columns")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_with_no_query_the_engine_keeps_nothing(path):
+    eng = Engine(key_attr="symbol")
+    feed(eng, ticks(20_000), path)
+    stats = eng.stats()
+    # evicted as it goes (at most one eviction interval behind), and nothing after evict()
+    assert stats["buffered"] < 4096 + 1 and stats["evicted"] >= 20_000 - 4096
+    eng.evict()
+    assert eng.stats()["buffered"] == 0 and eng.stats()["evicted"] == 20_000
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_small_window_keeps_about_one_window(path):
+    eng = Engine(key_attr="symbol")
+    eng.add_query(PAIR, name="pair")
+    feed(eng, ticks(20_000), path)
+    eng.evict()
+    # 2 seconds at 100 events a second, the events at the cutoff included
+    assert 200 <= eng.stats()["buffered"] <= 201
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_retain_keeps_that_much_history_with_no_query(path):
+    eng = Engine(key_attr="symbol", retain=5.0)
+    feed(eng, ticks(20_000), path)
+    eng.evict()
+    assert 500 <= eng.stats()["buffered"] <= 501
+    # a query's window larger than the retention: the window wins
+    eng.add_query(PAIR.replace("2 seconds", "10 seconds"), name="wide")
+    feed(eng, ticks(3000, start=200.0), path)
+    eng.evict()
+    assert 1000 <= eng.stats()["buffered"] <= 1001
+
+
+def test_retain_must_be_a_finite_number_of_seconds():
+    for bad in (-1, math.inf, math.nan, "5", True):
+        with pytest.raises(CepError, match="retain"):
+            Engine(retain=bad)
+
+
+def test_a_copy_of_an_evicted_event_is_still_a_duplicate_with_no_query():
+    eng = Engine(key_attr="symbol")
+    events = ticks(100)
+    eng.process_many(events)
+    eng.evict()
+    assert eng.stats()["buffered"] == 0
+    assert eng.process_many([events[-1], events[50]]) == []
+    stats = eng.stats()
+    assert stats["duplicates"] == 2 and stats["buffered"] == 0 and stats["events"] == 100
+
+
+def test_the_actor_keeps_nothing_after_each_batch_with_no_query():
+    w = PartitionWorker("p0", "symbol", outbox=True)
+    events = ticks(10_000)
+    for i in range(0, len(events), 500):
+        ack = w.ingest(encode_batch(events[i:i + 500], "s", f"b{i}"))
+        assert ack["events"] == 500
+        assert w.stats()["buffered"] == 0            # after every batch, not every 4096
+    assert w.stats()["evicted"] == 10_000
+
+
+def test_with_retention_a_new_query_matches_events_from_before_its_registration():
+    """The documented consequence of ``retain``: a query registered later finds the retained
+    history, so its first matches may pair events that arrived before it was registered;
+    without retention it sees only what arrives after."""
+    def first_matches(retain: float) -> list:
+        w = PartitionWorker("p0", "symbol", retain=retain)
+        w.ingest(encode_batch([Event("Stock", 1.0, {"symbol": "X", "price": 1.0}, key="X")],
+                              "s", "b1"))
+        w.add_query("pair", PAIR)
+        ack = w.ingest(encode_batch(
+            [Event("Stock", 1.5, {"symbol": "X", "price": 2.0}, key="X")], "s", "b2"))
+        return [[e["ts"] for e in m["events"].values()] if isinstance(m["events"], dict)
+                else m for m in ack["matches"]]
+    assert first_matches(0.0) == []
+    found = first_matches(10.0)
+    assert len(found) == 1 and sorted(found[0]) == [1.0, 1.5]
+
+
+def test_the_cluster_with_no_query_buffers_nothing_after_the_stream(tmp_path):
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "r.sqlite"), plan_every=0)
+    with InProcessCluster(2, "symbol", settings) as cluster:
+        client = connect(cluster.url)
+        rows = [{"type": "Stock", "ts": i / 100, "symbol": f"S{i % 50}", "price": 1.0}
+                for i in range(20_000)]
+        for i in range(0, len(rows), 500):
+            client.send(rows[i:i + 500])
+        actors = client.stats()["actors"]
+        assert sum(a["events"] for a in actors.values()) == 20_000
+        assert sum(a["buffered"] for a in actors.values()) == 0
+        assert sum(a["evicted"] for a in actors.values()) == 20_000
+
+
+def test_the_cluster_keeps_the_retention(tmp_path):
+    settings = GatewaySettings(port=0, registry_path=str(tmp_path / "r.sqlite"), plan_every=0)
+    with InProcessCluster(2, "symbol", settings, retain=3.0) as cluster:
+        client = connect(cluster.url)
+        rows = [{"type": "Stock", "ts": i / 100, "symbol": f"S{i % 50}", "price": 1.0}
+                for i in range(5_000)]
+        client.send(rows)
+        buffered = sum(a["buffered"] for a in client.stats()["actors"].values())
+        assert 300 <= buffered <= 302      # each actor keeps the events at its cutoff
