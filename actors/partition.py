@@ -78,6 +78,8 @@ class PartitionWorker:
         self.rates = RateTracker(rate_horizon)
         self.remember_batches = remember_batches
         self._recent: OrderedDict = OrderedDict()   # (source, batch_id) -> None, oldest first
+        self._recent_added = 0                      # batch ids ever added to _recent
+        self._recent_saved = 0                      # ... when the last checkpoint was written
         self._reported: dict = {}                   # query -> [(tested, passed)] at last report
         self.batches = 0
         self.redelivered = 0
@@ -95,6 +97,7 @@ class PartitionWorker:
         if checkpoint_dir is not None:
             self.durable = DurableLog(checkpoint_dir, partition, checkpoint_every,
                                       checkpoint_seconds, fsync)
+            self.engine.journal = []                # what a checkpoint saves: the changes
             self._recover()
 
     # ---------------------------------------------------------------- queries
@@ -179,6 +182,7 @@ class PartitionWorker:
             engine.evict()                       # idle actor keeps only what windows need)
             self._evicted_at = engine.clock
         self._recent[ident] = None
+        self._recent_added += 1
         if len(self._recent) > self.remember_batches:
             self._recent.popitem(last=False)
         self.batches += 1
@@ -282,12 +286,15 @@ class PartitionWorker:
                    checkpoint=self.durable.stats() if self.durable is not None else None)
         return out
 
-    def snapshot(self, evicted: bool = True) -> dict:
+    def snapshot(self, evicted: bool = True, events: bool = True,
+                 recent: bool = True) -> dict:
         """The worker's state (engine snapshot, outbox, remembered batch ids, counters), to
-        continue elsewhere with ``PartitionWorker.restore``; picklable. ``evicted=False``:
-        without the remembered evicted events (a checkpoint writes them apart)."""
-        return {"partition": self.partition, "engine": self.engine.snapshot(evicted),
-                "recent": list(self._recent), "batches": self.batches,
+        continue elsewhere with ``PartitionWorker.restore``; picklable. ``evicted=False``,
+        ``events=False``, ``recent=False``: without the remembered evicted events, the
+        buffered events, the remembered batch ids (a checkpoint writes them apart,
+        incrementally)."""
+        return {"partition": self.partition, "engine": self.engine.snapshot(evicted, events),
+                "recent": list(self._recent) if recent else None, "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
                 "outbox": list(self.outbox) if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
@@ -306,7 +313,10 @@ class PartitionWorker:
         """Take over the state of a snapshot."""
         self.engine = Engine.restore(snap["engine"], settings)
         self.engine.retain = self.retain         # this actor's setting, not the saved one
-        self._recent = OrderedDict((tuple(i), None) for i in snap["recent"])
+        self._recent = OrderedDict((tuple(i), None) for i in snap["recent"] or ())
+        while len(self._recent) > self.remember_batches:
+            self._recent.popitem(last=False)
+        self._recent_added = self._recent_saved = len(self._recent)
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]
         self.outbox = deque(tuple(item) for item in snap["outbox"]) \
@@ -328,14 +338,29 @@ class PartitionWorker:
             self.checkpoint()
 
     def checkpoint(self) -> dict | None:
-        """Write a checkpoint now (None without a checkpoint directory)."""
-        if self.durable is None:
+        """Write a checkpoint now: what changed since the last one (actors/recovery.py);
+        returns its figures. None without a checkpoint directory, and when nothing changed
+        since the last checkpoint (nothing is written: counted in ``skipped``)."""
+        durable = self.durable
+        if durable is None:
             return None
-        index = self.engine.index
+        if not durable.changed():
+            durable.skipped += 1
+            return None
+        engine = self.engine
+        index = engine.index
         live_from, total = index.evicted_span()
-        new_from, new = index.evicted_events(self.durable.evicted_written)
-        return self.durable.checkpoint(self.snapshot(evicted=False),
-                                       (live_from, new_from, new, total))
+        new_from, new = index.evicted_events(durable.evicted_written)
+        fresh = min(self._recent_added - self._recent_saved, len(self._recent))
+        batches = list(islice(reversed(self._recent), fresh))[::-1]
+        out = durable.checkpoint(
+            self.snapshot(evicted=False, events=False, recent=False),
+            engine.changes_since(durable.mark), batches, engine.mark(),
+            (live_from, new_from, new, total), len(index),
+            lambda: (list(index.events()), list(self._recent)))
+        engine.journal = []
+        self._recent_saved = self._recent_added
+        return out
 
     def _recover(self) -> None:
         """Load the checkpoint and replay the log after it: the state of the last answer.
@@ -348,6 +373,7 @@ class PartitionWorker:
         if snap is not None:
             self._adopt(snap, self.engine.settings)
             self.engine.index.remember_evicted(*evicted)
+            self.engine.journal = []
         self._replaying = True
         try:
             for _, op, args, outputs in records:

@@ -1,47 +1,68 @@
-"""Durable state of a partition actor: a checkpoint plus a write-ahead log (WAL) in a directory.
+"""Durable state of a partition actor: incremental checkpoints plus a write-ahead log (WAL).
 
 What a PartitionWorker changes (a batch ingested, a watermark advance, a query added or
 removed, a plan installed, an outbox drained) is appended to ``DIR/<partition>/wal`` before
-the caller is answered; every ``every_events`` events or ``every_seconds`` seconds the
-worker's whole state (``PartitionWorker.snapshot``: index, pending matches, plans, dedup
-memory, remembered batch ids, undrained outbox) is written to ``DIR/<partition>/checkpoint``
-(temporary file, fsync, atomic rename) and the log starts again. A restarted actor (Ray
-``max_restarts`` re-runs its constructor with the same arguments) loads the checkpoint and
-replays the log: it is where it was when it last answered, as Flink restores a checkpoint
-and replays its source, with the replay coming from the actor's own log.
+the caller is answered. Every ``every_events`` events or ``every_seconds`` seconds (checked
+when a change is logged: an idle actor writes nothing) the worker writes a checkpoint and
+the log starts again. A restarted actor (Ray ``max_restarts`` re-runs its constructor with
+the same arguments) loads the checkpoint and replays the log: it is where it was when it
+last answered, as Flink restores a checkpoint and replays its source, the replay coming from
+the actor's own log.
+
+A checkpoint costs what changed since the previous one, not the size of the state (issue
+33; Flink's incremental checkpoints, Kafka Streams' changelogs): the events indexed since
+then go to a new *segment* file (``segments/<n>.seg``) and the small rest of the state
+(queries, plans, pending matches, outbox, counters: ``PartitionWorker.snapshot(events=False,
+recent=False)``) to ``checkpoint``, which lists the live segments and is replaced atomically
+(temporary file, fsync, rename): the commit point. Evicted events are not rewritten: a
+segment's events older than the index's eviction floor are skipped on load. When the
+segments hold much more than the live events (``COMPACT_FACTOR`` times, plus
+``COMPACT_SLACK`` bytes) or there are ``COMPACT_SEGMENTS`` of them, the checkpoint is a
+*compaction*: one segment with every live event replaces them (its cost is the live state,
+after at least as much change was written). The remembered evicted events (duplicate
+detection) are appended to ``evicted`` as they are evicted, as before. A checkpoint with
+nothing logged since the last is skipped.
 
 Each log record carries a sequence number; the checkpoint names the last one it contains,
 so a crash between writing a checkpoint and starting the new log replays nothing twice. A
-record is ``length, crc32, pickle``: a record torn by a crash mid-write (the last one) fails
-its check and is cut off with everything after it; it was never acknowledged.
+record torn by a crash mid-write (the last one) fails its checksum and is cut off with
+everything after it; it was never acknowledged.
 
-Records and checkpoints are pickles of the actor's own state: the directory must be as
-trusted as the code (it is the operator's, never a user's). ``fsync=False`` (default) hands
-each record to the operating system (it survives the actor's process being killed, not the
-machine losing power); ``fsync=True`` also syncs it to the disk before answering.
+Every file is in the explicit, versioned format of ``actors/state_format.py`` (msgpack, a
+header with the format's name and version; never pickle: a file an older raycep wrote, or
+any file that is not in that format, is refused with RecoveryError, never interpreted).
+``fsync=False`` (default) hands each log record to the operating system (it survives the
+actor's process being killed, not the machine losing power); ``fsync=True`` also syncs it
+to the disk before answering. Checkpoint files are always synced.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
-import pickle
-import struct
 import time
-import zlib
 from dataclasses import dataclass
 
+from actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
+                                 WAL_KIND, event_rows, header, read_one, read_records, record,
+                                 row_event, write_file)
 from cep.errors import RecoveryError
 
-_HEAD = struct.Struct("<II")          # payload length, crc32 of the payload
 CHECKPOINT = "checkpoint"
 WAL = "wal"
 EVICTED = "evicted"
+SEGMENTS = "segments"
 MANIFEST = "cluster.json"
-#: default interval between two checkpoints of an actor: events taken, or seconds. The state
-#: written is the windows' contents, not the stream, so a checkpoint is cheap (~15 ms for the
-#: sample queries) and a short interval keeps the log a restarted actor replays short
+#: default interval between two checkpoints of an actor: events taken, or seconds. A
+#: checkpoint writes the events indexed since the previous one (and the small rest of the
+#: state), so a short interval is cheap and keeps the log a restarted actor replays short
 CHECKPOINT_EVERY = 20_000
 CHECKPOINT_SECONDS = 10.0
+#: a checkpoint compacts the segments into one when they hold more than COMPACT_FACTOR times
+#: the bytes of the live events plus COMPACT_SLACK bytes, or when there are COMPACT_SEGMENTS
+COMPACT_FACTOR = 2.0
+COMPACT_SLACK = 4 * 2**20
+COMPACT_SEGMENTS = 256
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ def claim(directory: str, partitions: int, key_attr) -> None:
 
 
 class DurableLog:
-    """The checkpoint and WAL of one partition under ``directory``."""
+    """The checkpoint, segments and WAL of one partition under ``directory``."""
 
     def __init__(self, directory: str, partition: str, every_events: int = CHECKPOINT_EVERY,
                  every_seconds: float = CHECKPOINT_SECONDS, fsync: bool = False):
@@ -94,120 +115,204 @@ class DurableLog:
         self.directory = os.path.join(os.fspath(directory), str(partition))
         self.partition = str(partition)
         self.every_events, self.every_seconds, self.fsync = every_events, every_seconds, fsync
-        os.makedirs(self.directory, exist_ok=True)
+        os.makedirs(os.path.join(self.directory, SEGMENTS), exist_ok=True)
         self._wal = None
         self.seq = 0                      # sequence number of the last record logged
+        self.saved_seq = 0                # ... of the last one a checkpoint contains
         self.since_events = 0             # events logged since the last checkpoint
         self.since = time.monotonic()
         self.checkpoints = 0
-        self.last_checkpoint: dict | None = None   # {"at", "seq", "bytes", "seconds"}
+        self.skipped = 0                  # checkpoints asked for with nothing to save
+        self.last_checkpoint: dict | None = None
+        self.totals = {"bytes": 0, "seconds": 0.0, "events": 0, "compactions": 0}
         self.wal_bytes = 0
         self.evicted_written = 0          # lists of evicted events in the EVICTED file
         self._evicted_dead = 0            # records in that file (live or not) since rewritten
+        self.segments: list = []          # [{"name", "events", "bytes"}] the checkpoint lists
+        self._next = 0                    # number of the next segment file
+        self.mark = (-math.inf, [])       # where the index stood at the last checkpoint
+
+    def _path(self, *names) -> str:
+        return os.path.join(self.directory, *names)
 
     # ---------------------------------------------------------------- reading
     def load(self) -> tuple:
         """``(snapshot or None, [(seq, op, args, outputs), ...] to replay, (first number,
-        lists of evicted events) of the snapshot)``; a torn last record is cut off the log."""
-        path = os.path.join(self.directory, CHECKPOINT)
+        lists of evicted events) of the snapshot)``; a torn last record is cut off the log.
+        The snapshot is a worker snapshot with its buffered events (from the segments, those
+        not evicted) and its remembered batch ids."""
+        path = self._path(CHECKPOINT)
         snap, done, evicted = None, 0, (0, [])
         if os.path.exists(path):
-            try:
-                with open(path, "rb") as f:
-                    stored = pickle.load(f)
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as exc:
-                raise RecoveryError(f"cannot read the checkpoint {path}: {exc}") from None
-            if stored.get("partition") != self.partition:
+            meta = read_one(path, CHECKPOINT_KIND)
+            if not isinstance(meta, dict) or meta.get("partition") != self.partition:
                 raise RecoveryError(f"{path} holds the state of partition "
-                                    f"{stored.get('partition')!r}, not {self.partition!r}")
-            snap, done = stored["state"], stored["seq"]
-            evicted = self._load_evicted(*stored.get("evicted", (0, 0)))
-            self.last_checkpoint = {"at": stored.get("at"), "seq": done,
+                                    f"{meta.get('partition') if isinstance(meta, dict) else meta!r}"
+                                    f", not {self.partition!r}")
+            snap, done = meta["state"], meta["seq"]
+            floor = snap["engine"].get("index_floor", -math.inf)
+            events, batches = [], []
+            for name in meta["segments"]:
+                seg = read_one(self._path(SEGMENTS, name), SEGMENT_KIND)
+                events += [row_event(r) for r in seg["events"] if r[1] >= floor]
+                batches += seg["batches"]
+                self.segments.append({"name": name, "events": len(seg["events"]),
+                                      "bytes": os.path.getsize(self._path(SEGMENTS, name))})
+                self._next = max(self._next, int(name.split(".")[0]) + 1)
+            snap["engine"]["events"] = events
+            snap["recent"] = batches
+            self.mark = (meta["mark"][0], list(meta["mark"][1]))
+            evicted = self._load_evicted(*meta.get("evicted", (0, 0)))
+            self.last_checkpoint = {"at": meta.get("at"), "seq": done,
                                     "bytes": os.path.getsize(path), "seconds": None}
-        if snap is None and os.path.exists(os.path.join(self.directory, EVICTED)):
-            os.remove(os.path.join(self.directory, EVICTED))   # of a checkpoint never written
-        records, self.wal_bytes = _read_records(os.path.join(self.directory, WAL), cut=True)
+            self.saved_seq = done
+        elif os.path.exists(self._path(EVICTED)):
+            os.remove(self._path(EVICTED))         # of a checkpoint never written
+        listed = {s["name"] for s in self.segments}
+        for name in os.listdir(self._path(SEGMENTS)):  # of a checkpoint never committed
+            if name not in listed:
+                os.remove(self._path(SEGMENTS, name))
+        records, self.wal_bytes = read_records(self._path(WAL), WAL_KIND, cut=True)
+        for r in records:
+            if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], int)
+                    and r[1] in LOGGED_OPS):
+                raise RecoveryError(f"{self._path(WAL)}: a record that is not a logged "
+                                    f"change: {str(r)[:200]}")
         self.seq = max([done] + [r[0] for r in records])
-        return snap, [r for r in records if r[0] > done], evicted
+        replay = [r for r in records if r[0] > done]
+        if len(replay) < len(records) or not self.wal_bytes:
+            self._restart_wal(replay)              # drop what the checkpoint holds
+        return snap, replay, evicted
 
     def _load_evicted(self, first: int, total: int) -> tuple:
         """The lists of evicted events numbered ``first`` .. ``total - 1`` from the EVICTED
         file, which is rewritten to hold just those."""
-        path = os.path.join(self.directory, EVICTED)
-        found, _ = _read_records(path)
-        by_number = {number: events for number, events in found}   # a later write wins
-        lists = [by_number[n] for n in range(first, total) if n in by_number]
+        path = self._path(EVICTED)
+        found, _ = read_records(path, EVICTED_KIND)
+        by_number = {number: rows for number, rows in found}   # a later write wins
+        lists = [[row_event(r) for r in by_number[n]] for n in range(first, total)
+                 if n in by_number]
         if len(lists) != total - first:
             raise RecoveryError(f"{path} lacks evicted events the checkpoint needs "
                                 f"(lists {first}..{total - 1}, found {len(lists)})")
-        self._rewrite_evicted([(first + i, events) for i, events in enumerate(lists)])
+        self._rewrite_evicted([(first + i, event_rows(events))
+                               for i, events in enumerate(lists)])
         self.evicted_written = total
         return first, lists
 
     # ---------------------------------------------------------------- writing
+    def _restart_wal(self, records=()) -> None:
+        """A new log holding ``records`` (header first, synced)."""
+        if self._wal is not None:
+            self._wal.close()
+        self._wal = open(self._path(WAL), "wb")
+        data = header(WAL_KIND) + b"".join(map(record, records))
+        self._wal.write(data)
+        self._wal.flush()
+        os.fsync(self._wal.fileno())
+        self.wal_bytes = len(data)
+
     def log(self, op: str, args: tuple, outputs=None, events: int = 0) -> None:
         """Append one change (before its caller is answered)."""
         if self._wal is None:
-            self._wal = open(os.path.join(self.directory, WAL), "ab")
+            if os.path.exists(self._path(WAL)) and os.path.getsize(self._path(WAL)):
+                self._wal = open(self._path(WAL), "ab")
+            else:
+                self._restart_wal()
         self.seq += 1
-        record = _record((self.seq, op, args, outputs))
-        self._wal.write(record)
+        rec = record([self.seq, op, args, outputs])
+        self._wal.write(rec)
         self._wal.flush()
         if self.fsync:
             os.fsync(self._wal.fileno())
-        self.wal_bytes += len(record)
+        self.wal_bytes += len(rec)
         self.since_events += events
 
     def due(self) -> bool:
         return self.since_events >= self.every_events or \
-            (self.wal_bytes and time.monotonic() - self.since >= self.every_seconds)
+            (self.seq > self.saved_seq and time.monotonic() - self.since >= self.every_seconds)
 
-    def checkpoint(self, state: dict, evicted: tuple = (0, 0, [], 0)) -> dict:
-        """Write ``state`` as the checkpoint of everything logged so far; start a new log.
-        ``evicted``: ``(first live, first new, new lists, total)`` of the engine's remembered
-        evicted events: the lists not written yet are appended to the EVICTED file (so a
-        checkpoint writes the events evicted since the previous one, not all it remembers),
-        and the checkpoint names the span ``first live .. total - 1`` it needs."""
+    def changed(self) -> bool:
+        """Whether anything was logged since the last checkpoint."""
+        return self.seq > self.saved_seq
+
+    def _compaction_due(self, live: int) -> bool:
+        if not self.segments:
+            return False
+        written = sum(s["bytes"] for s in self.segments)
+        count = sum(s["events"] for s in self.segments)
+        per_event = written / count if count else 0.0
+        return len(self.segments) >= COMPACT_SEGMENTS or \
+            written > COMPACT_FACTOR * live * per_event + COMPACT_SLACK
+
+    def checkpoint(self, state: dict, events=(), batches=(), mark=(-math.inf, []),
+                   evicted: tuple = (0, 0, [], 0), live: int = 0, everything=None) -> dict:
+        """Save what changed since the previous checkpoint and start a new log: ``events``
+        (indexed since then) and ``batches`` (batch ids accepted since then) as a new segment,
+        ``state`` (the rest of the worker's state) and ``mark`` (where the index stands now)
+        in the checkpoint file. ``evicted``: ``(first live, first new, new lists, total)`` of
+        the engine's remembered evicted events: the new lists are appended to the EVICTED file
+        and the checkpoint names the span it needs. ``live``: events buffered now;
+        ``everything()``: ``(every buffered event, every remembered batch id)``, written
+        instead of the changes when a compaction is due. Returns this checkpoint's figures."""
         started = time.perf_counter()
+        written = 0
         live_from, new_from, new, total = evicted
         if new:
-            with open(os.path.join(self.directory, EVICTED), "ab") as f:
-                f.write(b"".join(_record((new_from + i, events))
-                                 for i, events in enumerate(new)))
+            with open(self._path(EVICTED), "ab") as f:
+                if not f.tell():
+                    f.write(header(EVICTED_KIND))
+                data = b"".join(record([new_from + i, event_rows(events)])
+                                for i, events in enumerate(new))
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            written += len(data)
             self._evicted_dead += len(new)
         self.evicted_written = total
-        path = os.path.join(self.directory, CHECKPOINT)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump({"partition": self.partition, "seq": self.seq, "at": time.time(),
-                         "evicted": (live_from, total), "state": state}, f, protocol=5)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        compact = everything is not None and self._compaction_due(live)
+        if compact:
+            events, batches = everything()
+        name = f"{self._next:012d}.seg"
+        self._next += 1
+        size = write_file(self._path(SEGMENTS, name), SEGMENT_KIND, [{
+            "events": event_rows(events), "batches": [list(b) for b in batches]}])
+        old = self.segments
+        self.segments = ([] if compact else old) + [
+            {"name": name, "events": len(events), "bytes": size}]
+        meta = {"partition": self.partition, "seq": self.seq, "at": time.time(),
+                "evicted": [live_from, total], "segments": [s["name"] for s in self.segments],
+                "mark": [mark[0], list(mark[1])], "state": state}
+        meta_size = write_file(self._path(CHECKPOINT), CHECKPOINT_KIND, [meta])
+        _sync_directory(self._path(SEGMENTS))
         _sync_directory(self.directory)
+        written += size + meta_size
+        if compact:
+            for s in old:
+                try:
+                    os.remove(self._path(SEGMENTS, s["name"]))
+                except FileNotFoundError:
+                    pass
         if self._evicted_dead > 2 * max(64, total - live_from):   # mostly forgotten lists
-            found, _ = _read_records(os.path.join(self.directory, EVICTED))
+            found, _ = read_records(self._path(EVICTED), EVICTED_KIND)
             self._rewrite_evicted([r for r in found if live_from <= r[0] < total])
-        if self._wal is not None:
-            self._wal.close()
-        self._wal = open(os.path.join(self.directory, WAL), "wb")     # the new, empty log
-        self.wal_bytes = 0
+        self._restart_wal()
+        self.saved_seq, self.mark = self.seq, (mark[0], list(mark[1]))
         self.since_events, self.since = 0, time.monotonic()
         self.checkpoints += 1
-        self.last_checkpoint = {"at": time.time(), "seq": self.seq,
-                                "bytes": os.path.getsize(path),
-                                "seconds": round(time.perf_counter() - started, 4)}
+        seconds = time.perf_counter() - started
+        self.last_checkpoint = {"at": time.time(), "seq": self.seq, "bytes": written,
+                                "seconds": round(seconds, 4), "events": len(events),
+                                "compacted": compact, "segments": len(self.segments)}
+        t = self.totals
+        t["bytes"] += written
+        t["seconds"] = round(t["seconds"] + seconds, 4)
+        t["events"] += len(events)
+        t["compactions"] += compact
         return self.last_checkpoint
 
     def _rewrite_evicted(self, records: list) -> None:
-        path = os.path.join(self.directory, EVICTED)
-        with open(path + ".tmp", "wb") as f:
-            f.write(b"".join(map(_record, records)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        write_file(self._path(EVICTED), EVICTED_KIND, [list(r) for r in records])
         self._evicted_dead = len(records)
 
     def close(self) -> None:
@@ -216,40 +321,12 @@ class DurableLog:
             self._wal = None
 
     def stats(self) -> dict:
+        """Checkpoint figures: the last one (``bytes`` written, ``seconds``, ``events``
+        saved, whether it ``compacted``) and ``totals`` over this process's checkpoints."""
         return {"directory": self.directory, "checkpoints": self.checkpoints,
-                "last_checkpoint": self.last_checkpoint, "wal_bytes": self.wal_bytes,
-                "events_since_checkpoint": self.since_events}
-
-
-def _record(value) -> bytes:
-    """One framed record: payload length, crc32, pickle."""
-    payload = pickle.dumps(value, protocol=5)
-    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def _read_records(path: str, cut: bool = False) -> tuple:
-    """``(values, bytes read)`` of the whole records of a file, up to the first torn one (a
-    crash mid-write, or zeros a file system left after a power loss: never answered);
-    ``cut``: the file is truncated there."""
-    if not os.path.exists(path):
-        return [], 0
-    with open(path, "rb") as f:
-        data = f.read()
-    values, at = [], 0
-    while at + _HEAD.size <= len(data):
-        size, crc = _HEAD.unpack_from(data, at)
-        payload = data[at + _HEAD.size:at + _HEAD.size + size]
-        if not size or len(payload) < size or zlib.crc32(payload) != crc:
-            break
-        try:
-            values.append(pickle.loads(payload))
-        except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-            break
-        at += _HEAD.size + size
-    if cut and at < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(at)
-    return values, at
+                "skipped": self.skipped, "last_checkpoint": self.last_checkpoint,
+                "totals": dict(self.totals), "segments": len(self.segments),
+                "wal_bytes": self.wal_bytes, "events_since_checkpoint": self.since_events}
 
 
 def _sync_directory(path: str) -> None:
@@ -264,6 +341,7 @@ def _sync_directory(path: str) -> None:
         pass
     finally:
         os.close(fd)
+
 
 
 __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "CheckpointSettings", "DurableLog",

@@ -15,6 +15,15 @@ and the Python client sending generated ticks with the three sample queries.
 
 Targets (issue 17): serving again within 10 s of a kill; checkpointing at the default
 interval costs under 10 % of the throughput.
+
+    python3 -m benchmarks.bench_recovery --checkpoint-cost [--buffered 100000 1000000]
+
+* Checkpoint cost (issue 33): one PartitionWorker in this process (no Ray), ``retain`` set so
+  that every event stays buffered, ``--buffered`` events ingested in batches of 2,000 and a
+  first checkpoint (the base); then, for each change size, that many more events and a
+  checkpoint: its seconds and bytes (from ``stats()``), next to what the state costs in
+  full (the base, and a pickle of the whole snapshot: what a checkpoint wrote before), and
+  a checkpoint with nothing changed.
 """
 from __future__ import annotations
 
@@ -95,12 +104,72 @@ def run(rows: list, batch: int, queries: list, extra: list, kill_at: int | None 
     return out
 
 
+def checkpoint_cost(buffered: int, changes=(1_000, 10_000, 50_000)) -> list:
+    """``[(label, events saved, seconds, bytes)]`` of a worker holding ``buffered`` events."""
+    import pickle
+    import shutil
+    from actors.partition import PartitionWorker
+    from cep.codec import encode_batch
+    from cep.event import Event
+
+    def ticks(n: int, start: int) -> list:
+        return [Event("Stock", (start + i) / 100.0,
+                      {"symbol": f"S{i % 200}", "price": 100.0 + (i * 7919) % 1000 / 100.0,
+                       "volume": 100 + (i * 31) % 9900}, key=f"S{i % 200}")
+                for i in range(n)]
+
+    workdir = tempfile.mkdtemp(prefix="raycep-bench-checkpoint-")
+    try:
+        w = PartitionWorker("p0", "symbol", outbox=True, checkpoint_dir=workdir,
+                            checkpoint_every=10**9, checkpoint_seconds=10**9, retain=10**9)
+        w.add_query("dip", "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND "
+                           "b.price < a.price * 0.5 WITHIN 10 seconds")
+        for i in range(0, buffered, 2000):
+            w.ingest(encode_batch(ticks(min(2000, buffered - i), i), "bench", f"b{i}"))
+        out = []
+        started = time.perf_counter()
+        old = pickle.dumps(w.snapshot(evicted=False), protocol=5)
+        out.append(("whole state as one pickle (before issue 33)", buffered,
+                    round(time.perf_counter() - started, 3), len(old)))
+        del old
+        base = w.checkpoint()
+        out.append(("first checkpoint (base: every buffered event)", base["events"],
+                    base["seconds"], base["bytes"]))
+        at = buffered
+        for n in changes:
+            for i in range(at, at + n, 2000):
+                w.ingest(encode_batch(ticks(min(2000, at + n - i), i), "bench", f"b{i}"))
+            at += n
+            cp = w.checkpoint()
+            out.append((f"checkpoint after {n:,} new events"
+                        f"{' (compaction)' if cp['compacted'] else ''}", cp["events"],
+                        cp["seconds"], cp["bytes"]))
+        started = time.perf_counter()
+        none = w.checkpoint()
+        out.append(("checkpoint with nothing changed", 0,
+                    round(time.perf_counter() - started, 4), 0 if none is None else -1))
+        assert w.stats()["buffered"] == at
+        return out
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--checkpoint-cost", action="store_true",
+                        help="measure checkpoint time and bytes against buffered events")
+    parser.add_argument("--buffered", type=int, nargs="+", default=[100_000, 1_000_000])
     args = parser.parse_args(argv)
+    if args.checkpoint_cost:
+        print("| buffered events | checkpoint | events saved | seconds | bytes |\n"
+              "|---|---|---|---|---|")
+        for n in args.buffered:
+            for label, saved, seconds, size in checkpoint_cost(n):
+                print(f"| {n:,} | {label} | {saved:,} | {seconds} | {size:,} |", flush=True)
+        return 0
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from make_ticks import write_csv
     from cep.engine import reference_match_ids

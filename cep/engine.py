@@ -28,13 +28,13 @@ from cep import ast
 from cep.compiler import compile_query
 from cep.disorder import DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent, check_mode
 from cep.errors import CepError, QueryValidationError
-from cep.event import Event
+from cep.event import Event, keyed_event, keyed_events
 from cep.groups import GroupManager, signature
 from cep.index import SharedEventIndex
 from cep.manager import ManagerSettings, PatternManager
 from cep.match import MatchBlock
 from cep.prefixes import SharedPrefixes
-from cep.unseen import Seen, reads
+from cep.unseen import Seen, Teller, never_held, reads
 
 log = logging.getLogger("raycep")
 
@@ -95,6 +95,9 @@ class Engine:
         self._seen = Seen()               # types/attributes the queries read, confirmed
         self._reads: dict = {}            # name -> {type: attributes} the query reads
         self._wanted: dict = {}           # the union of _reads
+        self._teller = Teller()           # warnings told to Python's warnings (cep.unseen)
+        self.journal = None               # a list: events indexed behind the clock are
+                                          # noted there (incremental checkpoints, changes_since)
         self._reindex()                   # no query yet: keyed events indexed once
 
     # ---------------------------------------------------------------- queries
@@ -212,6 +215,8 @@ class Engine:
         Retractions and new matches of the corrections it causes (optimistic queries)."""
         if self._stale:
             self._refresh()
+        if self.index.key_attr is not None:        # the attribute is the key (cep.event)
+            event = keyed_event(event, self.index.key_attr)
         ts = event.ts
         if ts > self.clock or (ts == self.clock and self._front is not None
                                and event.id > self.front.id):
@@ -234,6 +239,8 @@ class Engine:
             out.extend(self._release())
         if not self.index.inserted % EVICT_EVERY:
             self.evict()
+        if self._teller.due(self.index.inserted, ts):
+            self._tell(False)
         return out
 
     def process_many(self, events: list, source: str = DEFAULT_SOURCE) -> list:
@@ -245,17 +252,22 @@ class Engine:
         maps over the events' types and times."""
         if self._stale:
             self._refresh()
+        events = events if isinstance(events, list) else list(events)
+        if self.index.key_attr is not None:        # the attribute is the key (cep.event)
+            events = keyed_events(events, self.index.key_attr)
         if self._pessimistic or self._any:
             out: list = []
             for ev in events:
                 out.extend(self.process(ev, source))
             return out
-        events = events if isinstance(events, list) else list(events)
         types, times = list(map(_TYPE, events)), list(map(_TS, events))
         _, stops = self._stops(types, times, 0, len(events))
-        return self._walk(events.__getitem__, stops, times, 0, len(events), source,
-                          lambda a, b: self._indexed_run(events[a:b], types[a:b], times[a:b],
-                                                         source))
+        out = self._walk(events.__getitem__, stops, times, 0, len(events), source,
+                         lambda a, b: self._indexed_run(events[a:b], types[a:b], times[a:b],
+                                                        source))
+        if events and self._teller.due(self.index.inserted, times[0]):
+            self._tell(False)
+        return out
 
     def _stops(self, types: list, times: list, lo: int, hi: int) -> tuple:
         """``(triggers, stops)`` among rows ``lo`` to ``hi - 1``: the rows of a type some
@@ -491,6 +503,8 @@ class Engine:
         revisers = [m for m in self._optimistic if m.relevant(event)]
         before = {id(m): m.emitted_around(event) for m in revisers if not m.monotone(event)}
         self.index.insert(event)
+        if self.journal is not None:
+            self.journal.append(event)
         self.out_of_order += 1
         out: list = []
         for m in revisers:
@@ -553,6 +567,7 @@ class Engine:
             self.clock = watermark
         if math.isfinite(watermark):
             self.evict()
+        self._tell(not math.isfinite(watermark))
         return out
 
     @property
@@ -600,19 +615,51 @@ class Engine:
             self._seen.observe(self._wanted, self.index.events_of, -math.inf, cutoff)
         return self.index.evict_before(cutoff)
 
+    def mark(self) -> tuple:
+        """``(ts, ids)``: where the index stands (the last event in (ts, id) order and the ids
+        of the events at its time), for ``changes_since``."""
+        front = self.front if self._front is not None else None
+        ts = front.ts if front is not None else -math.inf
+        return ts, self.index.ids_at(ts)
+
+    def changes_since(self, mark: tuple) -> list:
+        """The events indexed since ``mark`` (``mark()`` then) and still buffered: those at or
+        after its time that it did not see, and those ``journal`` noted behind it (set
+        ``journal = []`` at the mark; clear it once the changes are saved). Costs the
+        change, not the buffered events (actors/recovery.py, incremental checkpoints)."""
+        ts, ids = mark
+        out = self.index.since(ts, frozenset(ids))
+        if self.journal:
+            floor = self.index.floor
+            out += [e for e in self.journal if floor <= e.ts < ts]
+        return out
+
     def warnings(self) -> dict:
         """``{query: [warning, ...]}`` for queries that read an event type or attribute the
-        input has not had so far (nothing before the first event)."""
+        input has not had so far, or with a condition that failed on every evaluation so far
+        (nothing before the first event). Each is also told once to Python's ``warnings``
+        (cep.unseen.Teller)."""
+        return {name: [text for _, text in found] for name, found in self._causes().items()}
+
+    def _causes(self) -> dict:
+        """``{query: [(cause, warning)]}`` of ``warnings``."""
         if not self.events:
             return {}
         if self._seen.missing(self._wanted):
             self._seen.observe(self._wanted, self.index.events_of)
         out = {}
         for name, wanted in self._reads.items():
-            found = self._seen.warnings(wanted)
+            found = self._seen.causes(wanted) + never_held(self.managers[name].cq.conjuncts)
             if found:
                 out[name] = found
         return out
+
+    def _tell(self, ended: bool):
+        """Tell the warnings not told yet (cep.unseen.Teller: once per query and cause)."""
+        found = self._causes()
+        if found:
+            windows = {name: self.managers[name].cq.window for name in found}
+            self._teller.tell(found, windows, self.clock, ended)
 
     # ---------------------------------------------------------------- state
     def _refresh(self):
@@ -650,15 +697,16 @@ class Engine:
                 {"name": m.name, "queries": [m.name], "varying": []}
                 for m in self._evaluators.values()]
 
-    def snapshot(self, evicted: bool = True) -> dict:
+    def snapshot(self, evicted: bool = True, events: bool = True) -> dict:
         """Everything needed to continue elsewhere: events, queries, plans, pending matches,
         and (``evicted``) the remembered evicted events (a checkpoint keeps them apart,
-        actors/recovery.py)."""
+        actors/recovery.py). ``events=False``: without the buffered events (None; a
+        checkpoint saves them incrementally, ``changes_since``)."""
         self._refresh()
         return {
             "key_attr": self.index.key_attr, "clock": self.clock, "events_seen": self.events,
-            "retain": self.retain,
-            "events": list(self.index.events()),
+            "retain": self.retain, "index_floor": self.index.floor,
+            "events": list(self.index.events()) if events else None,
             "evicted": self.index.evicted_events() if evicted else None,
             "front": self.front,
             "disorder": self.disorder.snapshot(),
@@ -690,8 +738,9 @@ class Engine:
         engine.managers = {name: engine.managers[name] for name in queries}
         engine._sources = {name: engine._sources[name] for name in queries}
         engine._reindex()
-        for ev in snap["events"]:
+        for ev in snap["events"] or ():
             engine.index.insert(ev)
+        engine.index.floor = snap.get("index_floor", -math.inf)
         if snap.get("evicted") is not None:
             engine.index.remember_evicted(*snap["evicted"])
         engine.clock = snap["clock"]

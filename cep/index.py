@@ -15,6 +15,7 @@ cached column of the buffer, so the rows a filter rejects never become Events.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, islice, repeat
@@ -415,6 +416,7 @@ class SharedEventIndex:
         self.duplicates = 0
         self.inserted = 0
         self.evicted = 0
+        self.floor = -math.inf            # the largest eviction cutoff: all before it is gone
 
     def insert(self, ev: Event) -> bool:
         """Index ``ev``; False (and nothing changes) if it is a duplicate."""
@@ -569,6 +571,8 @@ class SharedEventIndex:
         events are remembered for ``seen_before``)."""
         dropped = 0
         sink: list = []
+        if cutoff > self.floor:
+            self.floor = cutoff
         for k in list(self._buffers):
             buf = self._buffers[k]
             primary = self._primary(*k)
@@ -586,6 +590,31 @@ class SharedEventIndex:
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
             self._gone_n -= len(self._gone.popleft())
         return dropped
+
+    def since(self, ts: float, skip=frozenset()) -> list:
+        """The buffered events with an event time at or after ``ts`` (each once), but not
+        those at exactly ``ts`` whose id is in ``skip``: what was indexed after a checkpoint
+        that saw the events up to ``ts`` (actors/recovery.py), in bulk per buffer."""
+        out: list = []
+        for k, buf in list(self._buffers.items()):
+            if not self._primary(*k):
+                continue
+            times = buf._ts
+            i = bisect_left(times, ts)
+            if i == len(times):
+                continue
+            part = buf._slice(i, len(times))
+            if skip and times[i] == ts:
+                part = [e for e in part if e.ts != ts or e.id not in skip]
+            out += part
+        return out
+
+    def ids_at(self, ts: float) -> list:
+        """The ids of the buffered events with event time ``ts``."""
+        if not math.isfinite(ts):
+            return []
+        return [e.id for k, buf in list(self._buffers.items()) if self._primary(*k)
+                for e in buf.range(ts, ts)]
 
     def contains(self, ev: Event) -> bool:
         """Whether an event with ``ev``'s type, ts and id is buffered."""
