@@ -15,7 +15,7 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of
+from cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of, trusted_event
 
 _NUMBERS = frozenset((int, float))
 _FLOATS = {float}
@@ -94,7 +94,7 @@ class ColumnBatch:
             overrides = None
         else:
             order = {name: k for k, name in enumerate(names)}
-            overrides = {r: Event(ev.type, ev.ts, dict(ev.attrs), ev.key, ev._id)
+            overrides = {r: trusted_event(ev.type, ev.ts, dict(ev.attrs), ev.key, ev._id)
                          for r, ev in enumerate(events)
                          if list(ev.attrs) != sorted(ev.attrs, key=order.__getitem__)}
         columns, absent = [], []
@@ -133,9 +133,10 @@ class ColumnBatch:
         if ev is None:
             attrs = {name: values[i] for name, values, absent in self._decoded or self._decode()
                      if absent is None or not absent[i]}
-            ev = self.objs[i] = Event(self.types[i], self.times[i], attrs,
-                                      self.keys[i] if self.keys is not None else None,
-                                      self.ids[i] if self.ids is not None else None)
+            ev = self.objs[i] = trusted_event(      # the columns were checked when read
+                self.types[i], self.times[i], attrs,
+                self.keys[i] if self.keys is not None else None,
+                self.ids[i] if self.ids is not None else None)
         return ev
 
     def events(self, rows=None) -> list:
@@ -183,7 +184,7 @@ class ColumnBatch:
                         del attrs[k][name]
         else:
             attrs = [{} for _ in range(n)]
-        return list(map(Event, pick(self.types), pick(self.times), attrs,
+        return list(map(trusted_event, pick(self.types), pick(self.times), attrs,
                         pick(self.keys) if self.keys is not None else repeat(None, n),
                         pick(self.ids) if self.ids is not None else repeat(None, n)))
 

@@ -14,6 +14,8 @@ import json
 import math
 import numbers
 import threading
+from itertools import repeat
+from operator import attrgetter
 
 import msgpack
 import orjson
@@ -26,15 +28,51 @@ RESERVED = ("type", "ts", "id", "key")
 
 
 class Event:
-    """One primitive event. Treat instances as immutable once created."""
+    """One primitive event. Treat instances as immutable once created.
+
+    ``Event(type, ts, attrs, key, id)`` checks its arguments with the rules of
+    ``make_event`` (the one validation layer of every input path) and raises IngestError
+    naming the field: ``type`` a non-empty string; ``ts`` a finite number of seconds (stored
+    as a float; a NaN, an infinity, a boolean, a ``datetime`` or a ``pandas.Timestamp`` is
+    refused: convert those with ``.timestamp()``); attribute names strings and values
+    numbers (finite, 64-bit integers), strings, booleans, null, bytes, lists or maps (numbers
+    of another class are converted, e.g. numpy's); ``key`` a string, a finite number or a
+    boolean; ``id`` a string (a number or boolean is stored as text). The check runs once,
+    here; nothing is checked again per evaluation.
+
+    With ``Engine(key_attr=A)`` the partition key is the attribute ``A`` (see
+    ``keyed_events``): an Event without a key gets it from ``attrs[A]``; a ``key`` that
+    differs from ``attrs[A]`` is refused when the engine takes the event.
+    """
 
     __slots__ = ("type", "ts", "attrs", "key", "_id", "_json")
 
     def __init__(self, type: str, ts: float, attrs: dict | None = None, key=None,
                  id: str | None = None):
+        if type.__class__ is not str or not type:
+            _bad_type(type)
+        if ts.__class__ is not float or ts - ts != 0.0:
+            ts = event_time(ts)
+        if attrs is None:
+            attrs = {}
+        elif attrs.__class__ is not dict:
+            attrs = checked_attrs(attrs)
+        else:
+            for name, value in attrs.items():      # the common case inline (checked_attrs)
+                cls = value.__class__
+                if cls is str or cls is bool or (cls is float and value - value == 0.0) \
+                        or (cls is int and _INT_MIN <= value <= _INT_MAX):
+                    if name.__class__ is str:
+                        continue
+                attrs = checked_attrs(attrs)
+                break
+        if key is not None and key.__class__ is not str:
+            key = checked_key(key, None, "key")
+        if id is not None and id.__class__ is not str:
+            id = checked_id(id)
         self.type = type
         self.ts = ts
-        self.attrs = attrs if attrs is not None else {}
+        self.attrs = attrs
         self.key = key
         self._id = id
         self._json = None
@@ -63,8 +101,9 @@ class Event:
 
     def __reduce__(self):
         """Pickled (Ray, checkpoints) as its constructor's arguments, without the cached JSON
-        (the receiver serialises it again if needed): ~4x faster than a state dict."""
-        return Event, (self.type, self.ts, self.attrs, self.key, self._id)
+        (the receiver serialises it again if needed): ~4x faster than a state dict. Rebuilt
+        without a second check (it was checked when it was made)."""
+        return trusted_event, (self.type, self.ts, self.attrs, self.key, self._id)
 
     def json(self) -> bytes:
         """``to_dict()`` as compact JSON bytes, computed once per event: a match line is
@@ -80,6 +119,152 @@ class Event:
         (an attribute named ``key`` is shown, not the partition key, which is then the value
         of another attribute)."""
         return _record(self.id, self.type, self.ts, self.key, self.attrs)
+
+
+def trusted_event(type: str, ts: float, attrs: dict, key=None, id: str | None = None) -> Event:
+    """An Event from values already checked by the rules of ``Event``/``make_event`` (a
+    decoded column batch, an unpickled event, ``make_event`` itself): no second check."""
+    ev = _new(Event)
+    ev.type, ev.ts, ev.attrs, ev.key, ev._id, ev._json = type, ts, attrs, key, id, None
+    return ev
+
+
+_new = object.__new__
+
+
+def _bad_type(etype):
+    if etype is None or etype == "":
+        raise IngestError("missing event type", None, "type")
+    raise IngestError(f"event type must be a string, got {short_repr(etype)}", None, "type")
+
+
+def event_time(ts, index: int | None = None) -> float:
+    """``ts`` as a finite float (seconds), or IngestError naming the field: a number (or
+    numeric text, as files give it) that is finite. A boolean is no time, nor is a datetime
+    or a pandas Timestamp (convert those with ``.timestamp()``)."""
+    if ts is None or ts == "":
+        raise IngestError("missing event time", index, "ts")
+    if ts.__class__ is not float:
+        if isinstance(ts, bool) or hasattr(ts, "timestamp") or hasattr(ts, "total_seconds"):
+            hint = " (convert it with .timestamp())" if hasattr(ts, "timestamp") else ""
+            raise IngestError(f"event time must be a number of seconds, got "
+                              f"{type(ts).__name__} {short_repr(ts)}{hint}", index, "ts")
+        try:
+            ts = float(ts)
+        except OverflowError:
+            ts = math.inf
+        except (TypeError, ValueError):
+            raise IngestError(f"event time must be a number (seconds), got {short_repr(ts)}",
+                              index, "ts") from None
+    if ts - ts != 0.0:
+        raise IngestError(f"event time must be finite, got {ts!r}", index, "ts")
+    return ts
+
+
+def checked_attrs(attrs, index: int | None = None) -> dict:
+    """``attrs`` when every name is a string and every value passes ``_put``'s rules (the
+    common case: the same dict, checked in one loop); else a converted copy, or IngestError
+    naming the attribute."""
+    if attrs.__class__ is not dict:
+        if not isinstance(attrs, dict):
+            raise IngestError(f"attrs must be a mapping (a dict), got {type(attrs).__name__}",
+                              index, "attrs")
+        attrs = dict(attrs)
+    for name, value in attrs.items():
+        cls = value.__class__
+        if name.__class__ is not str:
+            raise IngestError(f"attribute names must be strings, got {short_repr(name)}",
+                              index, "attrs")
+        if cls is float:
+            if value - value != 0.0:
+                raise _not_finite(value, index, name)
+        elif cls is int:
+            if not _INT_MIN <= value <= _INT_MAX:
+                raise _too_large(value, index, name)
+        elif cls is not str and cls is not bool:
+            for other in attrs:
+                if other.__class__ is not str:
+                    raise IngestError(f"attribute names must be strings, got "
+                                      f"{short_repr(other)}", index, "attrs")
+            out: dict = {}
+            _put(out, attrs, (), index)          # converts (numpy numbers...) or reports
+            return out
+    return attrs
+
+
+def checked_key(key, index: int | None = None, field: str = "key"):
+    """A partition key: a string, a finite number (64-bit if an integer) or a boolean (other
+    number classes converted), or IngestError naming ``field``."""
+    if key.__class__ not in _KEY_KINDS:
+        key = _checked(key, index, field)
+    cls = key.__class__
+    if cls not in _KEY_KINDS:
+        raise IngestError(f"partition key must be a string, a number or a boolean, got "
+                          f"{type(key).__name__}", index, field)
+    if cls is float and key - key != 0.0:
+        raise _not_finite(key, index, field)
+    if cls is int and not _INT_MIN <= key <= _INT_MAX:
+        raise _too_large(key, index, field)
+    return key
+
+
+def checked_id(eid, index: int | None = None) -> str:
+    """An event id as text: a string, or a number or boolean (stored as text)."""
+    if eid.__class__ is not str:
+        if eid.__class__ not in _KEY_KINDS:
+            raise IngestError(f"event id must be a string or a number, got "
+                              f"{type(eid).__name__}", index, "id")
+        eid = str(eid)
+    return eid
+
+
+_ABSENT = object()
+_KEY, _ATTRS = attrgetter("key"), attrgetter("attrs")
+
+
+def keyed_events(events: list, key_attr: str) -> list:
+    """``events`` as an ``Engine(key_attr=...)`` takes them: the partition key is the
+    attribute ``key_attr`` (one source of truth, as ``make_event(row, key_attr=...)`` makes
+    it). An event without a key gets one from the attribute (a copy with the event's id;
+    an event without the attribute keeps no key); an event whose key differs from the attribute, or that has a key
+    but not the attribute, raises IngestError naming its position and the attribute: the
+    engine would otherwise pair events of different keys. The list itself when nothing
+    changes (checked with C-level maps: no loop per event unless a key is missing).
+    ``key_attr="key"`` (as in ``make_event``): the event's key is the key; an attribute
+    named ``key`` only fills a missing one."""
+    keys = list(map(_KEY, events))
+    values = list(map(dict.get, map(_ATTRS, events), repeat(key_attr), repeat(_ABSENT)))
+    if keys == values:
+        return events
+    out = list(events)
+    for k, (key, value) in enumerate(zip(keys, values)):
+        if key == value and key is not None:
+            continue
+        if key is None:
+            if value is not _ABSENT and value is not None:
+                ev = events[k]                   # the copy keeps the event's id
+                out[k] = trusted_event(ev.type, ev.ts, ev.attrs,
+                                       checked_key(value, k, key_attr), ev.id)
+            continue
+        if key_attr == "key":           # make_event: the key field is the key, then
+            continue                    # (an attribute named key is only a fallback)
+        if value is _ABSENT:
+            raise IngestError(f"the event has partition key {short_repr(key)} but no attribute "
+                              f"{key_attr!r}, which is the partition key of this engine "
+                              f"(key_attr={key_attr!r})", k, key_attr)
+        raise IngestError(f"partition key {short_repr(key)} differs from the attribute "
+                          f"{key_attr}={short_repr(value)}: with key_attr={key_attr!r} the "
+                          f"attribute is the partition key (leave key out, or make them equal)",
+                          k, key_attr)
+    return out
+
+
+def keyed_event(event: Event, key_attr: str) -> Event:
+    """``keyed_events`` of one event."""
+    key = event.key
+    if key is not None and key is event.attrs.get(key_attr, _ABSENT):
+        return event
+    return keyed_events([event], key_attr)[0]
 
 
 def _record(eid: str, type: str, ts: float, key, attrs: dict) -> dict:
@@ -193,21 +378,7 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
         raise IngestError("missing event type", index, "type")
     if not isinstance(etype, str):
         raise IngestError(f"event type must be a string, got {etype!r}", index, "type")
-    if "ts" not in row or row["ts"] is None or row["ts"] == "":
-        raise IngestError("missing event time", index, "ts")
-    ts = row["ts"]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        try:
-            ts = float(ts)
-        except (TypeError, ValueError):
-            raise IngestError(f"event time must be a number (seconds), got {ts!r}",
-                              index, "ts") from None
-    try:
-        ts = float(ts)
-    except OverflowError:
-        ts = math.inf
-    if math.isnan(ts) or math.isinf(ts):
-        raise IngestError(f"event time must be finite, got {ts!r}", index, "ts")
+    ts = event_time(row.get("ts"), index)
     nested = row.get("attrs")
     if nested is not None and not isinstance(nested, dict):
         raise IngestError(f"attrs must be a mapping, got {type(nested).__name__}", index,
@@ -225,10 +396,7 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
             attrs.update(nested)
     eid = row.get("id")
     if eid is not None and eid.__class__ is not str:
-        if eid.__class__ not in _KEY_KINDS:
-            raise IngestError(f"event id must be a string or a number, got "
-                              f"{type(eid).__name__}", index, "id")
-        eid = str(eid)
+        eid = checked_id(eid, index)
     if key_is_field:
         key = row.get("key")
         if key is None and key_attr is not None:
@@ -243,17 +411,8 @@ def make_event(row: dict, index: int | None = None, key_attr: str | None = None)
         key = attrs[key_attr]
         field = key_attr
     if key is not None and key.__class__ is not str:
-        if key.__class__ not in _KEY_KINDS:
-            key = _checked(key, index, field)
-        cls = key.__class__
-        if cls not in _KEY_KINDS:
-            raise IngestError(f"partition key must be a string, a number or a boolean, got "
-                              f"{type(key).__name__}", index, field)
-        if cls is float and key - key != 0.0:
-            raise _not_finite(key, index, field)
-        if cls is int and not _INT_MIN <= key <= _INT_MAX:
-            raise _too_large(key, index, field)
-    return Event(etype, ts, attrs, key, eid)
+        key = checked_key(key, index, field)
+    return trusted_event(etype, ts, attrs, key, eid)
 
 
 def _put(attrs: dict, row: dict, skip, index) -> None:

@@ -234,3 +234,170 @@ def test_a_duration_text_that_is_no_duration_is_refused():
 def test_wrong_argument_types_raise_type_error_naming_the_argument(call, argument):
     with pytest.raises(TypeError, match=argument):
         call()
+
+
+# --------------------------------------------------------------------------- events
+
+import math                                                        # noqa: E402
+from datetime import datetime, timezone                            # noqa: E402
+
+from cep.errors import IngestError                                 # noqa: E402
+from cep.event import make_event, trusted_event                    # noqa: E402
+
+
+@pytest.mark.parametrize("ts, what", [
+    (math.nan, "event time must be finite"), (math.inf, "event time must be finite"),
+    ("soon", "event time must be a number"), (True, "event time must be a number"),
+    (None, "missing event time"),
+    (datetime(2024, 1, 1, tzinfo=timezone.utc), "convert it with .timestamp()"),
+])
+def test_an_event_time_that_is_no_finite_number_is_refused_at_construction(ts, what):
+    with pytest.raises(IngestError, match=what) as info:
+        Event("Stock", ts, {"price": 1.0})
+    assert info.value.field == "ts"
+
+
+def test_a_pandas_timestamp_is_refused_with_a_hint():
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(IngestError, match=r"Timestamp.*convert it with \.timestamp\(\)"):
+        Event("Stock", pd.Timestamp("2024-01-01"), {"price": 1.0})
+    ts = pd.Timestamp("2024-01-01", tz="UTC").timestamp()
+    assert Event("Stock", ts, {}).ts == ts
+
+
+def test_a_nan_time_no_longer_gives_a_match_with_nan_times():
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(Stock a, Stock b) WITHIN 10 seconds", name="q")
+    eng.process(Event("Stock", 1.0, {}))
+    with pytest.raises(IngestError):
+        eng.process(Event("Stock", math.nan, {}))
+    assert eng.advance(math.inf) == []
+
+
+@pytest.mark.parametrize("kwargs, field, what", [
+    (dict(type="", ts=1.0), "type", "missing event type"),
+    (dict(type=5, ts=1.0), "type", "event type must be a string"),
+    (dict(type="A", ts=1.0, attrs={"x": math.nan}), "x", "must be finite"),
+    (dict(type="A", ts=1.0, attrs={"x": 2 ** 70}), "x", "integer out of range"),
+    (dict(type="A", ts=1.0, attrs={"x": object()}), "x", "value must be"),
+    (dict(type="A", ts=1.0, attrs={1: 2}), "attrs", "attribute names must be strings"),
+    (dict(type="A", ts=1.0, attrs=[("x", 1)]), "attrs", "attrs must be a mapping"),
+    (dict(type="A", ts=1.0, key={"a": 1}), "key", "partition key must be"),
+    (dict(type="A", ts=1.0, key=math.inf), "key", "must be finite"),
+    (dict(type="A", ts=1.0, id=[1]), "id", "event id must be"),
+])
+def test_event_applies_the_rules_of_make_event(kwargs, field, what):
+    with pytest.raises(IngestError, match=what) as info:
+        Event(**kwargs)
+    assert info.value.field == field
+
+
+def test_event_and_make_event_give_the_same_event():
+    np = pytest.importorskip("numpy")
+    ev = Event("Stock", 3, {"price": np.float64(1.5), "n": np.int64(2), "s": "x"}, key=7,
+               id=12)
+    assert (ev.ts, ev.attrs, ev.key, ev.id) == (3.0, {"price": 1.5, "n": 2, "s": "x"}, 7, "12")
+    assert type(ev.attrs["price"]) is float and type(ev.attrs["n"]) is int
+    row = make_event({"type": "Stock", "ts": 3, "price": 1.5, "n": 2, "s": "x", "key": 7,
+                      "id": 12})
+    assert (row.type, row.ts, row.attrs, row.key, row.id) == \
+        (ev.type, ev.ts, ev.attrs, ev.key, ev.id)
+    plain = {"price": 1.5}
+    assert Event("Stock", 1.0, plain).attrs is plain         # checked, not copied
+    import pickle
+    again = pickle.loads(pickle.dumps(ev))
+    assert (again.type, again.ts, again.attrs, again.key, again.id) == \
+        (ev.type, ev.ts, ev.attrs, ev.key, ev.id)
+    assert trusted_event("A", 1.0, {"x": math.nan}).attrs["x"] != 0    # no check there
+
+
+# --------------------------------------------------------------------------- the key
+
+KEYED = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > a.price WITHIN 100 seconds"
+
+
+def test_the_key_attribute_is_the_one_source_of_the_partition_key():
+    events = sample()
+    want = oracle_matches(parse_query(KEYED), events)
+    assert want
+    # no key given: the engine takes it from the attribute, alone or mixed with keyed events
+    assert engine_keys(KEYED, events, key_attr="symbol") == want
+    assert engine_keys(KEYED, events, key_attr="symbol", many=True) == want
+    mixed = [Event(e.type, e.ts, e.attrs, key=e.attrs["symbol"] if k % 3 else None)
+             for k, e in enumerate(events)]
+    want = oracle_matches(parse_query(KEYED), mixed)      # (a given key is part of the id)
+    assert engine_keys(KEYED, mixed, key_attr="symbol") == want
+    assert engine_keys(KEYED, mixed, key_attr="symbol", many=True) == want
+    # a key that contradicts the attribute is refused (it paired AAPL with MSFT: 45 matches)
+    wrong = [Event(e.type, e.ts, e.attrs, key="X") for e in events]
+    for many in (False, True):
+        eng = Engine(key_attr="symbol")
+        eng.add_query(KEYED, name="q")
+        with pytest.raises(IngestError, match=r"partition key 'X' differs from the attribute "
+                                              r"symbol='AAPL'") as info:
+            eng.process_many(wrong) if many else eng.process(wrong[0])
+        assert info.value.field == "symbol"
+        assert eng.events == 0                   # nothing of the batch was taken
+    # a key without the attribute is refused too
+    eng = Engine(key_attr="symbol")
+    with pytest.raises(IngestError, match="no attribute 'symbol'"):
+        eng.process(Event("Stock", 1.0, {"price": 1.0}, key="AAPL"))
+    # without key_attr the key is the event's own: nothing to reconcile
+    assert engine_keys(KEYED, wrong) == oracle_matches(parse_query(KEYED), wrong)
+
+
+# --------------------------------------------------------------------------- warnings
+
+import logging                                                     # noqa: E402
+import warnings                                                    # noqa: E402
+
+from cep.unseen import QueryWarning                                # noqa: E402
+
+
+def told(record) -> list:
+    return [str(w.message) for w in record if issubclass(w.category, QueryWarning)]
+
+
+def test_a_comparison_that_never_holds_is_a_warning_told_once(caplog):
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(Stock a, Stock b) WHERE a.price < 'high' WITHIN 10 seconds",
+                  name="hi")
+    eng.add_query("PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price WITHIN 10 seconds",
+                  name="fine")
+    caplog.set_level(logging.INFO, logger="raycep")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert eng.process_many(sample()) and not any(m.query == "hi" for m in
+                                                      eng.process_many(sample(40)[20:]))
+        eng.advance(math.inf)
+    found = eng.warnings()
+    assert list(found) == ["hi"]
+    assert "condition `a.price < 'high'` never held" in found["hi"][0]
+    assert "'high'" in found["hi"][0].split("(")[-1]            # the reason
+    assert len(told(record)) == 1                               # once, not per event/batch
+    assert told(record)[0].startswith("query 'hi': condition `a.price < 'high'` never held")
+    assert record[0].filename == __file__                       # points at the user's call
+    assert any("never held" in r.getMessage() for r in caplog.records)
+
+
+def test_a_type_never_seen_is_told_once_a_window_has_passed_or_at_the_end():
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(Stock a, Trade b) WITHIN 10 seconds", name="q")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for ev in sample(5):                 # 4 seconds of input: no evidence yet
+            eng.process(ev)
+        assert told(record) == []
+        assert "'Trade'" in eng.warnings()["q"][0]              # asked for: listed
+        for ev in sample(30)[5:]:            # a whole window without a Trade
+            eng.process(ev)
+        assert told(record) == ["query 'q': no event of type 'Trade' seen in the input so far "
+                                "(misspelt event type?)"]
+    eng = Engine()
+    eng.add_query("PATTERN SEQ(Stock a, Trade b) WITHIN 10 seconds", name="q")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        eng.process_many(sample(3))
+        assert told(record) == []
+        eng.advance(math.inf)                # the end of the stream: all there is
+        assert len(told(record)) == 1 and "'Trade'" in told(record)[0]
