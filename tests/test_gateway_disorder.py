@@ -87,7 +87,10 @@ def test_events_later_than_the_threshold_are_readable_as_late_events(make_cluste
     late = page.matches[0]
     assert late["late"] is True and late["event"]["id"] == "A3-1"
     assert late["source"] == "client" or late["source"]
-    assert "above the threshold 2" in late["reason"]
+    # the actor evicts after each batch (issue 33), so the index floor (the watermark then)
+    # may be named first: an event behind it is above its threshold too
+    assert "above the threshold 2" in late["reason"] or \
+        "older than the events the index still keeps (11)" in late["reason"]
     assert client.stats()["gateway"]["late_events"] == 1
     assert client.late_events(since=page.next).matches == []
     assert [m["events"]["a"]["id"] for m in read_all(client, "pair")] == ["A10-1"]
