@@ -6,7 +6,7 @@ import pytest
 
 from cep.codec import SCHEMA_VERSION, Batch, decode_batch, decode_row, encode_batch
 from cep.errors import IngestError
-from cep.event import Event
+from cep.event import Event, trusted_event
 
 
 def _pack(body) -> bytes:
@@ -220,8 +220,10 @@ def test_decode_row_directly():
 # --------------------------------------------------------------------------- encoding errors
 
 def test_unencodable_attribute_names_row_and_attribute():
-    events = [Event("A", 1.0, {"x": 1}), Event("A", 2.0, {"when": object()})]
-    with pytest.raises(IngestError) as info:
+    with pytest.raises(IngestError, match="value must be"):
+        Event("A", 2.0, {"when": object()})          # refused when made...
+    events = [Event("A", 1.0, {"x": 1}), trusted_event("A", 2.0, {"when": object()})]
+    with pytest.raises(IngestError) as info:         # ... and when encoded, past the check
         encode_batch(events, "s", "b")
     assert info.value.row == 1 and info.value.field == "when"
 
