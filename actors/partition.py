@@ -337,14 +337,14 @@ class PartitionWorker:
         if self.durable.due():
             self.checkpoint()
 
-    def checkpoint(self) -> dict | None:
+    def checkpoint(self, force: bool = False) -> dict | None:
         """Write a checkpoint now: what changed since the last one (actors/recovery.py);
         returns its figures. None without a checkpoint directory, and when nothing changed
         since the last checkpoint (nothing is written: counted in ``skipped``)."""
         durable = self.durable
         if durable is None:
             return None
-        if not durable.changed():
+        if not durable.changed() and not force:
             durable.skipped += 1
             return None
         engine = self.engine
@@ -389,7 +389,7 @@ class PartitionWorker:
         log.warning("partition %s: restored %s and replayed %d logged changes in %.3f s",
                     self.partition, "its checkpoint" if snap is not None else "no checkpoint",
                     len(records), self.recovery["seconds"])
-        self.checkpoint()                    # the replayed log is now in a checkpoint
+        self.checkpoint(force=True)          # the replayed log (and this recovery) saved
 
     def report(self) -> dict:
         """Per query, the statistics since the previous report, as PlannerService.report takes

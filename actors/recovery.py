@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass
 
 from actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
-                                 WAL_KIND, event_rows, header, read_one, read_records, record,
-                                 row_event, write_file)
+                                 WAL_KIND, event_rows, header, intern, read_one, read_records,
+                                 record, row_event, write_file)
 from cep.errors import RecoveryError
 
 CHECKPOINT = "checkpoint"
@@ -159,6 +159,8 @@ class DurableLog:
                 self.segments.append({"name": name, "events": len(seg["events"]),
                                       "bytes": os.path.getsize(self._path(SEGMENTS, name))})
                 self._next = max(self._next, int(name.split(".")[0]) + 1)
+            table = {(e.type, e.ts, e.id): e for e in events}
+            snap = intern(snap, table)
             snap["engine"]["events"] = events
             snap["recent"] = batches
             self.mark = (meta["mark"][0], list(meta["mark"][1]))

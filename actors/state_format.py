@@ -127,6 +127,26 @@ def event_rows(events) -> list:
     return [[e.type, e.ts, e.key, e.attrs, e._id] for e in events]
 
 
+def intern(value, table: dict):
+    """``value`` with every Event replaced by the one of ``table`` (``{(type, ts, id):
+    Event}``, filled as new ones are met), containers rebuilt: a decoded state refers to the
+    same Event objects as the restored index, and to one object per event, as the live
+    state did (pickle kept that identity; the evaluators may rely on it)."""
+    cls = value.__class__
+    if cls is Event:
+        key = (value.type, value.ts, value.id)
+        return table.setdefault(key, value)
+    if cls is dict:
+        return {k: intern(v, table) for k, v in value.items()}
+    if cls is list:
+        return [intern(v, table) for v in value]
+    if cls is tuple:
+        return tuple(intern(v, table) for v in value)
+    if cls is LateEvent:
+        return dataclasses.replace(value, event=intern(value.event, table))
+    return value
+
+
 # ------------------------------------------------------------------ files
 def frame(payload: bytes) -> bytes:
     return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
