@@ -656,6 +656,8 @@ class Engine:
 
     def _tell(self, ended: bool):
         """Tell the warnings not told yet (cep.unseen.Teller: once per query and cause)."""
+        if not ended and not self._teller.ready(self.clock, self._evaluators.values()):
+            return                        # no window passed yet: nothing looked at
         found = self._causes()
         if found:
             windows = {name: self.managers[name].cq.window for name in found}

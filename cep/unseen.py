@@ -140,6 +140,11 @@ class Teller:
         self.next = 2 * inserted
         return True
 
+    def ready(self, clock: float, managers) -> bool:
+        """Some query's window has passed over the input (before that, looking is not worth
+        it: it may scan the buffer, and make the Events of column batches)."""
+        return any(clock - self.first >= m.cq.window for m in managers)
+
     def tell(self, found: dict, windows: dict, clock: float, ended: bool) -> list:
         """Warn about what ``found`` (``{query: [(cause, text)]}``) has that was not told;
         ``windows``: query -> window (s). Returns the texts told."""
