@@ -386,7 +386,7 @@ def pattern_text(node) -> str:
 
 
 def query_text(q: A.Query) -> str:
-    """The query in the query language (for failure reports)."""
+    """The query in the query language (failure reports; queries registered as text)."""
     parts = [f"PATTERN {pattern_text(q.pattern)}"]
     conds = [f"[{a}]" for a in q.equivalence]
     if q.where is not None:
@@ -398,6 +398,10 @@ def query_text(q: A.Query) -> str:
         amount = q.within.amount
         a = amount.name if isinstance(amount, A.Param) else f"{amount.value} seconds"
         parts.append(f"WITHIN {a}")
+    if q.slide is not None:
+        amount = q.slide.amount
+        a = amount.name if isinstance(amount, A.Param) else f"{amount.value} seconds"
+        parts.append(f"SLIDE {a}")
     if q.strategy != "skip_till_any_match":
         parts.append(f"STRATEGY {q.strategy}")
     return "\n".join(parts)

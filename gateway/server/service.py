@@ -236,7 +236,10 @@ class GatewayService:
                 f"the query's window (WITHIN {cq.window:g} seconds) is larger than this "
                 f"gateway's maximum of {max_window:g} seconds (raycep serve --max-window)",
                 query.text, line, column)
-        keyed = self.key_attr is not None and self.key_attr in cq.equivalence
+        # strict contiguity is judged over the whole stream, every key's events (SASE+ section
+        # 2): a partition actor sees only its keys, so such a query runs on the global actor
+        keyed = self.key_attr is not None and self.key_attr in cq.equivalence \
+            and query.strategy != "strict_contiguity"
         types = None if None in cq.types else frozenset(cq.types)
         return ("keyed" if keyed else "global"), types
 
