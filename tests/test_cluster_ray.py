@@ -385,3 +385,40 @@ def test_match_flood_and_backpressure_through_ray_reach_the_sink(make_cluster, t
     assert len(written) == len(set(written)) == len(expected)
     assert set(written) == expected
     assert client.query("flood")["matches"]["total"] == len(expected)
+
+
+def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
+    """The standing guard (tests/test_cluster_equals_engine.py) once through real Ray actors
+    with planner rounds: variants registered strictest first, other structures (negation,
+    global, Kleene), queries added and removed mid-stream, batches of several sizes from two
+    concurrent producers; every query's final matches equal one Engine's (each query alone)."""
+    from types import SimpleNamespace
+    from cep.parser import parse_query
+    from test_cluster_equals_engine import _through, check, engine_outputs
+    from test_sharing import Member
+    events = make_stream(900, 11, 6, 0.0, gaps=(0.1, 0.25, 0.5))
+    texts = [(f"v{j}", f"PATTERN SEQ(A a, B b) WHERE [k] AND b.x > a.x * {c} WITHIN 4 seconds")
+             for j, c in enumerate((1.5, 1.2, 1.0, 0.8, 0.6))]
+    texts += [("neg", NEG), ("glob", GLOBAL_AC),
+              ("kl", "PATTERN SEQ(A a, B+ b[], C c) WHERE [k] AND b[i].x >= a.x "
+                     "WITHIN 2 seconds")]
+    members = [Member(name, parse_query(text), {}, None, "optimistic") for name, text in texts]
+    for m, (added, removed) in zip(members, [(0, None), (0, 600), (300, None), (0, None),
+                                             (450, None), (0, None), (150, 750), (0, None)]):
+        m.added, m.removed = added, removed
+    case = SimpleNamespace(events=events, arrivals=events, keyed=True, members=members,
+                           cuts=[], slack=max(e.ts for e in events) + 1.0,
+                           order=list(range(len(members))), batches=[7, 50, 1, 23],
+                           producers=2, partitions=2, seed=3, restore_at=None)
+    from cep.disorder import DisorderSettings
+    cluster = RayCluster(2, "k", GatewaySettings(port=0, plan_every=0.5,
+                                                 registry_path=str(tmp_path / "r.sqlite")),
+                         disorder=DisorderSettings(min_slack=case.slack))
+    try:
+        cluster.start()
+        got = _through(cluster, case)
+    finally:
+        cluster.stop()
+    want = engine_outputs(case)
+    check(case, got, want)
+    assert sum(len(v) for v in got.values()) > 100
