@@ -24,7 +24,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  rule, run_state_machine_as_test)
 
 from cep.batch import ColumnBatch
-from cep.event import Event
+from cep.event import Event, trusted_event
 from cep.index import ALL, ANY_TYPE, SharedEventIndex, TimeBuffer
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
@@ -69,11 +69,11 @@ class Rec:
     __slots__ = ("_ev", "src", "ts", "eid", "given")
 
     def __init__(self, etype: str, ts: float, attrs: dict, key=None, given: str | None = None):
-        self._ev = Event(etype, ts, attrs, key, given)
+        self._ev = trusted_event(etype, ts, attrs, key, given)   # any value (Event() checks)
         self.src = None
         self.ts = ts
         self.given = given
-        self.eid = given if given is not None else Event(etype, ts, dict(attrs), key).id
+        self.eid = given if given is not None else trusted_event(etype, ts, dict(attrs), key).id
 
     @property
     def ev(self) -> Event:
@@ -303,7 +303,8 @@ def test_time_buffer_against_a_sorted_list():
 def test_select_compares_like_python(values, n, op, value, cut, late):
     """``select`` over numeric (or mixed) attribute values, in order or inserted backwards,
     agrees with Python's comparison of the value (ints beyond 2 ** 53 compared exactly)."""
-    events = [Event("A", float(i // 2), attrs_of(v=values[i % len(values)]), None, f"e{i:03d}")
+    events = [trusted_event("A", float(i // 2), attrs_of(v=values[i % len(values)]), None,
+                            f"e{i:03d}")
               for i in range(n)]
     buf = TimeBuffer()
     for ev in reversed(events) if late else events:
