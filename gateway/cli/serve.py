@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import time
+import threading
 
 from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 from cep.errors import CepError
@@ -138,26 +138,22 @@ def run_serve(args) -> int:
     url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)
     # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
     # would print a native stack dump instead
-    signal.signal(signal.SIGTERM, _terminated)
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     print(f"raycep gateway listening on {url} (registry {args.registry}; "
           f"{'checkpoints in ' + checkpoint.directory if checkpoint else 'no checkpoints'}"
           f"{', token required' if args.token else ''}); Ctrl-C or SIGTERM stops", flush=True)
+    # the handler only sets a flag: an exception raised from it could land inside a Ray call
+    # (heal), which would wrap it in a RaySystemError and end serve with status 1
     try:
-        while True:                   # the gateway comes back if its actor dies
-            time.sleep(1.0)
+        while not terminated.wait(1.0):     # the gateway comes back if its actor dies
             if cluster.heal():
                 note(f"the gateway had died: a new one listens on {cluster.url}")
-    except (KeyboardInterrupt, _Terminated) as exc:
-        note(f"{'SIGTERM: ' if isinstance(exc, _Terminated) else ''}stopping ...")
+        note("SIGTERM: stopping ...")
+    except KeyboardInterrupt:
+        note("stopping ...")
     finally:
         cluster.stop()
     note("stopped")
     return 0
 
-
-class _Terminated(Exception):
-    """SIGTERM arrived (raised by the handler ``run_serve`` installs)."""
-
-
-def _terminated(signum, frame):
-    raise _Terminated()
