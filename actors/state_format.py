@@ -124,7 +124,7 @@ def row_event(row) -> Event:
 
 
 def event_rows(events) -> list:
-    return [[e.type, e.ts, e.key, e.attrs, e._id] for e in events]
+    return list(map(event_row, events))
 
 
 def intern(value, table: dict):

@@ -20,11 +20,12 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.bench_recovery import serve, stop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -75,19 +76,6 @@ def descendants(root: int) -> dict:
             found[c] = procs[c]
             todo.append(c)
     return found
-
-
-def serve(workdir: str, extra: list):
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--partitions", "2",
-           "--key", "symbol", "--registry", os.path.join(workdir, "registry.sqlite"),
-           "--checkpoint-dir", os.path.join(workdir, "checkpoints"), *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"raycep serve did not start: {line!r}")
-    return proc, line.split("listening on ", 1)[1].split()[0]
 
 
 def main(argv=None) -> int:
@@ -164,11 +152,7 @@ def main(argv=None) -> int:
                 for top, n in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
                     print(f"    {n:6d}  {top[:110]}")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

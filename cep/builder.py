@@ -347,9 +347,8 @@ def _where(where, pattern) -> tuple:
     if where is None:
         return None, (), None
     if not isinstance(where, str):
-        if isinstance(where, E) or isinstance(where, (Literal, Param, Attr, Len, Aggregate,
-                                                      BinOp, Neg, Compare, BoolAnd, BoolOr,
-                                                      BoolNot, bool)):
+        if isinstance(where, (E, Literal, Param, Attr, Len, Aggregate, BinOp, Neg, Compare,
+                              BoolAnd, BoolOr, BoolNot, bool)):
             return _node(where), (), None
         raise TypeError(f"query() argument 'where' must be an expression (attr(...) < ..., "
                         f"...), an AST node or query text, got {where.__class__.__name__}: "

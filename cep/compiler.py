@@ -223,8 +223,8 @@ def _check_params(query, params: dict, text) -> None:
         message += f"; also without a value: {', '.join(repr(m) for m in missing[1:])}"
     if unknown:
         hints = []
+        lower = {m.lower(): m for m in missing}
         for name in unknown:
-            lower = {m.lower(): m for m in missing}
             close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
             hints.append(f"{name!r}" + (f" (did you mean {lower[close[0]]!r}?)" if close
                                         else ""))

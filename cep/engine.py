@@ -599,12 +599,9 @@ class Engine:
         reach = max((m.cq.window for m in self._optimistic if m.has_deferred), default=0.0)
         horizon = self.horizon
         if not self._evaluators and not horizon:
-            cutoff = math.nextafter(kept, math.inf)      # no query: keep nothing
-            floor = cutoff
+            cutoff = floor = math.nextafter(kept, math.inf)      # no query: keep nothing
         else:
-            cutoff = floor = kept - horizon - reach
-            if kept > floor:
-                floor = kept
+            cutoff, floor = kept - horizon - reach, kept
         if floor > self._kept_from:
             self._kept_from = floor
         for m in self._evaluators.values():

@@ -53,19 +53,7 @@ class Event:
             _bad_type(type)
         if ts.__class__ is not float or ts - ts != 0.0:
             ts = event_time(ts)
-        if attrs is None:
-            attrs = {}
-        elif attrs.__class__ is not dict:
-            attrs = checked_attrs(attrs)
-        else:
-            for name, value in attrs.items():      # the common case inline (checked_attrs)
-                cls = value.__class__
-                if cls is str or cls is bool or (cls is float and value - value == 0.0) \
-                        or (cls is int and _INT_MIN <= value <= _INT_MAX):
-                    if name.__class__ is str:
-                        continue
-                attrs = checked_attrs(attrs)
-                break
+        attrs = {} if attrs is None else checked_attrs(attrs)
         if key is not None and key.__class__ is not str:
             key = checked_key(key, None, "key")
         if id is not None and id.__class__ is not str:

@@ -5,6 +5,8 @@ gives the documented result (checked against the brute-force oracle where it is 
 matches) or a clear error."""
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cep import Engine, Event
@@ -258,7 +260,6 @@ def test_an_event_time_that_is_no_finite_number_is_refused_at_construction(ts, w
 
 
 def test_a_pandas_timestamp_is_refused_with_a_hint():
-    pd = pytest.importorskip("pandas")
     with pytest.raises(IngestError, match=r"Timestamp.*convert it with \.timestamp\(\)"):
         Event("Stock", pd.Timestamp("2024-01-01"), {"price": 1.0})
     ts = pd.Timestamp("2024-01-01", tz="UTC").timestamp()
@@ -293,7 +294,6 @@ def test_event_applies_the_rules_of_make_event(kwargs, field, what):
 
 
 def test_event_and_make_event_give_the_same_event():
-    np = pytest.importorskip("numpy")
     ev = Event("Stock", 3, {"price": np.float64(1.5), "n": np.int64(2), "s": "x"}, key=7,
                id=12)
     assert (ev.ts, ev.attrs, ev.key, ev.id) == (3.0, {"price": 1.5, "n": 2, "s": "x"}, 7, "12")

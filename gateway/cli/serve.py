@@ -7,6 +7,7 @@ import signal
 import threading
 
 from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from cep.engine import check_retain
 from cep.errors import CepError
 from gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
 
@@ -113,8 +114,10 @@ def run_serve(args) -> int:
     if args.wait_for_nodes < 1 or not args.wait_for_nodes_timeout >= 0:
         err("error: --wait-for-nodes must be >= 1 and --wait-for-nodes-timeout >= 0")
         return 2
-    if not 0 <= args.retain < float("inf"):
-        err("error: --retain must be a finite number of seconds >= 0")
+    try:
+        check_retain(args.retain)
+    except CepError as exc:
+        err(f"error: --retain: {exc}")
         return 2
     checkpoint = None
     if not args.no_checkpoints:
