@@ -1,5 +1,5 @@
-"""Static orders vs Tree-NFA vs adaptive planning on a stream whose rates change (Lazy NFA
-paper, seed 003 section 8.3: "the rarest event was switched after each 100,000 incoming events").
+"""Static orders vs Tree-NFA vs adaptive planning on a stream whose rates change (Lazy Chain
+Automata paper, section 8.3: "the rarest event was switched after each 100,000 incoming events").
 
     python3 -m benchmarks.bench_adaptive [--quick] [--phase-events N] [--phases K] [--window W]
                                          [--check-every N] [--only RUN ...]

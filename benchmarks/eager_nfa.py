@@ -1,8 +1,9 @@
 """An eager, incremental SASE-style NFA: the baseline the lazy engine is benchmarked against.
 
 This is the classic evaluator that the lazy/recomputation papers compare with (SASE+ NFA^b,
-seed 002 section 3; the "eager NFA" of seed 003 section 2): every event is pushed through the
-automaton at once, and every partial match (a run) is stored until it completes or expires.
+"Efficient Pattern Matching over Event Streams" section 3; the "eager NFA" of the Lazy Chain
+Automata paper, section 2): every event is pushed through the automaton at once, and every
+partial match (a run) is stored until it completes or expires.
 
 What it does, so that the comparison is fair (a competent eager implementation):
 

@@ -1,21 +1,21 @@
 """Bulk evaluation: all the triggers of a chunk of in-order rows at once, over columns (issue 14).
 
-The lazy join of ``cep.evaluator`` (Lazy Chain NFA, seed 003 section 4) binds the variables of
-one trigger in plan order, a candidate range per step found by bisection and each separable
-comparison applied to the whole range. For a sequence pattern under skip-till-any-match with no
-Kleene variable, whose conditions are order comparisons of an attribute (or ``attribute OP
-number``) with a number or with such a term of a variable bound before, the same steps run for
-every trigger of a chunk together: each step's candidate ranges by ``searchsorted`` over the
-buffer's times, each comparison one numpy mask over the candidates of all bindings, each
-negation between two bound variables decided per binding over its range (its minimum or
-maximum, or each filter counted, as the evaluator does it). Variables of one type are allowed
-when each is ordered against the others (a bound event is then a range's end, never a
-candidate). The bindings come out in the evaluator's enumeration order (trigger, then each
-step's candidates in time order), the matches are made as the evaluator makes them
-(``Match.batch`` per prefix binding, or one bindings dict per match), and each condition's
-counters are summed per trigger, so plans, statistics and output stay identical; the one
-difference is that a bulk evaluation neither reads nor stores shared plan prefixes
-(``cep.prefixes``), so their reuse counts differ.
+The lazy join of ``cep.evaluator`` (the Lazy Chain NFA of "Efficient Detection of Complex Event
+Patterns Using Lazy Chain Automata", section 4) binds the variables of one trigger in plan
+order, a candidate range per step found by bisection and each separable comparison applied to
+the whole range. For a sequence pattern under skip-till-any-match with no Kleene variable, whose
+conditions are order comparisons of an attribute (or ``attribute OP number``) with a number or
+with such a term of a variable bound before, the same steps run for every trigger of a chunk
+together: each step's candidate ranges by ``searchsorted`` over the buffer's times, each
+comparison one numpy mask over the candidates of all bindings, each negation between two bound
+variables decided per binding over its range (its minimum or maximum, or each filter counted, as
+the evaluator does it). Variables of one type are allowed when each is ordered against the
+others (a bound event is then a range's end, never a candidate). The bindings come out in the
+evaluator's enumeration order (trigger, then each step's candidates in time order), the matches
+are made as the evaluator makes them (``Match.batch`` per prefix binding, or one bindings dict
+per match), and each condition's counters are summed per trigger, so plans, statistics and
+output stay identical; the one difference is that a bulk evaluation neither reads nor stores
+shared plan prefixes (``cep.prefixes``), so their reuse counts differ.
 
 A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator: a
 range or a compared value holding something float64 does not hold exactly (a string, a

@@ -1,5 +1,6 @@
-"""Out-of-order, late and duplicate input (LimeCEP, seed 004 section 4.3 "Event Manager",
-equations 1-2, and the result-correctness rules of section 4.4).
+"""Out-of-order, late and duplicate input (LimeCEP: Kyrama & Gounaris, "Handling out-of-order
+input arrival in CEP engines on the edge combining optimistic, pessimistic and lazy evaluation",
+section 4.3 "Event Manager", equations 1-2, and the result-correctness rules of section 4.4).
 
 Per stream, i.e. per (source, event type), the tracker keeps:
 

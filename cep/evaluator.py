@@ -1,4 +1,6 @@
-"""The lazy, recomputation-based join (Lazy Chain NFA, seed 003 sections 3-5; RCEP, seed 000).
+"""The lazy, recomputation-based join (Kolchinsky, Schuster & Keren, "Efficient Detection of
+Complex Event Patterns Using Lazy Chain Automata", sections 3-5; RCEP, "All that Incremental is
+not Efficient: Towards Recomputation Based Complex Event Processing for Expensive Queries").
 
 Nothing is stored but events. When a trigger event arrives it is bound to a variable that can
 hold a match's last event; the other positive variables are bound in plan order from the shared

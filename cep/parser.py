@@ -335,8 +335,9 @@ class _Parser:
         return self.leaf()
 
     def unary_operator(self) -> EventVar:
-        """VLDB 2018 (seed 001, section 2.1) notation: ``KL(T e)`` is the Kleene closure
-        ``T+ e[]`` and ``NOT(T e)`` the negation ``~T e``; both apply to one event variable."""
+        """The notation of Kolchinsky & Schuster, VLDB 2018 (section 2.1): ``KL(T e)`` is the
+        Kleene closure ``T+ e[]`` and ``NOT(T e)`` the negation ``~T e``; both apply to one
+        event variable."""
         op = self.advance()
         name = op.value.upper()
         self.advance()

@@ -1,17 +1,18 @@
 """Shared sub-patterns: evaluators whose plans begin with the same steps share their
 evaluation for one trigger (issue 15).
 
-In a lazy evaluation (seed 003, sections 3-5) a trigger's matches are enumerated step by step
-in plan order, the trigger's variable first. Two queries of different structure -- or two
-branches of one query -- whose plans begin with steps that bind the same event types in the
-same order under the same conditions (same expressions and constants, variables renamed by
-position), window, strategy and equivalence attributes enumerate the same partial bindings for
-the same trigger. This is OpenCEP's multi-pattern sharing of equivalent subtrees (its
-``SubTreeSharing`` / ``ShareLeaves`` tree mergers) applied to the left-deep prefix a lazy plan
-evaluates: the first evaluator to reach such a prefix for a trigger materialises its partial
-bindings; the others extend those bindings with their own remaining steps. The plans
-themselves stay each evaluator's own (the planner re-orders each one on its statistics); a
-prefix is shared only while the orders happen to coincide.
+In a lazy evaluation ("Efficient Detection of Complex Event Patterns Using Lazy Chain Automata",
+sections 3-5) a trigger's matches are enumerated step by step in plan order, the trigger's
+variable first. Two queries of different structure -- or two branches of one query -- whose
+plans begin with steps that bind the same event types in the same order under the same
+conditions (same expressions and constants, variables renamed by position), window, strategy and
+equivalence attributes enumerate the same partial bindings for the same trigger. This is
+OpenCEP's multi-pattern sharing of equivalent subtrees (its ``SubTreeSharing`` / ``ShareLeaves``
+tree mergers) applied to the left-deep prefix a lazy plan evaluates: the first evaluator to
+reach such a prefix for a trigger materialises its partial bindings; the others extend those
+bindings with their own remaining steps. The plans themselves stay each evaluator's own (the
+planner re-orders each one on its statistics); a prefix is shared only while the orders happen
+to coincide.
 
 What is shared, and why it cannot change a result:
 

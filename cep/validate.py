@@ -1,11 +1,12 @@
 """Semantic checks on a parsed or built :class:`cep.ast.Query`.
 
 ``validate(query)`` returns the query unchanged or raises :class:`QueryValidationError` naming
-the variable/attribute and what is wrong, with the position of the offending node (caret
-excerpt from ``query.text`` when the query came from text). The rules are the restrictions of
-the README semantics: a conjunct may use the index ``i`` of at most one Kleene variable and
-mention at most one negated variable (SASE+ section 2, seed 003 negation), every negation is
-bounded by a positive event, and every query has a window.
+the variable/attribute and what is wrong, with the position of the offending node (caret excerpt
+from ``query.text`` when the query came from text). The rules are the restrictions of the README
+semantics: a conjunct may use the index ``i`` of at most one Kleene variable and mention at most
+one negated variable (SASE+ section 2; negation as in "Efficient Detection of Complex Event
+Patterns Using Lazy Chain Automata"), every negation is bounded by a positive event, and every
+query has a window.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""raycep planner: plan problems, cost models and plan search (VLDB 2018, seed 001).
+"""raycep planner: plan problems, cost models and plan search (Kolchinsky & Schuster,
+"Join Query Optimization Techniques for Complex Event Processing Applications", VLDB 2018).
 
 Pipeline: CompiledQuery + statistics --problem_from_query--> PlanProblem --ALGORITHMS[name]
 with a cost function--> order --make_plan--> Plan (handed to PatternManager.set_order).

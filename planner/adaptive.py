@@ -1,5 +1,6 @@
 """Adaptive re-planning (README "Planning"; the deviation-aware optimizer of OpenCEP and the
-adaptive CEP of seed 001 section 5, reference [28]).
+adaptive CEP of Kolchinsky & Schuster, VLDB 2018, section 5, and their "Efficient Adaptive
+Detection of Complex Event Patterns", PVLDB 11(11), 2018).
 
 A query's plan is rebuilt only when some statistic (an arrival rate or a selectivity) has moved
 away from the value the current plan was built with by more than a factor ``threshold``; the new

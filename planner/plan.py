@@ -3,8 +3,8 @@
 A Plan is an order of the query's positive variables, handed to
 ``PatternManager.set_order(plan.order, plan.version)``; the evaluator binds the trigger first
 and then the other variables of each DNF branch in this order. ``order`` None is the Tree-NFA
-mode (seed 003, section 7): no static order, the manager picks one per trigger from the current
-buffer counts.
+mode ("Efficient Detection of Complex Event Patterns Using Lazy Chain Automata", section 7): no
+static order, the manager picks one per trigger from the current buffer counts.
 
 By default plans are chosen and costed under the executed model (planner.problem, "Execution
 model"): the cost of the orders the engine actually runs, trigger first, with the triggers

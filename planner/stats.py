@@ -1,6 +1,7 @@
 """Statistics for planning: arrival rates per event type over a sliding horizon of event time,
-and predicate selectivities from the counters the evaluator keeps anyway (seed 001 section 5:
-"the arrival rates ... and the predicate selectivities are rarely obtained in advance").
+and predicate selectivities from the counters the evaluator keeps anyway (Kolchinsky & Schuster,
+VLDB 2018, section 5: "the arrival rates ... and the predicate selectivities are rarely obtained
+in advance").
 
 Both are cheap enough to stay on: a rate costs two C-level list appends per event; a selectivity is the
 difference of two counter snapshots (``Conjunct.tested`` / ``passed``) between two checks.

@@ -1,7 +1,7 @@
 """Every query printed in the seed papers parses, with the AST facts the paper intends.
 
-Texts are copied from /work/shared/seeds/ verbatim, except for obvious PDF-extraction damage
-(noted per query).
+Texts are copied verbatim from the papers listed in docs/references.md, except for obvious
+PDF-extraction damage (noted per query).
 """
 from cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, Compare, EventVar, KIndex, Literal,
                      Param, Seq, event_vars)
@@ -26,7 +26,7 @@ def flags(query):
     return [(v.type, v.name, v.kleene, v.negated) for v in event_vars(query.pattern)]
 
 
-# --------------------------------------------------------------------------- SASE+ (seed 002)
+# ------------------------------------------------------------- SASE+ (Agrawal et al., SIGMOD 2008)
 
 # SASE+ (Agrawal et al., SIGMOD 2008), Figure 1 (a) Query 1.
 SASE_Q1 = """PATTERN SEQ(Shelf a, \u223c(Register b), Exit c)
@@ -98,7 +98,7 @@ def test_sase_query3_equivalence_aggregate_percent():
     assert c3.right.left.value == 0.8
 
 
-# --------------------------------------------------------------------------- RCEP (seed 000)
+# ------------------------------------------------- RCEP ("All that Incremental is not Efficient")
 
 # RCEP (recomputation-based CEP), Query 1, copied with its line breaks (the missing space in
 # "(a, b+, c)WHERE" is in the paper).
@@ -126,7 +126,7 @@ def test_rcep_query1_untyped_leaves_next_first_slide():
     ]
 
 
-# --------------------------------------------------------------------------- LimeCEP (seed 004)
+# ----------------------------------------------------------------- LimeCEP (Kyrama & Gounaris)
 
 # LimeCEP, Query 1: Impending anxiety crisis.
 LIME_Q1 = """PATTERN SEQ(!ROOM a, STEPS+ b[])
@@ -203,7 +203,7 @@ def test_limecep_evaluation_queries():
     assert window_length(ex.within) == 10
 
 
-# --------------------------------------------------------------------------- VLDB 2018 (seed 001)
+# ------------------------------------------------------------ VLDB 2018 (Kolchinsky & Schuster)
 
 # Kolchinsky & Schuster, VLDB 2018, section 2.1, the "four cameras" pattern. The paper's line
 # break duplicates '=' ("=\n\n=c.vehicleID") and the sentence ends in '.': extraction damage.

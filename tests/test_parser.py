@@ -88,7 +88,7 @@ def test_untyped_negation_and_types_named_like_keywords():
     ("not(b)", EventVar(None, "b", negated=True)),
 ])
 def test_vldb_unary_operators(leaf, expected):
-    """VLDB 2018 (seed 001) section 2.1: KL(...) is the Kleene closure, NOT(...) negation."""
+    """Kolchinsky & Schuster, VLDB 2018, 2.1: KL(...) is the Kleene closure, NOT(...) negation."""
     assert pattern(f"SEQ(X x, {leaf}, Y y)").children[1] == expected
     # the same AST as the SASE+ forms, position at the operator
     q = parse_query(f"PATTERN SEQ(X x, {leaf}, Y y) WITHIN 1 s")

@@ -1,4 +1,5 @@
-"""EFREQ: ascending arrival frequency, the Lazy NFA's order (VLDB 2018, section 6.1; seed 003).
+"""EFREQ: ascending arrival frequency, the Lazy NFA's order (VLDB 2018, section 6.1; "Efficient
+Detection of Complex Event Patterns Using Lazy Chain Automata").
 
 A Kleene variable counts with its power-set rate ``2^(r*W)/W`` (section 4), so it goes late.
 Ties keep pattern order. The fixed variables (executed mode, planner.problem) come first.
