@@ -188,6 +188,10 @@ class Query:
     name: str | None = None
     text: str | None = field(default=None, compare=False, repr=False)
 
+    def __str__(self) -> str:
+        """The query as query-language text (``query_text``), also for a built one."""
+        return query_text(self)
+
 
 def walk_pattern(node):
     """Yield every pattern node, depth first."""
@@ -218,21 +222,42 @@ def walk_expr(expr):
         yield from walk_expr(expr.item)
 
 
+#: the escapes of the query language's string literals (cep.parser), for writing them back
+_STRING_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r",
+                   "\0": "\\0"}
+#: WITHIN / SLIDE units written back (seconds per unit)
+_UNIT_NAMES = {0.001: "milliseconds", 1.0: "seconds", 60.0: "minutes", 3600.0: "hours",
+               86400.0: "days"}
+
+
+def _string_text(value: str) -> str:
+    return "'" + "".join(_STRING_ESCAPES.get(ch, ch) for ch in value) + "'"
+
+
 def expr_text(expr) -> str:
-    """Query-language text of an expression (for messages and statistics)."""
+    """Query-language text of an expression (for messages and statistics; the parser reads it
+    back as the same expression)."""
     def index(var, idx):
         if idx is None:
             return var
+        return f"{var}[{index_text(var, idx)}]"
+
+    def index_text(var, idx):
         if idx.base == "i":
-            return f"{var}[i{idx.offset:+d}]" if idx.offset else f"{var}[i]"
+            return f"i{idx.offset:+d}" if idx.offset else "i"
         if idx.base == "first":
-            return f"{var}[{idx.offset + 1}]"
-        return f"{var}[{var}.LEN{idx.offset:+d}]" if idx.offset else f"{var}[{var}.LEN]"
+            return str(idx.offset + 1)
+        return f"{var}.LEN{idx.offset:+d}" if idx.offset else f"{var}.LEN"
+
+    def operand(e) -> str:
+        """An operand of a comparison or arithmetic: a comparison or NOT in parentheses
+        (``a < b = true`` would read as a chain, ``NOT x = y`` as the negated comparison)."""
+        return f"({text(e)})" if isinstance(e, (Compare, BoolNot)) else text(e)
 
     def text(e) -> str:
         if isinstance(e, Literal):
-            return repr(e.value) if isinstance(e.value, str) else str(e.value).lower() \
-                if isinstance(e.value, bool) else str(e.value)
+            return _string_text(e.value) if isinstance(e.value, str) else \
+                str(e.value).lower() if isinstance(e.value, bool) else str(e.value)
         if isinstance(e, Param):
             return e.name
         if isinstance(e, Attr):
@@ -240,14 +265,14 @@ def expr_text(expr) -> str:
         if isinstance(e, Len):
             return f"{e.var}.LEN"
         if isinstance(e, Aggregate):
-            target = e.var if e.upto is None else f"{e.var}[..{index('', e.upto)[1:-1]}]"
+            target = e.var if e.upto is None else f"{e.var}[..{index_text(e.var, e.upto)}]"
             return f"{e.func}({target}{'.' + e.attr if e.attr else ''})"
         if isinstance(e, BinOp):
-            return f"({text(e.left)} {e.op} {text(e.right)})"
+            return f"({operand(e.left)} {e.op} {operand(e.right)})"
         if isinstance(e, Neg):
-            return f"-{text(e.operand)}"
+            return f"-{operand(e.operand)}"
         if isinstance(e, Compare):
-            return f"{text(e.left)} {e.op} {text(e.right)}"
+            return f"{operand(e.left)} {e.op} {operand(e.right)}"
         if isinstance(e, BoolAnd):
             return "(" + " AND ".join(text(i) for i in e.items) + ")"
         if isinstance(e, BoolOr):
@@ -256,3 +281,47 @@ def expr_text(expr) -> str:
             return f"NOT {text(e.item)}"
         return type(e).__name__
     return text(expr)
+
+
+def pattern_text(node) -> str:
+    """Query-language text of a pattern (``SEQ(Stock a, Stock+ b[], ~Stock n)``)."""
+    if isinstance(node, EventVar):
+        if node.type is None:
+            body = f"{node.name}+" if node.kleene else node.name
+        else:
+            body = f"{node.type}+ {node.name}[]" if node.kleene else f"{node.type} {node.name}"
+        return f"~{body}" if node.negated else body
+    name = {Seq: "SEQ", And: "AND", Or: "OR"}[type(node)]
+    return f"{name}(" + ", ".join(pattern_text(c) for c in node.children) + ")"
+
+
+def _duration_text(d: Duration) -> str:
+    amount = d.amount.name if isinstance(d.amount, Param) else d.amount.value
+    unit = _UNIT_NAMES.get(d.unit_seconds)
+    if unit is None:                    # (not made by the parser or the builder)
+        if isinstance(amount, str):
+            raise ValueError(f"a duration of parameter {amount} in units of "
+                             f"{d.unit_seconds} seconds has no query text")
+        amount, unit = amount * d.unit_seconds, "seconds"
+    return f"{amount} {unit}"
+
+
+def query_text(query: Query) -> str:
+    """Query-language text of a Query (``str(query)``): ``parse_query`` of it gives an equal
+    Query, so a query built in Python (cep.builder) can be stored, shown or registered as
+    text."""
+    parts = [f"NAME {query.name}"] if query.name else []
+    parts.append(f"PATTERN {pattern_text(query.pattern)}")
+    conds = [f"[{', '.join(query.equivalence)}]"] if query.equivalence else []
+    if query.where is not None:
+        items = query.where.items if isinstance(query.where, BoolAnd) else (query.where,)
+        conds += [expr_text(item) for item in items]
+    if conds:
+        parts.append("WHERE " + " AND ".join(conds))
+    if query.within is not None:
+        parts.append(f"WITHIN {_duration_text(query.within)}")
+    if query.slide is not None:
+        parts.append(f"SLIDE {_duration_text(query.slide)}")
+    if query.strategy != STRATEGIES[0]:
+        parts.append(f"STRATEGY {query.strategy}")
+    return "\n".join(parts)

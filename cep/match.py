@@ -54,12 +54,21 @@ class Match(tuple):
         return match_key(self.bindings)
 
     @property
-    def first_ts(self) -> float:
+    def id(self) -> str:
+        """The match's stable id (``match_id``): the same through every path."""
+        return match_id(self)
+
+    @property
+    def start(self) -> float:
+        """The time of its first event (seconds)."""
         return min(e.ts for e in self.events())
 
     @property
-    def last_ts(self) -> float:
+    def end(self) -> float:
+        """The time of its last event (seconds)."""
         return max(e.ts for e in self.events())
+
+    first_ts, last_ts = start, end
 
     def events(self):
         for value in self.bindings.values():
@@ -69,14 +78,16 @@ class Match(tuple):
                 yield from value
 
     def to_dict(self) -> dict:
-        """The output record: ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}}``."""
+        """The record ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}, "start": T,
+        "end": T}`` (``start``/``end``: its first and last event time; the lines of
+        cep.output are this record without them)."""
         out = {}
         b = self.bindings
         for var in self.order or b:
             if var in b:
                 value = b[var]
                 out[var] = value.to_dict() if isinstance(value, Event) else [e.to_dict() for e in value]
-        return {"query": self.query, "events": out}
+        return {"query": self.query, "events": out, "start": self.start, "end": self.end}
 
     retracted = False
 

@@ -9,7 +9,7 @@ trigger as a batch that shares every binding but one (``Match.batch``): the part
 after the varying binding is built once per batch and reused for each of its matches.
 
 Output is compact JSON (orjson), keys in the order of ``Match.to_dict()``; parsing a line gives
-exactly ``match.to_dict()`` (plus the extra fields).
+exactly ``match.to_dict()`` without its ``start`` and ``end`` (plus the extra fields).
 """
 from __future__ import annotations
 
