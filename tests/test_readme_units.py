@@ -1,15 +1,16 @@
-"""The README lists exactly the time units the parser takes (cep.parser.UNITS)."""
+"""The query language page (docs/language.md) lists exactly the time units the parser takes
+(cep.parser.UNITS)."""
 import pathlib
 import re
 
 from cep.compiler import compile_query
 from cep.parser import UNITS, parse_query
 
-README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+LANGUAGE = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
 
 
-def test_readme_lists_every_time_unit_and_each_parses():
-    line = next(p for p in README.split("\n\n") if p.startswith("Keywords are case-insensitive"))
+def test_language_page_lists_every_time_unit_and_each_parses():
+    line = next(p for p in LANGUAGE.split("\n\n") if p.startswith("Keywords are case-insensitive"))
     listed = set()
     for word in re.findall(r"`([a-z]+(?:\(s\))?)`", line.split("Time units", 1)[1]):
         listed |= {word[:-3], word[:-3] + "s"} if word.endswith("(s)") else {word}
