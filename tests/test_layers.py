@@ -1,11 +1,12 @@
 """The layering of docs/architecture.md, checked on the source: no package imports one above
-it (cep <- planner <- actors <- spark_ingest <- gateway), and only actors/handles.py and
+it (cep <- planner <- local <- actors <- spark_ingest <- gateway: raycep local's run has its
+own package, under the gateway's command line), and only actors/handles.py and
 gateway/runtime.py import Ray."""
 import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LAYERS = ("cep", "planner", "actors", "spark_ingest", "gateway")
+LAYERS = ("cep", "planner", "local", "actors", "spark_ingest", "gateway")
 RAY_MODULES = {"actors/handles.py", "gateway/runtime.py"}
 
 

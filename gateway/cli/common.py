@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import math
 import os
-import re
 import sys
 
-from cep.errors import CepError, QuerySyntaxError, QueryValidationError
+from cep.errors import CepError
 from cep.sources import parse_cell
+from local.queries import QuerySourceError, declares_name, load_queries as load
+
+__all__ = ["DEFAULT_GATEWAY", "PROG", "Terminated", "UsageError", "add_disorder_arguments",
+           "add_gateway_arguments", "client_for", "declares_name", "disorder_settings", "err",
+           "finite_float", "load_queries", "note", "parse_params", "require", "silence_stdout",
+           "terminable"]
 
 PROG = "raycep"
 DEFAULT_GATEWAY = "http://127.0.0.1:8470"
-_NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
-
-
-def declares_name(query) -> bool:
-    """Whether a query's text starts with ``NAME <ident>`` (else the parser numbered it)."""
-    return bool(_NAMED.match(query.text or ""))
 
 
 class UsageError(CepError):
@@ -78,71 +76,13 @@ def silence_stdout() -> None:
 
 
 def load_queries(values, text_label: str = "--query #{}") -> list:
-    """``--query`` values -> [(label, Query), ...]; a value naming a file is read as a file
-    (``text_label``: how a value that is query text is named in errors, given its position).
-
-    Unnamed queries are called ``q1``, ``q2``, ... by their position over all ``--query``
-    values; a name used twice is an error.
-    """
-    from cep.parser import parse_queries
-
-    out = []
-    for position, value in enumerate(values, start=1):
-        if os.path.isfile(value):
-            label = f"query file {value}"
-            try:
-                with open(value, encoding="utf-8") as handle:
-                    text = handle.read()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"error: cannot read query file {value}: {exc}") from None
-        elif value.endswith(".cep") and not any(c.isspace() for c in value):
-            raise UsageError(f"error: query file not found: {value}")
-        else:
-            label, text = text_label.format(position), value
-        try:
-            queries = parse_queries(text)
-        except (QuerySyntaxError, QueryValidationError) as exc:
-            which = query_at(text, exc.line) if exc.line else None
-            raise UsageError(f"error in {label}{f', {which}' if which else ''}: {exc}") \
-                from None
-        if not queries:
-            raise UsageError(f"error: {label} contains no query")
-        for query in queries:
-            if not declares_name(query):            # parser numbers per text: renumber
-                query = dataclasses.replace(query, name=f"q{len(out) + 1}")
-            for other_label, other in out:
-                if other.name == query.name:
-                    where = f"in {label}" if other_label == label else \
-                        f"({other_label} and {label})"
-                    raise UsageError(f"error: query name {query.name!r} is used twice {where}")
-            out.append((label, query))
-    return out
-
-
-def query_at(text: str, line: int) -> str | None:
-    """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
-    ``query #k`` (its position) when it has no NAME; None when the text has one query or
-    does not tokenize."""
-    from cep.parser import tokenize
+    """``--query`` values -> [(label, Query), ...] (``local.queries.load_queries``: a value
+    naming a file is read as a file; ``text_label``: how a value that is query text is named
+    in errors, given its position); UsageError for what cannot be used."""
     try:
-        toks = tokenize(text)
-    except CepError:
-        return None
-    statements, open_ = [], False              # (position, name, first line)
-    for i, tok in enumerate(toks[:-1]):        # the last token is 'eof'
-        if tok.kind == "op" and tok.value == ";":
-            open_ = False
-        elif not open_:
-            open_ = True
-            named = tok.kind == "ident" and tok.value.lower() == "name" \
-                and toks[i + 1].kind == "ident"
-            statements.append((len(statements) + 1, toks[i + 1].value if named else None,
-                               tok.line))
-    found = [(k, name) for k, name, first in statements if first <= line]
-    if len(statements) < 2 or not found:
-        return None
-    k, name = found[-1]
-    return f"query {name!r}" if name else f"query #{k}"
+        return load(values, text_label)
+    except QuerySourceError as exc:
+        raise UsageError(f"error{' ' if exc.located else ': '}{exc}") from None
 
 
 def parse_params(items) -> dict:

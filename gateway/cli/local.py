@@ -8,16 +8,18 @@ Each match is one JSON line ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ..
 is the same line plus ``"retracted": true``. Late events (later than the lateness threshold,
 never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdout line is always
 a JSON summary (README "raycep local"). Progress goes to stderr every ~2 s.
+
+The engine and the loop that feeds it are ``local.run``'s (``local.match`` runs them too);
+this module reads the arguments, writes the lines and the summary.
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
 import time
 
-from cep.errors import CepError, IngestError
+from cep.errors import CepError
 from cep.output import MatchLines
 from cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
 from cep.timestamps import FORMAT_HELP, check_format
@@ -25,22 +27,15 @@ from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_set
                                 load_queries, parse_params)
 from gateway.cli.slices import run_slices, slice_cuts
 from gateway.cli.writer import BackgroundWriter
+from local.queries import QuerySourceError
+from local.run import (CHECK_EVERY, CHUNK_EVENTS, CHUNK_MATCHES, FIRST_PLAN_EVENTS, Chunks,
+                       build_engine, evaluate as evaluate_runs, few_collections)
+
+__all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "FIRST_PLAN_EVENTS", "Chunks",
+           "add_parser", "evaluate", "run_local"]
 
 PROGRESS_EVERY_S = 2.0
-GC_THRESHOLD = 50_000           # allocations between two young-generation collections
-#: raycep local hands the engine chunks of events: large ones amortise the per-chunk work
-#: (bulk evaluation, cep.bulk), small ones bound the matches held at once (Chunks)
-CHUNK_EVENTS = (512, 1024, 32_768)  # fewest, first, most
-CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 SHOW_BAD_ROWS = 10
-#: events before the planner's first look at the statistics (then every --check-every): a
-#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk), ~4x
-#: the time per match; 200 gave the plans 500 did on the peers' and the sample workloads
-#: (benchmarks/PEERS_RESULTS.md)
-FIRST_PLAN_EVENTS = 200
-#: --check-every's default: the planner's look cuts the chunk it falls in, and a bulk
-#: evaluation costs about the same for 2,000 rows as for 32,768 (benchmarks/PEERS_RESULTS.md)
-CHECK_EVERY = 32_768
 
 
 def add_parser(commands) -> None:
@@ -103,8 +98,7 @@ def run_local(args) -> int:
     entered = time.perf_counter()
     # pyarrow's own memory pool keeps ~17 MB it has freed; glibc's returns it (no slower here)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from cep.engine import Engine                   # imported late: `raycep --help` stays cheap
-    from planner.local import PlannedEngine, settings_for
+    from planner.local import settings_for           # imported late: `raycep --help` stays cheap
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
@@ -124,18 +118,13 @@ def run_local(args) -> int:
     disorder = disorder_settings(args)
 
     def build():
-        engine = PlannedEngine(Engine(key_attr=args.key, disorder=disorder,
-                                      mode=args.disorder_mode, sharing=not args.no_sharing),
-                               check_every=args.check_every,
-                               first_check=min(args.check_every, FIRST_PLAN_EVENTS))
-        for label, query in queries:
-            try:
-                engine.add_query(query, name=query.name, params=params or None,
-                                 order=orders.get(query.name), planner=args.planner)
-            except CepError as exc:
-                name = f" {query.name!r}" if query.name else ""
-                raise UsageError(f"cannot add query{name} from {label}: {exc}") from None
-        return engine
+        try:
+            return build_engine(queries, key=args.key, params=params, orders=orders,
+                                planner=args.planner, check_every=args.check_every,
+                                sharing=not args.no_sharing, disorder=disorder,
+                                mode=args.disorder_mode)
+        except QuerySourceError as exc:
+            raise UsageError(str(exc)) from None
 
     try:
         engine = build()
@@ -150,39 +139,33 @@ def run_local(args) -> int:
     if "cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
         import cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
-    # the run allocates millions of short-lived acyclic objects (events, matches): the cyclic
-    # collector's default (a pass per 700 allocations, full passes over the whole heap) cost
-    # 13 % of a 219,567-match run; start-up objects are frozen out of its passes
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, 20, 20)
-    started = time.perf_counter()
-    lines = MatchLines()
-    counts, retracted = lines.counts, lines.retractions
-    sliced = None
-    try:
-        if parts:
-            sliced = run_slices(engine, parts, args, lines,
-                                Progress(started, f"slice 1 of {len(parts) - 1}: "))
-        if sliced is None:                  # in one piece (or again so: see run_slices)
+    # start-up objects are frozen out of the collector's passes (local.run.few_collections)
+    with few_collections():
+        started = time.perf_counter()
+        lines = MatchLines()
+        counts, retracted = lines.counts, lines.retractions
+        sliced = None
+        try:
             if parts:
-                engine, lines = build(), MatchLines()
-                counts, retracted = lines.counts, lines.retractions
-            out = BackgroundWriter(*_open_output(args.out, binary=True),
-                                   name=f"matches to {args.out}" if args.out
-                                   else "matches to stdout")
-            try:
-                n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
-                                             Progress(started), gather=True)
-            finally:
-                out.close()     # what is queued is written (stdout: flushed, kept open)
-        else:
-            n_events, stopped = sliced.events, None
-    finally:                    # (after the close: the collector's first pass over the
-        gc.set_threshold(*thresholds)   # unfrozen heap must not fall on the writer's thread)
-        gc.unfreeze()
-        if close_late:
-            late_out.close()
+                sliced = run_slices(engine, parts, args, lines,
+                                    Progress(started, f"slice 1 of {len(parts) - 1}: "))
+            if sliced is None:                  # in one piece (or again so: see run_slices)
+                if parts:
+                    engine, lines = build(), MatchLines()
+                    counts, retracted = lines.counts, lines.retractions
+                out = BackgroundWriter(*_open_output(args.out, binary=True),
+                                       name=f"matches to {args.out}" if args.out
+                                       else "matches to stdout")
+                try:
+                    n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
+                                                 Progress(started), gather=True)
+                finally:
+                    out.close()     # what is queued is written (stdout: flushed, kept open)
+            else:
+                n_events, stopped = sliced.events, None
+        finally:                # (the collector's first pass over the unfrozen heap comes
+            if close_late:      # after the writer's close, never on the writer's thread)
+                late_out.close()
     core = engine.engine
     seconds = time.perf_counter() - started
     bad.report()
@@ -261,36 +244,28 @@ def run_local(args) -> int:
 def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
              keep=None, gather: bool = False) -> tuple:
     """Feed the pieces of ``runs`` (as iter_batch_runs gives them) through ``engine`` in
-    chunks, writing the lines of what it finds (``keep``: the part of it to write; ``gather``:
-    ``write`` takes cep.output.Fragments too) and late events to ``late_out``; ``(events,
-    the IngestError it stopped at or None)``. The matches found before a bad row are
-    written."""
-    n_events = 0
-    core = engine.engine
-    write_late = late_out.write if late_out is not None else None
-    try:
-        chunks = Chunks(runs)
-        for run, lo, hi in chunks:
-            n_events += hi - lo
-            found = engine.process_many(run[lo:hi] if hi - lo < len(run) else run) \
-                if run.__class__ is list else \
-                engine.process_columns(run, lo, hi, blocks=True)
-            if keep is not None and found:
-                found = keep(found)
-            before = lines.written
-            for piece in lines.pieces(found, gather) if found else ():
-                write(piece)
-            chunks.found(lines.written - before)
-            if core.late and write_late is not None:
-                for late in core.take_late():
-                    write_late(json.dumps(late.to_dict(), default=str) + "\n")
-            if progress is not None:
-                progress.tick(n_events, lines.counts)
-    except IngestError as exc:
-        return n_events, exc
-    found = engine.advance(float("inf"))
-    write(lines.lines(keep(found) if keep is not None else found))
-    return n_events, None
+    chunks (``local.run.evaluate``, this module's CHUNK_EVENTS), writing the lines of what
+    it finds (``keep``: the part of it to write; ``gather``: ``write`` takes
+    cep.output.Fragments too) and late events to ``late_out``; ``(events, the IngestError it
+    stopped at or None)``. The matches found before a bad row are written."""
+    def take(found) -> int:
+        if keep is not None:
+            found = keep(found)
+        before = lines.written
+        for piece in lines.pieces(found, gather) if found else ():
+            write(piece)
+        return lines.written - before
+
+    def end(found) -> None:
+        write(lines.lines(keep(found) if keep is not None else found))
+
+    def late(events) -> None:
+        for event in events:
+            late_out.write(json.dumps(event.to_dict(), default=str) + "\n")
+
+    tick = (lambda n: progress.tick(n, lines.counts)) if progress is not None else None
+    return evaluate_runs(engine, runs, take, end=end, late=late if late_out is not None
+                         else None, tick=tick, sizes=CHUNK_EVENTS)
 
 
 def parse_orders(values, names) -> dict:
@@ -329,33 +304,6 @@ class BadRows:
             more = f" ({self.count - SHOW_BAD_ROWS} not shown)" if self.count > SHOW_BAD_ROWS \
                 else ""
             err(f"skipped {self.count} bad row(s){more}")
-
-
-class Chunks:
-    """``(run, lo, hi)``: pieces of the runs of ``iter_batch_runs`` (lists of events or
-    column batches). A piece has CHUNK_EVENTS[1] rows at first; the size doubles (up to
-    CHUNK_EVENTS[2]) after a piece with few matches and halves (down to CHUNK_EVENTS[0])
-    after one with more than CHUNK_MATCHES, so the matches held at once stay bounded."""
-
-    def __init__(self, runs):
-        self.runs = runs
-        self.size = CHUNK_EVENTS[1]
-
-    def __iter__(self):
-        for run in self.runs:
-            n, k = len(run), 0
-            while k < n:
-                hi = min(n, k + self.size)
-                yield run, k, hi
-                k = hi
-
-    def found(self, matches: int) -> None:
-        """The last piece gave ``matches``."""
-        fewest, _, most = CHUNK_EVENTS
-        if matches > CHUNK_MATCHES:
-            self.size = max(fewest, self.size // 2)
-        elif matches < CHUNK_MATCHES // 4:
-            self.size = min(most, self.size * 2)
 
 
 class Progress:
