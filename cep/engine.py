@@ -213,6 +213,9 @@ class Engine:
     def process(self, event: Event, source: str = DEFAULT_SOURCE) -> list:
         """Index ``event`` and return the matches it completes or releases, and the
         Retractions and new matches of the corrections it causes (optimistic queries)."""
+        if event.__class__ is not Event:
+            from cep.tables import refuse_table     # a table (process_table) or no event
+            refuse_table(event)
         if self._stale:
             self._refresh()
         if self.index.key_attr is not None:        # the attribute is the key (cep.event)
@@ -252,7 +255,11 @@ class Engine:
         maps over the events' types and times."""
         if self._stale:
             self._refresh()
-        events = events if isinstance(events, list) else list(events)
+        if not isinstance(events, list):
+            from cep.tables import is_table
+            if is_table(events):                    # a DataFrame, an Arrow table, ...
+                return self.process_table(events, source=source)
+            events = list(events)
         if self.index.key_attr is not None:        # the attribute is the key (cep.event)
             events = keyed_events(events, self.index.key_attr)
         if self._pessimistic or self._any:
@@ -331,6 +338,21 @@ class Engine:
             batch.events(todo)                  # each is processed: made in bulk
         out += self._walk(batch.event, todo, times, i, hi, source,
                           lambda a, b: self._indexed_rows(batch, a, b, source))
+        return out
+
+    def process_table(self, table, *, ts: str = "ts", type: str | None = None,
+                      ts_format: str = "s", source: str = DEFAULT_SOURCE) -> list:
+        """``process_many`` of the rows of a table: a pandas or polars DataFrame, a pyarrow
+        Table, RecordBatch or RecordBatchReader, or anything with ``__arrow_c_stream__``
+        (its columns: cep.tables). ``ts``: the event-time column; ``type``: the event-type
+        column, or (naming no column) every row's type; ``ts_format``: how numbers and text
+        in the event-time column are written (s, ms, us, ns, iso or a strftime pattern;
+        timestamps are read as they are). Read in column batches (``process_columns``)."""
+        from cep.tables import TableReader
+        out: list = []
+        for batch in TableReader(table, key_attr=self.index.key_attr, ts=ts, type=type,
+                                 ts_format=ts_format):
+            out += self.process_columns(batch, source=source)
         return out
 
     def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list,

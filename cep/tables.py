@@ -40,7 +40,7 @@ _ARROW_CLASSES = ("Table", "RecordBatch", "RecordBatchReader")
 _ROLES = ("type", "ts", "id")
 
 __all__ = ["BATCH_ROWS", "TableReader", "TimeUnitWarning", "arrow_table", "is_table",
-           "refuse_table"]
+           "refuse_table", "time_type_of"]
 
 
 class TimeUnitWarning(UserWarning):
@@ -313,25 +313,37 @@ def _value_type(t):
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _time_type(t, name: str, ts_format: str):
-    """The Arrow type matches give their times back in: the column's timestamp type, a naive
-    microsecond timestamp for dates, a UTC one for ISO or pattern text; None for numbers.
-    IngestError for a column that cannot hold event times or does not fit ``ts_format``."""
+def time_type_of(t, ts_format: str):
+    """The Arrow type matches give their times back in, for event times of Arrow type ``t``
+    (None: text, as in a CSV file) read with ``ts_format``: the timestamp type itself, a
+    naive microsecond timestamp for dates, a UTC one for ISO or pattern text; None for
+    numbers (float seconds)."""
     import pyarrow as pa
-    t = _value_type(t)
+    t = _value_type(t) if t is not None else pa.string()
     if pa.types.is_timestamp(t):
         return t
     if pa.types.is_date(t):
         return pa.timestamp("us")
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return None if ts_format in TS_UNITS else pa.timestamp("us", "UTC")
-    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not pa.types.is_float16(t):
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and ts_format not in TS_UNITS:
+        return pa.timestamp("us", "UTC")
+    return None
+
+
+def _time_type(t, name: str, ts_format: str):
+    """``time_type_of``, or IngestError for a column that cannot hold event times or does
+    not fit ``ts_format``."""
+    import pyarrow as pa
+    v = _value_type(t)
+    if (pa.types.is_integer(v) or pa.types.is_floating(v)) and not pa.types.is_float16(v):
         if ts_format not in TS_UNITS:
-            raise IngestError(f"column {name!r} holds numbers ({t}), which ts_format="
+            raise IngestError(f"column {name!r} holds numbers ({v}), which ts_format="
                               f"{ts_format!r} does not read: give their unit, ts_format='s', "
                               f"'ms', 'us' or 'ns'", field=name)
         return None
-    raise IngestError(f"column {name!r} has type {t}: event times are numbers (with "
+    if pa.types.is_timestamp(v) or pa.types.is_date(v) or pa.types.is_string(v) or \
+            pa.types.is_large_string(v):
+        return time_type_of(v, ts_format)
+    raise IngestError(f"column {name!r} has type {v}: event times are numbers (with "
                       f"ts_format 's', 'ms', 'us' or 'ns'), timestamps, dates or text (ISO "
                       f"with ts_format='iso', or a strftime pattern)", field=name)
 
