@@ -24,22 +24,26 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import msgpack
 import orjson
 
-from cep.codec import encode_batch
+from cep.ast import Query
+from cep.codec import encode_batch, encode_columns
 from cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
                         IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
                         QueryValidationError, UnavailableError, error_from_dict)
 from cep.event import Event, make_event
+from cep.tables import is_table
 from cep.validate import finite, short_repr
 
 __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
@@ -50,6 +54,11 @@ log = logging.getLogger("raycep.client")
 MSGPACK = "application/msgpack"
 DEFAULT_ADDRESS = "http://127.0.0.1:8470"
 KEEPALIVE = 15.0         # seconds between the gateway's keep-alive comments on a stream
+#: a table is sent in batches of at most this many rows and about this many bytes (the
+#: gateway refuses a body above its max_body_bytes, 16 MiB by default)
+TABLE_BATCH_ROWS = 65_536
+TABLE_BATCH_BYTES = 8 << 20
+_ROW = re.compile(r"^row (\d+)")
 
 
 @dataclass(frozen=True)
@@ -113,11 +122,18 @@ class Client:
         self._key_attr = (out.get("key_attr"),)
         return out
 
-    def register(self, text: str, name: str | None = None, params: dict | None = None,
+    def register(self, text, name: str | None = None, params: dict | None = None,
                  mode: str | None = None) -> str:
-        """Register one query; returns its id (``name``, the text's ``NAME``, or ``q<n>``).
-        ``mode``: ``optimistic`` (emit at once, retract when a late event changes a match) or
-        ``pessimistic`` (wait for the watermark, never retract); None: the cluster default."""
+        """Register one query, given as text or as a Query built with cep.builder (sent as
+        its text, ``str(query)``); returns its id (``name``, the query's ``NAME``, or
+        ``q<n>``). ``mode``: ``optimistic`` (emit at once, retract when a late event changes
+        a match) or ``pessimistic`` (wait for the watermark, never retract); None: the
+        cluster default."""
+        if isinstance(text, Query):
+            text = str(text)
+        elif not isinstance(text, str):
+            raise TypeError(f"register() takes query text or a Query (cep.builder), got "
+                            f"{type(text).__name__}")
         body = {"text": text, "name": name, "params": params or {}}
         if mode is not None:
             body["mode"] = mode
@@ -133,10 +149,11 @@ class Client:
     def query(self, query: str) -> dict:
         return self._request("GET", f"/v1/queries/{_q(query)}")
 
-    def send(self, events, source: str | None = None) -> dict:
+    def send(self, events, source: str | None = None, *, ts: str = "ts",
+             type: str | None = None, ts_format: str = "s") -> dict:
         """Send events (``cep.Event`` objects or mappings with ``type``, ``ts`` and
-        attributes) as one msgpack batch; returns the gateway's acknowledgement (``events``,
-        ``duplicates``, ``matches``, ...).
+        attributes) as one msgpack batch, or a table; returns the gateway's acknowledgement
+        (``events``, ``duplicates``, ``matches``, ...).
 
         Bad rows are handled as ``POST /v1/events`` handles them: a mapping that is not an
         event is skipped, the others are sent, and the reply's ``bad_rows`` names each skipped
@@ -144,8 +161,27 @@ class Client:
 
         A mapping's partition key is its value of the gateway's key attribute (as on the
         gateway's JSON path and in Spark jobs), so an event gets the same id, and a resent
-        event is recognised as a duplicate, whichever path it takes."""
+        event is recognised as a duplicate, whichever path it takes.
+
+        A table (a pandas or polars DataFrame, a pyarrow Table, RecordBatch or
+        RecordBatchReader, anything with ``__arrow_c_stream__``) is read as
+        ``Engine.process_table`` reads it (``ts``, ``type``, ``ts_format``: cep.tables) and
+        travels as columns (cep.codec schema version 2), in batches of at most
+        TABLE_BATCH_ROWS rows and about TABLE_BATCH_BYTES; their acknowledgements are added
+        up (``bad_rows`` numbered from the table's first row). A column or event time that
+        cannot be read raises IngestError before that batch is sent. Anything else than a
+        table or a sequence of Events and mappings raises TypeError."""
+        if is_table(events):
+            return self._send_table(events, source, ts, type, ts_format)
+        if isinstance(events, (str, bytes, bytearray, Mapping, Event)) or \
+                not isinstance(events, Iterable):
+            raise TypeError(f"send() takes a table or a sequence of Events and mappings, got "
+                            f"{_kind(events)}")
         events = list(events)
+        for i, e in enumerate(events):
+            if not isinstance(e, (Event, Mapping)):
+                raise TypeError(f"send() takes Events and mappings: row {i} is "
+                                f"{_kind(e)}")
         key_attr = None
         if not all(isinstance(e, Event) for e in events):
             if self._key_attr is None:
@@ -170,6 +206,24 @@ class Client:
         ack = self._send_batch(batch)
         if bad:
             ack["bad_rows"] = bad + list(ack.get("bad_rows", ()))
+        return ack
+
+    def _send_table(self, table, source, ts, type, ts_format) -> dict:
+        """``send`` of a table: its column batches, one request each."""
+        from cep.tables import TableReader
+        if self._key_attr is None:
+            self.health()
+        reader = TableReader(table, key_attr=self._key_attr[0], ts=ts, type=type,
+                             ts_format=ts_format)
+        ack: dict = {"events": 0, "duplicates": 0, "late": 0, "partitions": {},
+                     "matches": 0, "truncated_triggers": 0, "bad_rows": []}
+        sent = 0
+        for part in reader.tables():
+            for piece in _pieces(part):
+                batch = encode_columns(piece, source or self.source,
+                                       f"{self._run}:{next(self._batches)}")
+                _add_ack(ack, self._send_batch(batch), sent)
+                sent += piece.num_rows
         return ack
 
     def _send_batch(self, batch: bytes) -> dict:
@@ -317,6 +371,50 @@ def _lines(resp, address: str, query: str):
     except (OSError, http.client.HTTPException) as exc:
         raise UnavailableError(f"the subscription to {query!r} at {address} was interrupted: "
                                f"{type(exc).__name__}: {exc}") from None
+
+
+def _kind(value) -> str:
+    cls = type(value)
+    module = cls.__module__.partition(".")[0]
+    return f"a {cls.__name__}" if module == "builtins" else f"a {module}.{cls.__name__}"
+
+
+def _pieces(table):
+    """A table of the engine's columns cut into pieces of about TABLE_BATCH_BYTES at most:
+    one request each, under the gateway's body limit (16 MiB by default). Event times given
+    as text (numbers: ts_format "s") travel as numbers (the wire's rule)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    ts = table.column("ts")
+    if pa.types.is_string(ts.type) or pa.types.is_large_string(ts.type):
+        try:
+            table = table.set_column(table.schema.get_field_index("ts"), "ts",
+                                     pc.cast(ts, pa.float64()))
+        except pa.ArrowInvalid as exc:
+            raise IngestError(f"event times that are text must be numbers of seconds, or "
+                              f"be read with ts_format='iso' or a strftime pattern: "
+                              f"{str(exc).splitlines()[0]}", field="ts") from None
+    rows = max(1, min(TABLE_BATCH_ROWS,
+                      table.num_rows * TABLE_BATCH_BYTES // max(1, table.nbytes)))
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
+
+
+def _add_ack(total: dict, ack: dict, first_row: int) -> None:
+    """Adds the acknowledgement of a table's batch whose first row is ``first_row`` to
+    ``total``: counts added up, bad rows renumbered from the table's first row."""
+    for name, value in ack.items():
+        if name == "bad_rows":
+            total[name].extend(_ROW.sub(lambda m: f"row {int(m[1]) + first_row}", row, 1)
+                               for row in value)
+        elif isinstance(value, dict):
+            into = total.setdefault(name, {})
+            for key, count in value.items():
+                into[key] = into.get(key, 0) + count
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            total[name] = total.get(name, 0) + value
+        else:
+            total[name] = value
 
 
 def connect(address: str = DEFAULT_ADDRESS, token: str | None = None,
