@@ -263,10 +263,17 @@ def _ids(queries: list, fragments: list, n: int) -> list:
 
 
 def _times(seconds: np.ndarray, time_type) -> pa.Array:
-    """Event times (float seconds) as float64, or as ``time_type`` (an Arrow timestamp)."""
+    """Event times (float seconds) as float64, or as ``time_type`` (an Arrow timestamp):
+    the tick nearest each time, and in nanoseconds the whole microsecond whose time (as the
+    input was read: correctly rounded) is that float, where one is (float seconds hold
+    ~0.2 us today: a time given in ms or us comes back exactly)."""
     if time_type is None:
         return arrow_array(np.ascontiguousarray(seconds, dtype=np.float64))
     ticks = np.round(seconds * _PER_SECOND[time_type.unit]).astype(np.int64)
+    if time_type.unit == "ns":
+        micros = np.round(seconds * 1e6)
+        exact = micros / 1e6 == seconds
+        ticks[exact] = micros[exact].astype(np.int64) * 1000
     return pa.Array.from_buffers(time_type, len(ticks), [None, pa.py_buffer(ticks)])
 
 

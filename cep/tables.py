@@ -223,8 +223,15 @@ class TableReader:
                 raise IngestError(f"column {type!r} has type {t}: event types are text",
                                   field=type)
         self.rows = 0                   # rows read so far
+        self._read = None
 
     def __iter__(self):
+        """The column batches (one iterator: a table is read once)."""
+        if self._read is None:
+            self._read = self._batches_of_events()
+        return self._read
+
+    def _batches_of_events(self):
         from cep.columns import build_columns
         for table, wrong in self._tables():
             batch, bad = build_columns(table, self.key_attr, first_row=self.rows)

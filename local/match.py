@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable
 
 from cep.ast import Query
 from local.queries import load_queries
@@ -77,7 +78,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     (out of order beyond the learnt lateness threshold) are not used and warned about.
     """
     from cep.match_table import MatchTable
-    if isinstance(queries, (str, os.PathLike, Query)):
+    if isinstance(queries, (str, os.PathLike, Query)) or not isinstance(queries, Iterable):
         queries = [queries]
     engine = build_engine(load_queries(list(queries)), key=key, params=params)
     runs, time_type = _runs(events, key, ts, type, ts_format)
