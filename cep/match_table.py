@@ -47,6 +47,8 @@ _RETRACTED = attrgetter("retracted")
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _FIELDS = ("id", "type", "ts")
 _TWO = b"\x92"                          # msgpack: an array of two items (cep.match.match_id)
+#: byte -> its two lowercase hex digits (as uint16 in memory order)
+_HEX = np.frombuffer(b"".join(b"%02x" % k for k in range(256)), dtype=np.uint16)
 
 
 class MatchTable:
@@ -88,30 +90,32 @@ class MatchTable:
     def table(self) -> pa.Table:
         """The table of every match added so far."""
         n = self.rows
-        queries, retracted, cells = [], [], {}
+        names: dict = {}                # query name -> its code
+        codes, retracted, variables = [], [], {}
         at = 0
         for part in self._parts:
-            size = _cells(part, queries, retracted, cells, at, n)
-            at += size
-        columns = {"query": arrow_array(queries, pa.string()),
+            at += _gather(part, names, codes, retracted, variables, at, n)
+        codes = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
+        queries = list(names)
+        columns = {"query": arrow_array(queries, pa.string()).take(arrow_array(codes)),
                    "id": None,
                    "retracted": arrow_array(np.concatenate(retracted) if retracted else
                                             np.zeros(0, dtype=bool))}
         starts = np.full(n, np.inf)
         ends = np.full(n, -np.inf)
         fragments = []
-        for name, values in cells.items():
-            column = _Column(name, values, self.time_type)
-            if column.array is None:
+        for name, variable in variables.items():
+            if not variable.events:
                 continue                            # never bound (a negated variable)
-            columns[name] = column.array
-            np.fmin(starts, column.starts, out=starts)
-            np.fmax(ends, column.ends, out=ends)
-            fragments.append((name, column.fragments, column.present))
-        columns["id"] = arrow_array(_ids(queries, fragments, n), pa.string())
+            array, first, last, parts = variable.column(name, self.time_type)
+            columns[name] = array
+            np.fmin(starts, first, out=starts)
+            np.fmax(ends, last, out=ends)
+            fragments.append((name, parts, variable.lengths > 0))
+        columns["id"] = _ids(queries, codes, fragments)
         columns["start"] = _times(starts, self.time_type)
         columns["end"] = _times(ends, self.time_type)
-        order = ["query", "id", "retracted", "start", "end"] + list(cells)
+        order = ["query", "id", "retracted", "start", "end"] + list(variables)
         names = [name for name in order if name in columns]
         return pa.Table.from_arrays([columns[name] for name in names], names=names)
 
@@ -131,124 +135,154 @@ def _objects(values) -> np.ndarray:
     return out
 
 
-def _cells(part, queries: list, retracted: list, cells: dict, at: int, n: int) -> int:
-    """Adds the rows of ``part`` from row ``at``: their query names and retracted flags, and
-    per variable the Event, tuple of Events or None of each row (``cells``: variable ->
-    object array of all ``n`` rows, made on first use)."""
-    def column(name):
-        values = cells.get(name)
-        if values is None:
-            values = cells[name] = np.full(n, None, dtype=object)
-        return values
+def _gather(part, names: dict, codes: list, retracted: list, variables: dict, at: int,
+            n: int) -> int:
+    """Adds the rows of ``part`` from row ``at`` (of ``n``): the codes of their query names
+    (``names``: name -> code), their retracted flags and what they bind to each variable
+    (``variables``: name -> _Variable, made on first use); returns the number of rows."""
+    def variable(name):
+        got = variables.get(name)
+        if got is None:
+            got = variables[name] = _Variable(n)
+        return got
 
+    size = len(part)
     if part.__class__ is MatchBlock:
-        size = len(part)
-        queries.extend([part.query] * size)
+        codes.append(np.full(size, names.setdefault(part.query, len(names)), dtype=np.int32))
         retracted.append(np.zeros(size, dtype=bool))
         last = len(part.names) - 1
         for k, name in enumerate(part.names):
-            if k < last:
-                column(name)[at:at + size] = _objects(part.heads[k])[part.prefix]
+            if k < last:                # the events of each prefix binding, taken by prefix
+                variable(name).singles(at, None, part.heads[k], part.prefix)
             else:
-                column(name)[at:at + size] = _objects(part.lasts)[part.last]
+                variable(name).singles(at, None, part.lasts, part.last)
         return size
-    size = len(part)
-    queries.extend(map(_QUERY, part))
+    for name in set(map(_QUERY, part)):
+        names.setdefault(name, len(names))
+    codes.append(np.fromiter(map(names.__getitem__, map(_QUERY, part)), dtype=np.int32,
+                             count=size))
     retracted.append(np.fromiter(map(_RETRACTED, part), dtype=bool, count=size))
-    bases, names, events = list(map(_BASE, part)), list(map(_NAME, part)), list(map(_EVENT, part))
-    variables: dict = {}
-    for order in set(map(_ORDER, part)):
+    bases, varied, events = list(map(_BASE, part)), list(map(_NAME, part)), \
+        list(map(_EVENT, part))
+    orders = set(map(_ORDER, part))
+    bound: dict = {}
+    for order in orders:
         if order is not None:
-            variables.update(dict.fromkeys(order))
-    if None in set(map(_ORDER, part)):
-        variables.update(dict.fromkeys(chain.from_iterable(bases)))
-        variables.update(dict.fromkeys(name for name in set(names) if name is not None))
-    for var in variables:
-        column(var)[at:at + size] = _objects(
-            [event if name == var else base.get(var)
-             for base, name, event in zip(bases, names, events)])
+            bound.update(dict.fromkeys(order))
+    if None in orders:
+        bound.update(dict.fromkeys(chain.from_iterable(bases)))
+        bound.update(dict.fromkeys(name for name in set(varied) if name is not None))
+    for var in bound:
+        cells = [event if name == var else base.get(var)
+                 for base, name, event in zip(bases, varied, events)]
+        if tuple in set(map(type, cells)):
+            variable(var).many(at, cells)
+        else:
+            keys = np.fromiter(map(id, cells), dtype=np.uint64, count=size)
+            present = keys != id(None)
+            rows = np.flatnonzero(present)
+            _, first, inverse = np.unique(keys[rows], return_index=True, return_inverse=True)
+            variable(var).singles(at, present, [cells[i] for i in rows[first].tolist()],
+                                  inverse.reshape(-1))
     return size
 
 
-class _Column:
-    """One variable's column of the table: ``array`` (None when no row binds it), the
-    first/last event time per row (``starts``/``ends``: inf/-inf where unbound), the packed
-    ``(variable, id or ids)`` of each row for its match id (``fragments``) and which rows
-    bind it (``present``)."""
+class _Variable:
+    """What the rows bind to one variable name, gathered part by part: distinct Events
+    (``events``, a part's events once each, a MatchBlock's per prefix binding), the number
+    bound in each row (``lengths``: 0 where unbound), whether a row binds one Event (not a
+    Kleene tuple: ``single``) and the index into ``events`` of each bound event, in row
+    order (``codes``, a piece per part)."""
 
-    def __init__(self, name: str, values: np.ndarray, time_type):
-        n = len(values)
-        self.present = np.fromiter(map(id, values), dtype=np.uint64, count=n) != id(None)
-        self.array = None
-        if not self.present.any():
-            return
+    __slots__ = ("events", "lengths", "single", "codes")
+
+    def __init__(self, n: int):
+        self.events: list = []
+        self.lengths = np.zeros(n, dtype=np.int64)
+        self.single = np.zeros(n, dtype=bool)
+        self.codes: list = []
+
+    def singles(self, at: int, present, events: list, codes) -> None:
+        """Rows ``at`` on bind one Event each where ``present`` (None: every row of
+        ``codes``): ``events[codes[k]]``, k counting the bound rows."""
+        size = len(codes) if present is None else len(present)
+        rows = slice(at, at + size)
+        self.lengths[rows] = 1 if present is None else present
+        self.single[rows] = True if present is None else present
+        self.codes.append(np.asarray(codes, dtype=np.int64) + len(self.events))
+        self.events.extend(events)
+
+    def many(self, at: int, cells: list) -> None:
+        """Rows ``at`` on bind ``cells``: an Event, a tuple of Events (Kleene) or None."""
+        size = len(cells)
+        lengths = np.fromiter((0 if c is None else 1 if c.__class__ is Event else len(c)
+                               for c in cells), dtype=np.int64, count=size)
+        single = np.fromiter((c.__class__ is Event for c in cells), dtype=bool, count=size)
+        flat = _objects(list(chain.from_iterable(
+            () if c is None else (c,) if c.__class__ is Event else c for c in cells)))
+        keys = np.fromiter(map(id, flat), dtype=np.uint64, count=len(flat))
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        self.lengths[at:at + size] = lengths
+        self.single[at:at + size] = single
+        self.codes.append(inverse.reshape(-1).astype(np.int64) + len(self.events))
+        self.events.extend(flat[first].tolist())
+
+    def column(self, name: str, time_type) -> tuple:
+        """``(array, first time, last time, id fragments)`` per row: a struct column (a
+        list of structs when a row binds a Kleene tuple); times inf / -inf and fragment
+        b"" where unbound; the fragment is the msgpack ``[name, id or [ids]]`` of the
+        binding (cep.match.match_id)."""
+        n = len(self.lengths)
+        present = self.lengths > 0
+        codes = np.concatenate(self.codes)
+        struct = _struct(self.events, time_type)
+        times = np.fromiter(map(_TS, self.events), dtype=np.float64,
+                            count=len(self.events))[codes]
         pack = msgpack.Packer(use_bin_type=True).pack
         head = _TWO + pack(name)
-        kinds = set(map(type, values))
-        if tuple not in kinds:
-            events, codes = _distinct(values, self.present)
-            struct = _struct(events, time_type)
-            take = arrow_array(codes, pa.int64(), mask=~self.present)
-            self.array = struct.take(take)
-            times = np.fromiter(map(_TS, events), dtype=np.float64, count=len(events))
-            self.starts = np.where(self.present, times[codes], np.inf)
-            self.ends = np.where(self.present, self.starts, -np.inf)
-            packed = _objects([head + pack(e.id) for e in events])
-            self.fragments = np.where(self.present, packed[codes], b"")
-            return
-        lengths = np.fromiter((0 if v is None else 1 if v.__class__ is Event else len(v)
-                               for v in values), dtype=np.int64, count=n)
-        flat = list(chain.from_iterable(() if v is None else (v,) if v.__class__ is Event
-                                        else v for v in values))
-        events, codes = _distinct(_objects(flat), None)
+        ids = [pack(e.id) for e in self.events]
+        if self.single[present].all():                  # one event per bound row
+            rows = np.zeros(n, dtype=np.int64)
+            rows[present] = codes
+            array = struct.take(arrow_array(rows, mask=~present))
+            first = np.where(present, 0.0, np.inf)
+            first[present] = times
+            last = np.where(present, first, -np.inf)
+            packed = _objects([head + i for i in ids])
+            fragments = np.where(present, packed[rows], b"")
+            return array, first, last, fragments
         offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        items = _struct(events, time_type).take(arrow_array(codes, pa.int64()))
-        self.array = pa.ListArray.from_arrays(arrow_array(offsets.astype(np.int32), pa.int32()),
-                                              items, mask=arrow_array(~self.present))
-        times = np.fromiter(map(_TS, events), dtype=np.float64, count=len(events))[codes]
-        firsts = offsets[:-1][self.present]
-        self.starts = np.full(n, np.inf)
-        self.ends = np.full(n, -np.inf)
-        if len(times):
-            self.starts[self.present] = np.minimum.reduceat(times, firsts)
-            self.ends[self.present] = np.maximum.reduceat(times, firsts)
-        ids = [pack(e.id) for e in events]
+        np.cumsum(self.lengths, out=offsets[1:])
+        array = pa.ListArray.from_arrays(arrow_array(offsets.astype(np.int32)),
+                                         struct.take(arrow_array(codes)),
+                                         mask=arrow_array(~present))
+        starts = offsets[:-1][present]
+        first = np.full(n, np.inf)
+        last = np.full(n, -np.inf)
+        first[present] = np.minimum.reduceat(times, starts)
+        last[present] = np.maximum.reduceat(times, starts)
         fragments = []
-        for v, a, b in zip(values.tolist(), offsets[:-1].tolist(), offsets[1:].tolist()):
-            if v is None:
+        for k, a, b in zip(self.single.tolist(), offsets[:-1].tolist(), offsets[1:].tolist()):
+            if a == b:
                 fragments.append(b"")
-            elif v.__class__ is Event:
+            elif k:
                 fragments.append(head + ids[codes[a]])
             else:
                 fragments.append(head + _array_header(b - a) + b"".join(
                     map(ids.__getitem__, codes[a:b].tolist())))
-        self.fragments = _objects(fragments)
+        return array, first, last, _objects(fragments)
 
 
 def _array_header(n: int) -> bytes:
     return bytes((0x90 | n,)) if n < 16 else msgpack.Packer().pack_array_header(n)
 
 
-def _distinct(values: np.ndarray, present) -> tuple:
-    """``(distinct Events, index of each value's among them)`` by identity (absent rows,
-    where ``present`` is False, get index 0)."""
-    if present is not None and not present.all():
-        events, codes = _distinct(values[present], None)
-        out = np.zeros(len(values), dtype=np.int64)
-        out[present] = codes
-        return events, out
-    keys = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
-    _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
-    return values[first].tolist(), codes.reshape(-1)
-
-
-def _ids(queries: list, fragments: list, n: int) -> list:
-    """``match_id`` of every row: blake2b of msgpack ``[query, [[var, id or ids], ...]]``
-    (bound variables by name), assembled from fragments packed once per query and event."""
+def _ids(queries: list, codes: np.ndarray, fragments: list) -> pa.Array:
+    """``match_id`` of every row (``codes``: the row's query in ``queries``): blake2b of
+    msgpack ``[query, [[var, id or ids], ...]]`` (bound variables by name), assembled from
+    fragments packed once per query and event; the digests written as hex in bulk."""
     pack = msgpack.Packer(use_bin_type=True).pack
-    heads = {q: _TWO + pack(q) for q in set(queries)}
-    body = _objects(list(map(heads.__getitem__, queries)))
+    body = _objects([_TWO + pack(q) for q in queries])[codes]
     if fragments:
         fragments.sort(key=itemgetter(0))
         count = np.sum([present for _, _, present in fragments], axis=0, dtype=np.int64)
@@ -259,7 +293,13 @@ def _ids(queries: list, fragments: list, n: int) -> list:
     else:
         body = body + _array_header(0)
     blake2b = hashlib.blake2b
-    return [blake2b(b, digest_size=12).hexdigest() for b in body.tolist()]
+    digests = np.frombuffer(b"".join([blake2b(b, digest_size=12).digest()
+                                      for b in body.tolist()]), dtype=np.uint8)
+    text = _HEX[digests].tobytes()           # two hex digits per byte
+    n = len(codes)
+    offsets = np.arange(0, 24 * n + 1, 24, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(text)])
 
 
 def _times(seconds: np.ndarray, time_type) -> pa.Array:

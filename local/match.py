@@ -85,14 +85,15 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     table = MatchTable(time_type)
     with few_collections():
         _, stopped = evaluate(engine, runs, table.add)
-    if stopped is not None:
-        raise stopped
+        if stopped is not None:
+            raise stopped
+        result = table.table()
     late = engine.engine.late_events
     if late:
         warnings.warn(f"{late} late event(s) were not used: they came after the lateness "
                       f"threshold of the events before them (sort the input by its event "
                       f"time, or see cep.disorder)", stacklevel=2)
-    return table.table()
+    return result
 
 
 def _runs(events, key, ts, type, ts_format) -> tuple:
