@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 from cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
 from cep.batch import ColumnBatch
 from cep.errors import IngestError
-from cep.event import EXACT_INT, Event, make_event
-from cep.timestamps import TS_UNITS, event_time
+from cep.event import Event, make_event
+from cep.timestamps import bulk_seconds, event_time, timestamp_seconds
 
 #: the characters Python's str.strip() removes (all of them are below U+3001)
 _PY_SPACE = "".join(ch for ch in map(chr, range(0x3001)) if ch.isspace())
@@ -808,7 +808,7 @@ def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) ->
             elif typed_strings:
                 arr = typed_column(arr, empty_absent)
         elif pa.types.is_timestamp(t):
-            arr = _epoch_seconds(arr)
+            arr = timestamp_seconds(arr)
         elif pa.types.is_date(t):
             if name == "ts":
                 arr = arrow_array([None if d is None else
@@ -840,8 +840,9 @@ def convert_times(table, unit: str, rows=None, first_row: int = 0) -> tuple:
     arr = _array(table.column(position))
     if pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type):
         return table, {}
-    if unit in TS_UNITS and arr.type in _NUMBER_TYPES:
-        seconds, errors = _number_seconds(arr, TS_UNITS[unit], unit, rows, first_row)
+    read = bulk_seconds(_strings(arr) if _is_text(arr.type) else arr, unit, rows, first_row)
+    if read is not None:                    # numbers in a unit, ISO text: in bulk
+        seconds, errors = read
         return table.set_column(position, "ts", seconds), errors
     seconds, errors = [], {}
     for i, value in enumerate(column_values(arr).values):
@@ -855,52 +856,6 @@ def convert_times(table, unit: str, rows=None, first_row: int = 0) -> tuple:
             errors[i] = err
             seconds.append(None)
     return table.set_column(position, "ts", arrow_array(seconds, pa.float64())), errors
-
-
-#: integer and float types of a numeric event-time column read in bulk (_number_seconds)
-_NUMBER_TYPES = frozenset((pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(),
-                           pa.uint16(), pa.uint32(), pa.uint64(), pa.float32(), pa.float64()))
-
-
-def _number_seconds(arr, per: int, unit: str, rows, first_row: int) -> tuple:
-    """``convert_times`` of a numeric column: ``event_time(value, unit)`` of every value, in
-    bulk. An integer float64 holds exactly (up to 2**53 in magnitude) divided by ``per`` in
-    numpy is Python's correctly rounded ``int / int``; larger ones are divided in Python. A
-    value that is not finite is an error, named by ``event_time`` itself."""
-    values = to_numpy(arr)
-    present = valid_mask(arr)
-    seconds = values.astype(np.float64) / per
-    errors = {}
-    if pa.types.is_integer(arr.type):
-        big = np.flatnonzero((values > EXACT_INT) | (values < -EXACT_INT) if
-                             pa.types.is_signed_integer(arr.type) else values > EXACT_INT)
-        if big.size:
-            seconds[big] = [v / per for v in values[big].tolist()]
-    else:
-        bad = np.flatnonzero(~np.isfinite(seconds) & present)
-        for i in bad.tolist():
-            row = int(rows[i]) if rows is not None else first_row + i
-            try:
-                event_time(float(values[i]), unit, row)
-            except IngestError as err:
-                errors[i] = err
-        if bad.size:
-            present = present.copy()
-            present[bad] = False
-    return arrow_array(seconds, pa.float64(), mask=~present if not present.all() else None), \
-        errors
-
-
-def _epoch_seconds(arr) -> pa.Array:
-    """Timestamps -> float seconds since the epoch, rounded once (as datetime.timestamp():
-    ``int / int``; numpy's division where float64 holds the integer exactly)."""
-    per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[arr.type.unit]
-    ints = to_numpy(arr.cast(pa.int64()))
-    seconds = ints / per_second
-    big = np.flatnonzero((ints > EXACT_INT) | (ints < -EXACT_INT))
-    if big.size:
-        seconds[big] = [v / per_second for v in ints[big].tolist()]
-    return arrow_array(seconds, pa.float64(), mask=~valid_mask(arr) if arr.null_count else None)
 
 
 __all__ = ["events_from_table", "build_events", "build_columns", "convert_times",

@@ -21,14 +21,14 @@ import pytest
 
 from cep import Engine, Event
 from cep.builder import attr, kleene, neg, query, seq, var
-from cep.columns import _epoch_seconds, convert_times
+from cep.columns import convert_times
 from cep.errors import IngestError
 from cep.match import MatchBlock, match_id
 from cep.match_table import matches_table
 from cep.parser import parse_queries
 from cep.sources import read_events
 from cep.tables import BATCH_ROWS, TableReader, TimeUnitWarning
-from cep.timestamps import event_time
+from cep.timestamps import event_time, timestamp_seconds
 from local.match import match
 from local.queries import QuerySourceError
 
@@ -347,13 +347,36 @@ def test_time_conversion_is_event_time_of_each_value():
         assert table.column("ts").to_pylist() == [None if v is None else event_time(v, unit)
                                                   for v in ints]
         stamps = pa.array(ints, pa.int64()).cast(pa.timestamp(unit))
-        assert _epoch_seconds(stamps).to_pylist() == [None if v is None else v / per
+        assert timestamp_seconds(stamps).to_pylist() == [None if v is None else v / per
                                                       for v in ints]
         floats = [rng.uniform(-1e15, 1e15) for _ in range(2000)] + [math.nan]
         table, errors = convert_times(pa.table({"ts": floats}), unit)
         assert table.column("ts").to_pylist()[:-1] == [event_time(v, unit)
                                                        for v in floats[:-1]]
         assert list(errors) == [2000] and "finite" in str(errors[2000])
+
+
+def test_iso_text_read_in_bulk_is_event_time_of_each_cell():
+    """The ISO forms read in bulk give exactly ``event_time(cell, "iso")``, and a cell in
+    another form, out of range or not a time is read (or refused) by ``event_time``."""
+    rng = random.Random(5)
+    cells = []
+    for _ in range(20_000):
+        cells.append(None if rng.random() < 0.01 else "%04d-%02d-%02d%s%02d:%02d:%02d%s%s" % (
+            rng.choice((rng.randint(1, 9999), rng.randint(1960, 2100))), rng.randint(0, 13),
+            rng.randint(0, 32), rng.choice("T T "), rng.randint(0, 25), rng.randint(0, 60),
+            rng.randint(0, 60), rng.choice(("", ".123", ".123456", ".5", ".1234567", ".")),
+            rng.choice(("", "Z", "+01:00", "-05:30", "+23:59", "+24:00", "+0100", " "))))
+    table, errors = convert_times(pa.table({"ts": pa.array(cells, pa.string())}), "iso")
+    got = table.column("ts").to_pylist()
+    for k, cell in enumerate(cells):
+        try:
+            want = None if cell is None else event_time(cell, "iso", k)
+        except IngestError as err:
+            assert got[k] is None and str(errors[k]) == str(err)
+            continue
+        assert got[k] == want and k not in errors, cell
+    assert 0 < len(errors) < len(cells) // 2
 
 
 # --------------------------------------------------------------------------- bad input
