@@ -231,6 +231,45 @@ def test_record_batch_reader_and_small_batches(data, reference):
     assert found(match(QUERIES, reader, key="symbol")) == expected(reference)
 
 
+class ArrowStream:
+    """A table known only by the Arrow C stream interface (as a polars DataFrame, DuckDB
+    relation, ... offer it)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+def test_any_object_with_the_arrow_c_stream_interface(data, reference):
+    source = pa.Table.from_pandas(frame(data, datetimes(data, "us")), preserve_index=False)
+    assert found(match(QUERIES, ArrowStream(source), key="symbol")) == expected(reference)
+
+
+_NO_PANDAS = """
+import sys
+import numpy as np
+import pyarrow as pa
+from cep.arrow import arrow_array
+from local.match import match
+n = 100
+table = pa.Table.from_arrays(
+    [arrow_array(["A", "B"] * (n // 2), pa.string()),
+     arrow_array(np.arange(n, dtype=np.int64) * 1000).cast(pa.timestamp("ms")),
+     arrow_array(np.arange(n, dtype=np.int64))], names=["type", "ts", "x"])
+found = match("PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 3 seconds", table)
+print(found.num_rows, "pandas" in sys.modules)
+"""
+
+
+def test_an_arrow_table_in_and_out_never_imports_pandas():
+    done = subprocess.run([sys.executable, "-c", _NO_PANDAS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["99", "False"]
+
+
 def test_parquet_path(data, reference, tmp_path):
     path = tmp_path / "ticks.parquet"
     pq.write_table(pa.Table.from_pandas(frame(data, datetimes(data, "ms")),
