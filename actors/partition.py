@@ -102,14 +102,18 @@ class PartitionWorker:
 
     # ---------------------------------------------------------------- queries
     def add_query(self, name: str, text, params: dict | None = None,
-                  order: tuple | None = None, mode: str | None = None) -> str:
-        """Register a query (text or Query AST) under ``name``; it sees the events that arrive
-        from now on (and those still buffered in the index). ``mode``: optimistic or
-        pessimistic handling of out-of-order events (None: the worker's default)."""
-        name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode)
+                  order: tuple | None = None, mode: str | None = None,
+                  since: float | None = None) -> str:
+        """Register a query (text or Query AST) under ``name``. It sees the events after
+        ``since``, the stream's latest event time at its registration (the gateway's: the
+        largest ``clock()`` of the actors; None: this actor's), and the last ``retain``
+        seconds before it (cep.engine.Engine.add_query). ``mode``: optimistic or pessimistic
+        handling of out-of-order events (None: the worker's default)."""
+        name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode,
+                                     since=since)
         self._reported[name] = [(c.tested, c.passed)
                                 for c in self.engine.managers[name].cq.conjuncts]
-        self._log("add_query", (name, text, params, order, mode))
+        self._log("add_query", (name, text, params, order, mode, since))
         return name
 
     def remove_query(self, name: str):
@@ -120,6 +124,14 @@ class PartitionWorker:
 
     def queries(self) -> list:
         return list(self.engine.managers)
+
+    def retention(self) -> float:
+        """The seconds of event time kept for queries registered later (``retain``)."""
+        return self.engine.retain
+
+    def clock(self) -> float:
+        """The latest event time this actor has seen or been advanced to (-inf: none)."""
+        return self.engine.clock
 
     def set_plan(self, query: str, order, version: int | None = None) -> bool:
         """Install a plan (an order of the positive variables, None: Tree-NFA) between two
@@ -135,9 +147,12 @@ class PartitionWorker:
         return True
 
     # ---------------------------------------------------------------- input
-    def ingest(self, batch: bytes, after: str | None = None) -> dict:
+    def ingest(self, batch: bytes, after: str | None = None,
+               clock: float | None = None) -> dict:
         """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
+        ``clock``: the latest event time of the request the batch is this actor's part of
+        (``observe``d after the rows).
 
         Raises OverloadedError, changing nothing, while the outbox holds ``outbox_capacity``
         records or more (a batch seen before is acknowledged all the same), and when
@@ -178,6 +193,9 @@ class PartitionWorker:
         else:                                   # a column batch: Events only where used
             self.rates.observe_runs(rows.types, rows.times)
             matches = engine.process_columns(rows, source=source)
+        released = engine.observe(clock) if clock is not None else None
+        if released:
+            matches = [*matches, *released]
         if engine.clock != self._evicted_at:    # the tail of the batch too (issue 33: an
             engine.evict()                       # idle actor keeps only what windows need)
             self._evicted_at = engine.clock
@@ -190,7 +208,7 @@ class PartitionWorker:
         late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
         out = self._records(matches) + late
         records = self._deliver(out)
-        self._log("ingest", (batch, after), out, len(decoded.events))
+        self._log("ingest", (batch, after, clock), out, len(decoded.events))
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
@@ -221,6 +239,18 @@ class PartitionWorker:
         out = self._records(self.engine.advance(watermark))
         records = self._deliver(out)
         self._log("advance", (watermark,), out)
+        return records
+
+    def observe(self, clock: float) -> list:
+        """The stream's event time reached ``clock`` in events this actor was not sent
+        (cep.engine.Engine.observe): the matches that waited for it (records; queued with an
+        outbox)."""
+        out = self._records(self.engine.observe(clock))
+        if self.engine.clock != self._evicted_at:
+            self.engine.evict()
+            self._evicted_at = self.engine.clock
+        records = self._deliver(out)
+        self._log("observe", (clock,), out)
         return records
 
     def _records(self, matches: list) -> list:
@@ -377,7 +407,7 @@ class PartitionWorker:
         self._replaying = True
         try:
             for _, op, args, outputs in records:
-                if op in ("ingest", "advance"):
+                if op in ("ingest", "advance", "observe"):
                     self._replay = list(outputs)
                 getattr(self, op)(*args)
                 self._replay = None

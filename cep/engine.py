@@ -79,9 +79,12 @@ class Engine:
         self._by_type: dict = {}          # event type -> [PatternManager]
         self._any: list = []              # managers triggered by every type
         self._busy: set = set()           # managers with matches or triggers waiting
+        self._floored: set = set()        # managers of queries registered mid-stream whose
+                                          # floor (add_query's since) may still bind
         self._pessimistic: list = []      # managers released by the watermark
         self._optimistic: list = []
         self.clock = -math.inf
+        self._open_at = -math.inf         # a clock observe() set, no event at it yet
         self._front = None                # the last event in (ts, id) order, or its
                                           # (column batch, row): see .front
         self._released = -math.inf        # the watermark the pessimistic managers have seen
@@ -102,10 +105,18 @@ class Engine:
 
     # ---------------------------------------------------------------- queries
     def add_query(self, query, name: str | None = None, params: dict | None = None,
-                  order: tuple | None = None, mode: str | None = None) -> str:
+                  order: tuple | None = None, mode: str | None = None,
+                  since: float | None = None) -> str:
         """Register a query (text or ``cep.ast.Query``); returns its name. ``mode``:
         ``optimistic`` or ``pessimistic`` handling of out-of-order input (None: the engine's
-        default)."""
+        default).
+
+        Registered mid-stream, when the stream's latest event time is ``since`` (None: this
+        engine's clock), a query reports the matches completed by events after ``since``;
+        they use no event older than the last ``retain`` seconds before it, whatever else
+        the index still holds for other queries (so one engine and a cluster of actors,
+        which hold different events, give it the same matches). Registered before the first
+        event, it sees them all."""
         if isinstance(query, str):
             from cep.parser import parse_query
             query = parse_query(query)
@@ -114,14 +125,27 @@ class Engine:
         name = name or query.name or f"q{len(self.managers) + 1}"
         if name in self.managers:
             raise QueryValidationError(f"a query named {name!r} is already registered")
-        self._add(query, name, params, order, mode)
+        self._add(query, name, params, order, mode, start=self._start_at(since))
         return name
 
-    def _add(self, query, name: str, params, order, mode, group: str | None = None):
+    def _start_at(self, since: float | None) -> tuple:
+        """``(floor, since)`` of a query registered at ``since``: it reads events after
+        ``floor`` and evaluates triggers after ``since``."""
+        if since is None:
+            since = self.clock
+        elif isinstance(since, bool) or not isinstance(since, (int, float)) \
+                or math.isnan(since):
+            raise CepError(f"since must be an event time (a number), got {since!r}")
+        if not math.isfinite(since):
+            return -math.inf, -math.inf
+        return since - self.retain, float(since)
+
+    def _add(self, query, name: str, params, order, mode, group: str | None = None,
+             start: tuple = (-math.inf, -math.inf)):
         cq = compile_query(query, params)
         mode = check_mode(mode) if mode is not None else self.mode
         if self.sharing:
-            key, member = signature(query, params or {}, cq, mode, order, name)
+            key, member = signature(query, params or {}, cq, mode, order, name, start)
             manager = self._groups.get(key)
             if manager is None:
                 group = group or name
@@ -135,6 +159,9 @@ class Engine:
             self._stale.append(manager)
         else:
             manager = PatternManager(name, cq, self.index, order, self.settings, mode)
+            manager.floor, manager.since = start
+        if start[1] > -math.inf:
+            self._floored.add(manager)
         if manager.name not in self._evaluators:
             manager.clock = self.clock
             self._evaluators[manager.name] = manager
@@ -158,6 +185,7 @@ class Engine:
             del self._evaluators[manager.name]
             self._groups.pop(key, None)
             self._busy.discard(manager)
+            self._floored.discard(manager)
         else:
             self._stale.append(manager)
         del self._orders[name]
@@ -221,8 +249,9 @@ class Engine:
         if self.index.key_attr is not None:        # the attribute is the key (cep.event)
             event = keyed_event(event, self.index.key_attr)
         ts = event.ts
-        if ts > self.clock or (ts == self.clock and self._front is not None
-                               and event.id > self.front.id):
+        if ts > self.clock or (ts == self.clock and (
+                ts == self._open_at or (self._front is not None and event.id > self.front.id))):
+            self._open_at = -math.inf
             self.disorder.on_time(ts, source, event.type)
             if not self.index.insert(event):
                 return []                 # a copy of the last event (counted by the index)
@@ -587,9 +616,35 @@ class Engine:
         self._busy = {m for m in self._optimistic if m.busy}
         if watermark > self.clock:
             self.clock = watermark
+        self._open_at = -math.inf
         if math.isfinite(watermark):
             self.evict()
         self._tell(not math.isfinite(watermark))
+        return out
+
+    def observe(self, clock: float) -> list:
+        """The stream's event time reached ``clock`` elsewhere (events of other partitions,
+        or of types this engine is not sent: the gateway tells each partition actor the
+        latest event time of every batch). The clock moves there as an event's would: the
+        deferred matches whose window closed are released, the watermark follows (an event
+        later behind it is out of order, or late, here as in one engine), and an event at
+        ``clock`` itself is still in order. No effect when ``clock`` is not ahead."""
+        if self._stale:
+            self._refresh()
+        if not clock > self.clock or not math.isfinite(clock):
+            return []
+        self.clock = self._open_at = clock
+        wm = clock - self.disorder.slack
+        if wm > self.disorder.watermark:
+            self.disorder.watermark = wm
+        out: list = []
+        if self._busy:
+            for m in self._in_order(self._busy):
+                out.extend(m.tick(clock))
+                if not m.busy:
+                    self._busy.discard(m)
+        if self._pessimistic and self.disorder.watermark > self._released:
+            out.extend(self._release())
         return out
 
     @property
@@ -626,6 +681,8 @@ class Engine:
             cutoff, floor = kept - horizon - reach, kept
         if floor > self._kept_from:
             self._kept_from = floor
+        if self._floored:
+            self._floored = {m for m in self._floored if m.expire_floor(self._kept_from)}
         for m in self._evaluators.values():
             floor = m.retention_floor()
             if floor is not None and floor < cutoff:
@@ -729,7 +786,7 @@ class Engine:
             "retain": self.retain, "index_floor": self.index.floor,
             "events": list(self.index.events()) if events else None,
             "evicted": self.index.evicted_events() if evicted else None,
-            "front": self.front,
+            "front": self.front, "open_at": self._open_at,
             "disorder": self.disorder.snapshot(),
             "floors": (self._released, self._kept_from, self._promised),
             "settings": self.disorder.settings, "mode": self.mode,
@@ -738,7 +795,8 @@ class Engine:
             "late": list(self.late),
             "sharing": self.sharing,
             "queries": {name: {"query": q, "params": p, "mode": self.managers[name].mode,
-                               "order": self._orders[name]}
+                               "order": self._orders[name],
+                               "start": list(self.managers[name].start_of(name))}
                         for name, (q, p) in self._sources.items()},
             "evaluators": [{"name": g["name"], "queries": g["queries"],
                             "state": self._evaluators[g["name"]].snapshot()}
@@ -754,7 +812,8 @@ class Engine:
             for name in group["queries"]:
                 entry = queries[name]
                 engine._add(entry["query"], name, entry["params"], entry["order"],
-                            entry["mode"], group["name"])
+                            entry["mode"], group["name"],
+                            tuple(entry.get("start", (-math.inf, -math.inf))))
             engine.managers[group["queries"][0]].restore(group["state"])
         engine.managers = {name: engine.managers[name] for name in queries}
         engine._sources = {name: engine._sources[name] for name in queries}
@@ -766,6 +825,7 @@ class Engine:
             engine.index.remember_evicted(*snap["evicted"])
         engine.clock = snap["clock"]
         engine._front = snap["front"]
+        engine._open_at = snap.get("open_at", -math.inf)
         engine.disorder.restore(snap["disorder"])
         engine._released, engine._kept_from, engine._promised = snap["floors"]
         (engine.late_events, engine.out_of_order, engine._copies,

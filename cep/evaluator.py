@@ -18,6 +18,7 @@ binding of the variables before the block.
 """
 from __future__ import annotations
 
+import math
 import operator
 from bisect import bisect_left
 from itertools import compress
@@ -48,13 +49,16 @@ class Evaluation:
     """One trigger's evaluation of one branch (a short-lived object)."""
 
     def __init__(self, cq: CompiledQuery, branch: Branch, index: SharedEventIndex, trigger: Event,
-                 partition, cap: int | None, query: str = "", order: tuple | None = None):
+                 partition, cap: int | None, query: str = "", order: tuple | None = None,
+                 floor: float = -math.inf):
         self.cq = cq
         self.branch = branch
         self.index = index
         self.trigger = trigger
         self.partition = partition
         self.tlow = trigger.ts - cq.window
+        if floor >= self.tlow:            # registered mid-stream: no event at or before floor
+            self.tlow = math.nextafter(floor, math.inf)
         self.cap = cap
         self.found = 0
         self.equiv = self._equivalence_filter(trigger, partition)

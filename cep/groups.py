@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import operator
+from bisect import bisect_left
 from itertools import repeat
 from operator import itemgetter
 
@@ -90,11 +92,16 @@ class Member:
     params: dict
     values: tuple
     window: float
+    floor: float = -math.inf            # registered mid-stream: reads no event up to floor,
+    since: float = -math.inf            # and evaluates no trigger up to since
 
 
 def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, order,
-              name: str) -> tuple:
-    """``(key, member)``: queries with equal keys can be evaluated as one group."""
+              name: str, start: tuple = (-math.inf, -math.inf)) -> tuple:
+    """``(key, member)``: queries with equal keys can be evaluated as one group. Members
+    registered at different times (``start``: Engine.add_query's floor and since) share a group unless the
+    query has a leading negation (its events, before the first bound one, would be read from
+    the group's floor, not the member's)."""
     if params:
         query = _bind(query, params)
     special = {n for n, v in cq.variables.items() if v.kleene or v.negated}
@@ -115,7 +122,9 @@ def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, orde
     if cq.slide is not None:
         key.append(("slide", object()))     # slides batch triggers: never shared
     key.append(("within", None) if loose and not negation else ("within", cq.window))
-    return tuple(key), Member(name, cq, dict(params or {}), tuple(values), cq.window)
+    if any(not n.before for b in cq.branches for n in b.negations):
+        key.append(("floor", start[0]))
+    return tuple(key), Member(name, cq, dict(params or {}), tuple(values), cq.window, *start)
 
 
 # --------------------------------------------------------------------------- constant indexes
@@ -349,6 +358,32 @@ class Windows:
         return self.all ^ self.prefix[lo]
 
 
+class Floors:
+    """Members registered mid-stream: those that keep a binding (its first event after their
+    floor, its last after their since) are a prefix of the sorted floors and of the sorted
+    sinces."""
+
+    def __init__(self, members: list):
+        self.floors, self.by_floor = self._prefixes(members, "floor")
+        self.sinces, self.by_since = self._prefixes(members, "since")
+
+    @staticmethod
+    def _prefixes(members: list, field: str) -> tuple:
+        by: dict = {}
+        for bit, m in enumerate(members):
+            value = getattr(m, field)
+            by[value] = by.get(value, 0) | 1 << bit
+        keys, prefix = sorted(by), [0]
+        for k in keys:
+            prefix.append(prefix[-1] | by[k])
+        return keys, prefix
+
+    def mask(self, env) -> int:
+        first, last = _span(env)
+        return self.by_floor[bisect_left(self.floors, first)] & \
+            self.by_since[bisect_left(self.sinces, last)]
+
+
 def _span(env) -> tuple:
     lo = hi = None
     for v in env.values():
@@ -425,6 +460,10 @@ class GroupManager(PatternManager):
         tables = [variants(k, members) for k in varying]
         windows = {m.window for m in members}
         self._windows = Windows(members) if len(windows) > 1 else None
+        self.floor = min(m.floor for m in members)
+        self.since = min(m.since for m in members)
+        self._floors = Floors(members) \
+            if len({(m.floor, m.since) for m in members}) > 1 else None
         self._all = (1 << len(members)) - 1
         self._names_of = {}
         self.varying_texts = [f"{first.cq.conjuncts[k].text} ({len(t.entries)} constants, "
@@ -516,6 +555,8 @@ class GroupManager(PatternManager):
                     return 0
         if self._windows is not None:
             mask &= self._windows.mask(env)
+        if self._floors is not None:
+            mask &= self._floors.mask(env)
         return mask
 
     # ------------------------------------------------------------ fan-out (manager hooks)
@@ -608,6 +649,21 @@ class GroupManager(PatternManager):
         for seq in seqs:
             self._restricted.pop(seq, None)
             self._recheck.discard(seq)
+
+    def start_of(self, name: str) -> tuple:
+        return next((m.floor, m.since) for m in self.members if m.name == name)
+
+    def expire_floor(self, kept_from: float) -> bool:
+        changed = False
+        for k, m in enumerate(self.members):
+            if m.since > -math.inf and \
+                    kept_from - 2 * (m.window + (self.cq.slide or 0.0)) > m.since:
+                self.members[k] = dataclasses.replace(m, floor=-math.inf, since=-math.inf)
+                changed = True
+        if changed:
+            self.stale = True
+            self.refresh()
+        return self.since > -math.inf
 
     # ------------------------------------------------------------ state
     def stats(self) -> dict:

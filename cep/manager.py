@@ -84,6 +84,9 @@ class PatternManager:
         self._monotone = frozenset() if cq.strategy != "skip_till_any_match" or \
             None in cq.negated_types else cq.positive_types - cq.negated_types
         self.clock = -math.inf
+        #: registered mid-stream (Engine.add_query): the query reads no event at or before
+        #: ``floor`` and evaluates no trigger at or before ``since`` (>= floor)
+        self.floor = self.since = -math.inf
         self._closed = -math.inf         # advance(): deferred matches up to here were released
         self.triggers_evaluated = 0
         self.matches = 0
@@ -117,7 +120,7 @@ class PatternManager:
     def process(self, event: Event) -> list:
         """Matches completed by ``event`` (already inserted in the shared index)."""
         if self.pessimistic:
-            if event.type in self._triggers or self._any_triggers:
+            if (event.type in self._triggers or self._any_triggers) and event.ts > self.since:
                 heapq.heappush(self._held, (event.ts, next(self._seq), event))
             return []
         if event.ts > self.clock:
@@ -129,7 +132,7 @@ class PatternManager:
         targets = self._triggers.get(event.type)
         if self._any_triggers:
             targets = (targets or []) + self._any_triggers
-        if not targets:
+        if not targets or event.ts <= self.since:
             return out
         if self.cq.slide:
             self._slide.append(event)
@@ -179,6 +182,18 @@ class PatternManager:
         if self._deferred and self._deferred[0][0] < watermark:
             out.extend(self._release(watermark, inclusive=False))
         return out
+
+    def start_of(self, name: str) -> tuple:
+        """``(floor, since)`` of query ``name`` (this manager's query)."""
+        return self.floor, self.since
+
+    def expire_floor(self, kept_from: float) -> bool:
+        """No event before ``kept_from`` is processed any more: drop the floors once no
+        evaluation can reach back to them (a correction re-reads a window on either side of
+        a late event); whether one is left."""
+        if kept_from - 2 * (self.cq.window + (self.cq.slide or 0.0)) > self.since:
+            self.floor = self.since = -math.inf
+        return self.since > -math.inf
 
     def retention_floor(self) -> float | None:
         """The oldest event time that pending work may still read."""
@@ -233,7 +248,7 @@ class PatternManager:
             buf = self.index.buffer(part, t)
             if buf is not None:
                 out.extend(e for e in buf.range(lo, hi)
-                           if e is not event and id(e) not in pending)
+                           if e is not event and id(e) not in pending and e.ts > self.since)
         out.sort(key=lambda e: e.order)
         return out
 
@@ -274,6 +289,8 @@ class PatternManager:
         return deadline < self.clock or deadline <= self._closed
 
     def _targets(self, trigger: Event) -> list:
+        if trigger.ts <= self.since:
+            return []
         return self._triggers.get(trigger.type, []) + self._any_triggers
 
     # ---------------------------------------------------------------- evaluation
@@ -300,7 +317,8 @@ class PatternManager:
     def _evaluation(self, b: int, trigger: Event) -> Evaluation:
         part = trigger.key if self.partitioned and trigger.key is not None else ALL
         return Evaluation(self.cq, self.cq.branches[b], self.index, trigger, part,
-                          self.settings.max_matches_per_trigger, self._label, self._var_order)
+                          self.settings.max_matches_per_trigger, self._label, self._var_order,
+                          self.floor)
 
     def _run(self, b: int, name: str, trigger: Event, count: bool = True) -> Evaluation:
         """Evaluate branch ``b`` with ``trigger`` bound to ``name``; a trigger that hits the
@@ -308,7 +326,8 @@ class PatternManager:
         ev = self._evaluation(b, trigger)
         try:
             steps = self._steps_for(b, name, ev)
-            prefixes = self.prefixes
+            # a floor cuts the events a prefix holds: neither read nor store shared ones
+            prefixes = self.prefixes if self.floor == -math.inf else None
             if prefixes is None:
                 ev.run(steps)
             else:
@@ -341,7 +360,10 @@ class PatternManager:
         each result when the engine processes its trigger (or ``take_prepared`` all at once);
         ``unprepare`` drops the rest."""
         by_target: dict = {}
+        reach = self.floor + self.cq.window
         for t in triggers:
+            if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
+                continue
             for target in self._triggers.get(t.type, ()):
                 by_target.setdefault(target, []).append(t)
         from cep import bulk                    # numpy: only for column batches
@@ -517,6 +539,7 @@ class PatternManager:
         """Pending work and counters; events are referenced by object (the engine saves them)."""
         return {
             "clock": self.clock, "order": self.order, "version": self.version,
+            "floor": self.floor, "since": self.since,
             # the heaps with their sequence numbers: equal deadlines keep their order
             "deferred": list(self._deferred), "held": list(self._held),
             "seq": next(self._seq), "slide": list(self._slide),
@@ -526,6 +549,8 @@ class PatternManager:
 
     def restore(self, state: dict):
         self.clock = state["clock"]
+        self.floor = state.get("floor", self.floor)
+        self.since = state.get("since", self.since)
         self.set_order(state["order"], state["version"])
         self._deferred = list(state["deferred"])
         self._held = list(state["held"])

@@ -684,7 +684,7 @@ def test_members_joining_one_by_one_keep_their_own_constants(order):
         constants = [constants[k] for k in (4, 9, 1, 7, 0, 3, 8, 2, 6, 5)]
     events = [ev("A", 1 + j * 0.1, f"a{j}", x=80 + 2 * j) for j in range(21)]
     tail = [ev("B", 5 + j, f"b{j}", x=100 + 5 * j) for j in range(4)]
-    shared = Engine(sharing=True)
+    shared = Engine(sharing=True, retain=1000)      # each member sees the events before it
     for k, c in enumerate(constants):
         shared.add_query(RATIO.format(c=c), name=f"c{c}")
         shared.process_many(events[2 * k:2 * k + 2])     # the group is evaluated between joins

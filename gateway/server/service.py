@@ -140,6 +140,16 @@ def event_clock(actor_stats: list) -> float:
     return clock
 
 
+def latest_time(times) -> float | None:
+    """The largest finite number among ``times`` (None: none; bad rows are named later)."""
+    best = None
+    for ts in times:
+        if (ts.__class__ is float or ts.__class__ is int) and -math.inf < ts < math.inf \
+                and (best is None or ts > best):
+            best = ts
+    return best
+
+
 def short_reason(exc: BaseException, limit: int = 300) -> str:
     """``Type: first meaningful line`` of an exception, for an error message: the cause of a
     Ray task error (whose text is a colourised remote traceback), ANSI escapes stripped,
@@ -167,6 +177,7 @@ class GatewayService:
         self._scopes: dict = {}            # query id -> "keyed" | "global"
         self._types: dict = {}             # query id -> frozenset of types (None: any)
         self._acks = {t: 0 for t in self.targets}
+        self._retain = 0.0                 # the actors' retention (start())
         self._plan_versions: dict = {}     # query -> latest plan version installed
         self._drain_locks = {t: asyncio.Lock() for t in self.targets}
         self._drain_errors: dict = {}      # target -> last drain error (logged once)
@@ -193,6 +204,11 @@ class GatewayService:
             raise UnavailableError(f"{name} is unreachable ({method}): "
                                    f"{short_reason(exc)}") from exc
 
+    async def stream_clock(self) -> float:
+        """The stream's latest event time: the largest of the actors' clocks (each moves
+        with the events it receives and with ``advance``)."""
+        return max(await asyncio.gather(*(self._call(t, "clock") for t in self.targets)))
+
     def _scope_targets(self, scope: str) -> list:
         return [GLOBAL] if scope == "global" else [t for t in self.targets if t != GLOBAL]
 
@@ -203,6 +219,7 @@ class GatewayService:
         self.store.open(LATE)
         for target in self.targets:
             await self._call(target, "set_outbox", True, self.settings.outbox_capacity)
+        self._retain = await self._call(GLOBAL, "retention")
         wanted: dict = {}
         for rec in self.registry.all():
             try:
@@ -264,7 +281,9 @@ class GatewayService:
             raise
 
     def _update_routing(self):
-        types: frozenset | None = frozenset()
+        # with a retention, a keyless query registered later sees the last seconds of every
+        # type it reads: the global actor is sent the whole stream
+        types: frozenset | None = None if self._retain > 0 else frozenset()
         for qid, scope in self._scopes.items():
             if scope == "global":
                 t = self._types[qid]
@@ -307,9 +326,10 @@ class GatewayService:
         done = []
         try:
             await self._plan_register(rec.id, query, rec.params, scope)
+            since = await self.stream_clock()     # the query sees the events after it
             targets = list(self._scope_targets(scope))
             results = await asyncio.gather(*(
-                self._call(t, "add_query", rec.id, query, rec.params, None, mode)
+                self._call(t, "add_query", rec.id, query, rec.params, None, mode, since)
                 for t in targets), return_exceptions=True)      # every actor at once
             done = [t for t, r in zip(targets, results) if not isinstance(r, BaseException)]
             for r in results:
@@ -443,7 +463,8 @@ class GatewayService:
         bid = self._actor_batch_id(batch_id)
         payloads = {t: encode_rows(rows, source, f"{bid}:{t}")
                     for t, (rows, _) in routed.items()}
-        acks = await self._dispatch(payloads)
+        acks = await self._dispatch(payloads, latest_time(
+            r[1] for rows, _ in routed.values() for r in rows))
         bad: dict = {}
         for (target, (_, origin)), ack in zip(routed.items(), acks):
             for row, field, reason in ack.get("bad", ()):
@@ -473,13 +494,17 @@ class GatewayService:
         routed = self.routing.route(events)
         bid = self._actor_batch_id(batch_id)
         acks = await self._dispatch({
-            t: encode_batch(routed[t], source, f"{bid}:{t}") for t in routed})
+            t: encode_batch(routed[t], source, f"{bid}:{t}") for t in routed},
+            latest_time(e.ts for e in events))
         self.events_in += len(events)
         return self._merge(list(routed), acks, len(events),
                            [r for a in acks for r in a["bad_rows"]])
 
-    async def _dispatch(self, payloads: dict) -> list:
-        """Send each target its batch, all at once; drain them; their acks, in order."""
+    async def _dispatch(self, payloads: dict, clock: float | None = None) -> list:
+        """Send each target its batch, all at once; drain them; their acks, in order.
+        ``clock``: the latest event time of the request; the actors with queries that got
+        no row of it observe it (PartitionWorker.observe), those with rows after them: every
+        actor's event time is the stream's, as in one engine (deferred matches, lateness)."""
         loop = asyncio.get_running_loop()
 
         async def send(target, batch: bytes) -> dict:
@@ -488,7 +513,7 @@ class GatewayService:
             deadline, pause = loop.time() + self.settings.overload_wait, 0.0
             while True:
                 try:
-                    return await self._call(target, "ingest", batch)
+                    return await self._call(target, "ingest", batch, None, clock)
                 except OverloadedError as exc:
                     if not loop.time() < deadline:          # (a NaN setting: no retry)
                         why = getattr(exc, "cause", None) or exc
@@ -501,9 +526,18 @@ class GatewayService:
                 pause = min(0.5, max(0.01, pause * 2))
                 await self.drain(target)
 
-        acks = await asyncio.gather(*(send(t, b) for t, b in payloads.items()))
-        await asyncio.gather(*(self.drain(t) for t in payloads))
-        return acks
+        idle = [t for t in self._busy_targets() if t not in payloads] \
+            if clock is not None else []
+        acks = await asyncio.gather(*(send(t, b) for t, b in payloads.items()),
+                                    *(self._call(t, "observe", clock) for t in idle))
+        await asyncio.gather(*(self.drain(t) for t in (*payloads, *idle)))
+        return acks[:len(payloads)]
+
+    def _busy_targets(self) -> list:
+        """The actors some registered query runs on."""
+        scopes = set(self._scopes.values())
+        return [t for t in self.targets
+                if ("global" if t == GLOBAL else "keyed") in scopes]
 
     @staticmethod
     def _merge(targets: list, acks: list, events: int, bad_rows: list) -> dict:
