@@ -16,8 +16,8 @@ of the cluster's actors are here too (``NAMESPACE``, ``actor_name``, ``PLANNER``
 """
 from __future__ import annotations
 
-from actors.routing import GLOBAL, RoutingTable
-from cep.errors import UnavailableError
+from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.cep.errors import UnavailableError
 
 #: the Ray namespace of a raycep cluster's named actors
 NAMESPACE = "raycep"

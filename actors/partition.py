@@ -41,14 +41,14 @@ from itertools import islice
 
 import orjson
 
-from actors.handles import node_id
-from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
-from cep.codec import decode_batch
-from cep.disorder import DisorderSettings, LateEvent
-from cep.engine import Engine
-from cep.errors import OverloadedError, PlanningError
-from cep.output import MatchLines, match_json
-from planner.stats import RateTracker
+from raycep.actors.handles import node_id
+from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
+from raycep.cep.codec import decode_batch
+from raycep.cep.disorder import DisorderSettings, LateEvent
+from raycep.cep.engine import Engine
+from raycep.cep.errors import OverloadedError, PlanningError
+from raycep.cep.output import MatchLines, match_json
+from raycep.planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
 
@@ -445,5 +445,5 @@ class PartitionWorker:
 
 def partition_actor(**options):
     """The Ray actor class of PartitionWorker (``partition_actor().remote("p0", key_attr)``)."""
-    from actors.handles import actor_class
+    from raycep.actors.handles import actor_class
     return actor_class(PartitionWorker, **options)

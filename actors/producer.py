@@ -20,9 +20,9 @@ import time
 import uuid
 from collections import deque
 
-from actors.handles import as_handle, result as _result
-from cep.codec import encode_batch
-from cep.errors import OverloadedError
+from raycep.actors.handles import as_handle, result as _result
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import OverloadedError
 
 
 def _overloaded(exc: BaseException) -> OverloadedError | None:

@@ -43,10 +43,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
+from raycep.actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
                                  WAL_KIND, event_rows, header, intern, read_one, read_records,
                                  record, row_event, write_file)
-from cep.errors import RecoveryError
+from raycep.cep.errors import RecoveryError
 
 CHECKPOINT = "checkpoint"
 WAL = "wal"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from cep.errors import IngestError
+from raycep.cep.errors import IngestError
 
 #: the partition that receives events without a key (and runs the global queries)
 GLOBAL_PARTITION = 0

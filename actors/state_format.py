@@ -39,10 +39,10 @@ import zlib
 
 import msgpack
 
-from cep import ast as _ast
-from cep.disorder import DisorderSettings, LateEvent
-from cep.errors import RecoveryError
-from cep.event import Event
+from raycep.cep import ast as _ast
+from raycep.cep.disorder import DisorderSettings, LateEvent
+from raycep.cep.errors import RecoveryError
+from raycep.cep.event import Event
 
 MAGIC = b"RAYCEP\x00\n"
 VERSION = 1

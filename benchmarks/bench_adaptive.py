@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass, replace
 
 from benchmarks.workloads import StreamSpec, stream
-from cep import Engine, Event
-from planner.local import PlannedEngine
+from raycep.cep import Engine, Event
+from raycep.planner.local import PlannedEngine
 
 TARGET_PHASE = 0.8        # adaptive >= 0.8x the best static order in every phase
 TARGET_OVERALL = 10.0     # adaptive >= 10x the worst static order overall

@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass, replace
 
 import msgpack
 
-from actors.partition import PartitionWorker, partition_actor
-from actors.routing import split_by_partition
-from cep.codec import encode_batch
-from cep.event import Event
-from cep.parser import parse_queries
+from raycep.actors.partition import PartitionWorker, partition_actor
+from raycep.actors.routing import split_by_partition
+from raycep.cep.codec import encode_batch
+from raycep.cep.event import Event
+from raycep.cep.parser import parse_queries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILE = os.path.join(ROOT, "examples", "queries.cep")

@@ -40,12 +40,12 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.workloads import StreamSpec, stream
-from cep import Engine, Event
-from cep.compiler import compile_query
-from cep.parser import parse_query
-from planner.cost import seq_probability, window_count
-from planner.plan import order_cost
-from planner.problem import problem_from_query
+from raycep.cep import Engine, Event
+from raycep.cep.compiler import compile_query
+from raycep.cep.parser import parse_query
+from raycep.planner.cost import seq_probability, window_count
+from raycep.planner.plan import order_cost
+from raycep.planner.problem import problem_from_query
 
 KEYS = 10                 # x.k = y.k holds with probability 1 / KEYS
 WINDOW = 5.0

@@ -19,8 +19,8 @@ import random
 import time
 from operator import attrgetter
 
-from cep.event import Event
-from cep.index import TimeBuffer
+from raycep.cep.event import Event
+from raycep.cep.index import TimeBuffer
 
 WINDOW = 60.0
 BATCH = 1_000

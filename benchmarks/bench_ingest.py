@@ -214,7 +214,7 @@ def spark_side(spark, path: str, fmt: str, routing, mapping,
     """Wall time of the Spark side alone, as ``run_job`` runs it, drained by a task that
     counts the rows (no push): for a file in time order (``in_time_order``, included) read
     + map in the one task that would push; else read, map, arrange and sort."""
-    from spark_ingest.job import (ARROW_BATCH, ARROW_ROWS, _preparer, arrange,
+    from raycep.spark_ingest.job import (ARROW_BATCH, ARROW_ROWS, _preparer, arrange,
                                   in_time_order, planned, read_table)
 
     def count(batches):
@@ -257,8 +257,8 @@ def cli_run(path: str, workdir: str, cfg: Config, timeout: float = 1800.0) -> di
 
     import ray
 
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
     registry = os.path.join(workdir, f"registry-{time.monotonic_ns()}.sqlite")
     cluster = RayCluster(2, "symbol", GatewaySettings(port=0, registry_path=registry,
                                                       plan_every=1.0))
@@ -268,7 +268,7 @@ def cli_run(path: str, workdir: str, cfg: Config, timeout: float = 1800.0) -> di
         reaped0 = _reaped_cpu()
         meter = Meter()
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", "ingest", path, "--gateway", cluster.url,
+            [sys.executable, "-m", "raycep", "ingest", path, "--gateway", cluster.url,
              "--ray-address", ray.get_runtime_context().gcs_address,
              "--dead-letters", os.path.join(workdir, "dead"),
              "--executor-cores", str(cfg.executor_cores)],
@@ -293,12 +293,12 @@ def ingest_run(spark, path: str, fmt: str, queries: list, cfg: Config, workdir: 
     """One timed ``run_job`` into a fresh 2-actor RayCluster with ``queries`` registered."""
     import ray
 
-    from actors.routing import RoutingTable
-    from gateway.client import connect
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
-    from spark_ingest.job import IngestSettings, run_job
-    from spark_ingest.mapping import EventMapping
+    from raycep.actors.routing import RoutingTable
+    from raycep.gateway.client import connect
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
+    from raycep.spark_ingest.job import IngestSettings, run_job
+    from raycep.spark_ingest.mapping import EventMapping
 
     registry = os.path.join(workdir, f"registry-{time.monotonic_ns()}.sqlite")
     cluster = RayCluster(2, "symbol", GatewaySettings(port=0, registry_path=registry,
@@ -382,9 +382,9 @@ def run(cfg: Config) -> dict:
     import pyspark
     import raydp
 
-    from actors.routing import RoutingTable
-    from spark_ingest.mapping import EventMapping
-    from spark_ingest.session import start_spark, stop_spark
+    from raycep.actors.routing import RoutingTable
+    from raycep.spark_ingest.mapping import EventMapping
+    from raycep.spark_ingest.session import start_spark, stop_spark
 
     print("raycep ingestion benchmark (issues 5, 14)")
     print(f"python {platform.python_version()}, ray {ray.__version__}, pyspark "
@@ -493,8 +493,8 @@ def run(cfg: Config) -> dict:
 
 def local_matches(path: str, queries: list) -> dict:
     """{query: matches} of ``raycep local --key symbol`` on ``path`` (one Engine)."""
-    from cep import Engine
-    from cep.sources import iter_events
+    from raycep.cep import Engine
+    from raycep.cep.sources import iter_events
     engine = Engine(key_attr="symbol")
     counts = {}
     for name, text in queries:
@@ -509,11 +509,11 @@ def local_matches(path: str, queries: list) -> dict:
 
 
 def _warm_up(spark, path, cfg, workdir) -> dict:
-    from actors.routing import RoutingTable
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
-    from spark_ingest.job import IngestSettings, run_job
-    from spark_ingest.mapping import EventMapping
+    from raycep.actors.routing import RoutingTable
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
+    from raycep.spark_ingest.job import IngestSettings, run_job
+    from raycep.spark_ingest.mapping import EventMapping
     cluster = RayCluster(2, "symbol", GatewaySettings(
         port=0, registry_path=os.path.join(workdir, "warm.sqlite"), plan_every=0))
     cluster.start()

@@ -72,13 +72,13 @@ class Probe:
 
 
 def run(probes: int, load_rate: float) -> dict:
-    from actors.handles import named_handles
-    from actors.producer import Producer
-    from actors.routing import RoutingTable
-    from cep.event import make_event
-    from gateway.client import connect
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
+    from raycep.actors.handles import named_handles
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import RoutingTable
+    from raycep.cep.event import make_event
+    from raycep.gateway.client import connect
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
 
     settings = GatewaySettings(port=0, registry_path=None, plan_every=1.0)
     cluster = RayCluster(2, "k", settings, num_cpus=2)
@@ -137,9 +137,9 @@ def _load(routing, rate: float, stop: threading.Event):
     """Push stock ticks (64 keys) through the bulk path at about ``rate`` events/s."""
     import random
 
-    from actors.handles import named_handles
-    from actors.producer import Producer
-    from cep.event import Event
+    from raycep.actors.handles import named_handles
+    from raycep.actors.producer import Producer
+    from raycep.cep.event import Event
     rng = random.Random(1)
     producer = Producer(named_handles(routing()), routing, source="load")
     ts, batch = 0.0, 200

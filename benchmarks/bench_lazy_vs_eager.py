@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from benchmarks.eager_nfa import EagerNFA
 from benchmarks.workloads import SKEWED, StreamSpec, Workload, generate, stream, workloads
-from cep import Engine
+from raycep.cep import Engine
 
 MARK = 512                 # events between two clock readings (checkpoints)
 SAMPLE = 1024              # events between two state-size samples in memory runs

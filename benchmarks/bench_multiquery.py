@@ -151,7 +151,7 @@ def make_ticks(path: str, rows: int, seed: int) -> str:
 
 def local_supports_no_sharing() -> bool:
     """Whether ``raycep local`` has ``--no-sharing`` (the issue-15 engine side)."""
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "local", "--help"],
+    done = subprocess.run([sys.executable, "-m", "raycep", "local", "--help"],
                           capture_output=True, text=True, cwd=ROOT)
     return "--no-sharing" in done.stdout
 
@@ -159,7 +159,7 @@ def local_supports_no_sharing() -> bool:
 def run_local(query_file: str, ticks: str, out: str, sharing: bool = True,
               key: str | None = KEY, planner: str | None = None) -> dict:
     """One ``raycep local`` run; its JSON summary (the last stdout line)."""
-    cmd = [sys.executable, "-m", "gateway.cli", "local", "--query", query_file,
+    cmd = [sys.executable, "-m", "raycep", "local", "--query", query_file,
            "--events", ticks, "--out", out] + (["--key", key] if key else []) \
         + ([] if sharing else ["--no-sharing"]) + (["--planner", planner] if planner else [])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -280,7 +280,7 @@ def e2e_table(result: dict) -> list:
 
 def read_ticks(path: str) -> list:
     """The tick file as Events (``key=symbol``, explicit ids ``t<i>``), as a producer sends."""
-    from cep.event import Event
+    from raycep.cep.event import Event
     with open(path, newline="", encoding="utf-8") as handle:
         return [Event(row["type"], float(row["ts"]),
                       {"symbol": row["symbol"], "price": float(row["price"]),
@@ -352,7 +352,7 @@ def bench_cluster_actors(events: list, counts: tuple) -> list:
     finally:
         ray.shutdown()
     lines = [f"split: {sizes[0]:,} / {sizes[1]:,} events (8 symbols routed by "
-             f"actors.routing)",
+             f"raycep.actors.routing)",
              f"{'N':>5} {'events/s':>10} {'ratio':>7} {'matches':>10} {'seconds':>8} "
              f"{'before':>6}"]
     base = rows[0][1] if rows and rows[0][0] == 1 else None
@@ -364,7 +364,7 @@ def bench_cluster_actors(events: list, counts: tuple) -> list:
 
 def expected_matches(events: list, n: int) -> int:
     """The matches of the n-query set over ``events`` (an in-process engine)."""
-    from cep.engine import Engine
+    from raycep.cep.engine import Engine
     eng = Engine(KEY)
     for name, text in query_variants(n):
         eng.add_query(text, name=name)
@@ -376,9 +376,9 @@ def bench_serve(events: list, counts: tuple, timeout: float = 600.0) -> list:
     actors, sharing on): queries registered with the Client, events sent with
     ``Client.send`` (HTTP, msgpack batches of BATCH), then ``advance``; timed from the first
     send until every match is stored in the gateway (readable by clients); lines."""
-    from gateway.client import connect
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
+    from raycep.gateway.client import connect
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
     end = max(e.ts for e in events) + 3600.0
     rows = []
     for n in counts:

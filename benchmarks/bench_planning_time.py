@@ -31,11 +31,11 @@ import statistics
 import sys
 import time
 
-from cep.compiler import compile_query
-from cep.parser import parse_query
-from planner.algorithms import ALGORITHMS, DP_MAX_VARS
-from planner.plan import make_plan
-from planner.problem import problem_from_query
+from raycep.cep.compiler import compile_query
+from raycep.cep.parser import parse_query
+from raycep.planner.algorithms import ALGORITHMS, DP_MAX_VARS
+from raycep.planner.plan import make_plan
+from raycep.planner.problem import problem_from_query
 
 SHAPES = ("SEQ", "AND", "nested")
 PAIR_PROB = 0.3

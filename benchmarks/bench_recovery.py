@@ -44,7 +44,7 @@ CONFIGS = (("no checkpoints", ["--no-checkpoints"]),
 
 def serve(workdir: str, extra: list):
     """Start ``raycep serve`` (any free port); returns (process, url) once it listens."""
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--partitions",
+    cmd = [sys.executable, "-m", "raycep", "serve", "--port", "0", "--partitions",
            "2", "--key", "symbol", "--registry", os.path.join(workdir, "registry.sqlite"),
            "--checkpoint-dir", os.path.join(workdir, "checkpoints"),
            "--matches-jsonl", os.path.join(workdir, "matches.jsonl"), *extra]
@@ -66,7 +66,7 @@ def stop(proc) -> None:
 
 
 def run(rows: list, batch: int, queries: list, extra: list, kill_at: int | None = None):
-    from gateway.client import connect
+    from raycep.gateway.client import connect
     workdir = tempfile.mkdtemp(prefix="raycep-bench-recovery-")
     proc, url = serve(workdir, extra)
     out: dict = {}
@@ -108,9 +108,9 @@ def checkpoint_cost(buffered: int, changes=(1_000, 10_000, 50_000)) -> list:
     """``[(label, events saved, seconds, bytes)]`` of a worker holding ``buffered`` events."""
     import pickle
     import shutil
-    from actors.partition import PartitionWorker
-    from cep.codec import encode_batch
-    from cep.event import Event
+    from raycep.actors.partition import PartitionWorker
+    from raycep.cep.codec import encode_batch
+    from raycep.cep.event import Event
 
     def ticks(n: int, start: int) -> list:
         return [Event("Stock", (start + i) / 100.0,
@@ -172,9 +172,9 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from make_ticks import write_csv
-    from cep.engine import reference_match_ids
-    from cep.parser import parse_queries
-    from cep.sources import read_events
+    from raycep.cep.engine import reference_match_ids
+    from raycep.cep.parser import parse_queries
+    from raycep.cep.sources import read_events
     path = os.path.join(tempfile.mkdtemp(), "ticks.csv")
     write_csv(path, args.rows)
     events = list(read_events(path, key_attr="symbol"))

@@ -90,14 +90,14 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     sys.path.insert(0, ROOT)
-    from gateway.client import connect
+    from raycep.gateway.client import connect
     workdir = tempfile.mkdtemp(prefix="raycep-idle-")
     extra = ["--retain", str(args.retain)] if args.retain is not None else []
     proc, url = serve(workdir, extra)
     try:
         client = connect(url)
         if args.queries:
-            from cep.parser import parse_queries
+            from raycep.cep.parser import parse_queries
             for q in parse_queries(open(os.path.join(ROOT, "examples", "queries.cep")).read()):
                 client.register(q.text, name=q.name)
         rows = ticks(args.rows)

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from benchmarks.eager_nfa import EagerQuery, NegVar, Var
-from cep.event import Event
+from raycep.cep.event import Event
 
 KEY = "k"
 

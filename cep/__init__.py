@@ -2,11 +2,11 @@
 
 Pure Python: nothing here imports Ray, Spark or an HTTP library.
 """
-from cep.engine import Engine
-from cep.errors import (CepError, EvaluationError, IngestError, PlanningError,
+from raycep.cep.engine import Engine
+from raycep.cep.errors import (CepError, EvaluationError, IngestError, PlanningError,
                         QuerySyntaxError, QueryValidationError)
-from cep.event import Event
-from cep.match import Match
+from raycep.cep.event import Event
+from raycep.cep.match import Match
 
 __all__ = ["Engine", "Event", "Match", "CepError", "QuerySyntaxError", "QueryValidationError",
            "PlanningError", "IngestError", "EvaluationError", "parse_query", "compile_query"]
@@ -14,11 +14,11 @@ __all__ = ["Engine", "Event", "Match", "CepError", "QuerySyntaxError", "QueryVal
 
 def parse_query(text: str):
     """Parse and validate one query (see cep.parser)."""
-    from cep.parser import parse_query as parse
+    from raycep.cep.parser import parse_query as parse
     return parse(text)
 
 
 def compile_query(query, params=None):
     """Compile query text or a Query AST (see cep.compiler)."""
-    from cep.compiler import compile_query as compile_
+    from raycep.cep.compiler import compile_query as compile_
     return compile_(query, params)

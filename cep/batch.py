@@ -15,7 +15,7 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of, trusted_event
+from raycep.cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of, trusted_event
 
 _NUMBERS = frozenset((int, float))
 _FLOATS = {float}
@@ -59,7 +59,7 @@ class ColumnBatch:
         self._absent = list(absent) if absent is not None else [None] * len(self.names)
         for j, col in enumerate(self._columns):
             if self._absent[j] is None and not isinstance(col, list) and col.null_count:
-                from cep.arrow import valid_mask
+                from raycep.cep.arrow import valid_mask
                 self._absent[j] = ~valid_mask(col)                # null = absent
         self.objs: list = [None] * n
         self._overrides = sorted(overrides) if overrides else ()
@@ -120,7 +120,7 @@ class ColumnBatch:
         got = self._decoded
         if got is None:
             if not all(isinstance(col, list) for col in self._columns):
-                from cep.columns import column_values        # pyarrow
+                from raycep.cep.columns import column_values        # pyarrow
             got = self._decoded = [
                 (name, col if isinstance(col, list) else column_values(col).values,
                  absent.tolist() if absent is not None and absent.any() else None)
@@ -197,7 +197,7 @@ class ColumnBatch:
             if isinstance(col, list):
                 values = _Picked(map(col.__getitem__, rows))
             elif col.null_count == 0 and str(col.type) in ("int64", "double"):
-                from cep.arrow import to_numpy
+                from raycep.cep.arrow import to_numpy
                 values = _Picked(to_numpy(col)[rows].tolist())
             else:
                 return None
@@ -330,7 +330,7 @@ def _arrow_numeric(col, n: int) -> tuple:
     if isinstance(col, list):
         return None, None
     import pyarrow as pa
-    from cep.arrow import to_numpy, valid_mask      # not to_numpy()/fill_null: see cep.arrow
+    from raycep.cep.arrow import to_numpy, valid_mask      # not to_numpy()/fill_null: see cep.arrow
     t = col.type
     if pa.types.is_floating(t) or pa.types.is_integer(t):
         try:

@@ -1,6 +1,6 @@
 """Build queries in Python: the same :class:`cep.ast.Query` the parser makes from text.
 
-    from cep.builder import seq, var, kleene, attr, next_, first, query
+    from raycep.cep.builder import seq, var, kleene, attr, next_, first, query
     q = query(seq(var(None, "a"), kleene(None, "b"), var(None, "c")),
               where=(attr("a", "price") < attr("b", "price"))
                     & (attr("b", "price") < next_("b", "price"))
@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import datetime
 
-from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
+from raycep.cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      event_vars, walk_expr)
-from cep.errors import QueryValidationError
-from cep.parser import UNITS, _Parser, tokenize
-from cep.validate import validate
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.parser import UNITS, _Parser, tokenize
+from raycep.cep.validate import validate
 
 __all__ = ["E", "seq", "and_", "or_", "var", "kleene", "neg", "attr", "nth", "first", "last",
            "next_", "length", "param", "lit", "agg", "avg", "sum_", "min_", "max_", "count",

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cep import ast
-from cep.event import EXACT, EXACT_INT, kind_of
-from cep.expressions import FIELDS
-from cep.match import MatchBlock
+from raycep.cep import ast
+from raycep.cep.event import EXACT, EXACT_INT, kind_of
+from raycep.cep.expressions import FIELDS
+from raycep.cep.match import MatchBlock
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import msgpack
 
-from cep.errors import IngestError
-from cep.event import Event, make_event
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event, make_event
 
 #: the schema version encode_batch writes by default; decoding accepts exactly these versions
 SCHEMA_VERSION = 1
@@ -75,7 +75,7 @@ def encode_batch(events, source: str, batch_id: str,
     (attribute values must be nil, bool, int, float, str, bytes, or lists/maps of those).
     """
     if schema_version == 2:
-        from cep.columns import table_from_events
+        from raycep.cep.columns import table_from_events
         _check_header(source, batch_id)
         return encode_columns(table_from_events(events), source, batch_id)
     if schema_version != 1:
@@ -241,7 +241,7 @@ def _decode_columns(data, errors: str, columns: bool = False) -> tuple:
     stream bytes), built in bulk."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
-    from cep.columns import build_columns, build_events
+    from raycep.cep.columns import build_columns, build_events
     try:
         table = ipc.open_stream(pa.py_buffer(data)).read_all()
     except (pa.ArrowException, ValueError, OSError) as exc:

@@ -36,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
-from cep.batch import ColumnBatch
-from cep.errors import IngestError
-from cep.event import Event, make_event
-from cep.timestamps import bulk_seconds, event_time, timestamp_seconds
+from raycep.cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event, make_event
+from raycep.cep.timestamps import bulk_seconds, event_time, timestamp_seconds
 
 #: the characters Python's str.strip() removes (all of them are below U+3001)
 _PY_SPACE = "".join(ch for ch in map(chr, range(0x3001)) if ch.isspace())
@@ -246,7 +246,7 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
 
 def _parsed_cells(cells, positions) -> list:
     """Parts of cells the bulk patterns leave: ``parse_cell`` once per distinct text."""
-    from cep.sources import parse_cell
+    from raycep.cep.sources import parse_cell
     encoded = pc.dictionary_encode(cells)
     parsed = [parse_cell(text) for text in encoded.dictionary.to_pylist()]
     if all(value.__class__ is str for value in parsed):

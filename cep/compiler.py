@@ -14,10 +14,10 @@ import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from cep import ast
-from cep.errors import QueryValidationError
-from cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
-from cep.validate import conjuncts as split_conjuncts, finite, short_repr, static_kind, validate
+from raycep.cep import ast
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
+from raycep.cep.validate import conjuncts as split_conjuncts, finite, short_repr, static_kind, validate
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class CompiledQuery:
 def compile_query(query, params: dict | None = None) -> CompiledQuery:
     """Compile a Query AST (or query text) with the given parameter values."""
     if isinstance(query, str):
-        from cep.parser import parse_query
+        from raycep.cep.parser import parse_query
         query = parse_query(query)
     else:
         validate(query)

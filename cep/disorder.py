@@ -30,7 +30,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from cep.errors import CepError, IngestError, QueryValidationError
+from raycep.cep.errors import CepError, IngestError, QueryValidationError
 
 #: how queries handle out-of-order input (see cep.manager)
 MODES = ("optimistic", "pessimistic")

@@ -24,17 +24,17 @@ from collections import deque
 from itertools import compress
 from operator import attrgetter, le
 
-from cep import ast
-from cep.compiler import compile_query
-from cep.disorder import DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent, check_mode
-from cep.errors import CepError, QueryValidationError
-from cep.event import Event, keyed_event, keyed_events
-from cep.groups import GroupManager, signature
-from cep.index import SharedEventIndex
-from cep.manager import ManagerSettings, PatternManager
-from cep.match import MatchBlock
-from cep.prefixes import SharedPrefixes
-from cep.unseen import Seen, Teller, never_held, reads
+from raycep.cep import ast
+from raycep.cep.compiler import compile_query
+from raycep.cep.disorder import DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent, check_mode
+from raycep.cep.errors import CepError, QueryValidationError
+from raycep.cep.event import Event, keyed_event, keyed_events
+from raycep.cep.groups import GroupManager, signature
+from raycep.cep.index import SharedEventIndex
+from raycep.cep.manager import ManagerSettings, PatternManager
+from raycep.cep.match import MatchBlock
+from raycep.cep.prefixes import SharedPrefixes
+from raycep.cep.unseen import Seen, Teller, never_held, reads
 
 log = logging.getLogger("raycep")
 
@@ -118,7 +118,7 @@ class Engine:
         which hold different events, give it the same matches). Registered before the first
         event, it sees them all."""
         if isinstance(query, str):
-            from cep.parser import parse_query
+            from raycep.cep.parser import parse_query
             query = parse_query(query)
         if not isinstance(query, ast.Query):
             raise QueryValidationError(f"expected query text or a Query, got {type(query).__name__}")
@@ -242,7 +242,7 @@ class Engine:
         """Index ``event`` and return the matches it completes or releases, and the
         Retractions and new matches of the corrections it causes (optimistic queries)."""
         if event.__class__ is not Event:
-            from cep.tables import refuse_table     # a table (process_table) or no event
+            from raycep.cep.tables import refuse_table     # a table (process_table) or no event
             refuse_table(event)
         if self._stale:
             self._refresh()
@@ -285,7 +285,7 @@ class Engine:
         if self._stale:
             self._refresh()
         if not isinstance(events, list):
-            from cep.tables import is_table
+            from raycep.cep.tables import is_table
             if is_table(events):                    # a DataFrame, an Arrow table, ...
                 return self.process_table(events, source=source)
             events = list(events)
@@ -377,7 +377,7 @@ class Engine:
         column, or (naming no column) every row's type; ``ts_format``: how numbers and text
         in the event-time column are written (s, ms, us, ns, iso or a strftime pattern;
         timestamps are read as they are). Read in column batches (``process_columns``)."""
-        from cep.tables import TableReader
+        from raycep.cep.tables import TableReader
         out: list = []
         for batch in TableReader(table, key_attr=self.index.key_attr, ts=ts, type=type,
                                  ts_format=ts_format):
@@ -840,7 +840,7 @@ def reference_match_ids(queries, events, key_attr: str | None = None) -> dict:
     """``{query name: set of match ids}`` of named ``queries`` (parsed) over ``events`` in one
     Engine, the end of the stream closing every window: what ``raycep local`` finds, the
     reference the cluster's output is checked against (``raycep demo``, tests, benchmarks)."""
-    from cep.match import match_id
+    from raycep.cep.match import match_id
     engine = Engine(key_attr=key_attr)
     for q in queries:
         engine.add_query(q, name=q.name)

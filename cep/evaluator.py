@@ -23,14 +23,14 @@ import operator
 from bisect import bisect_left
 from itertools import compress
 
-from cep.compiler import Branch, CompiledQuery, Negation
-from cep.event import Event, before
-from cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
-from cep.index import ALL, SharedEventIndex
-from cep.match import Match
-from cep.prefixes import Prefix, conditions
-from cep.steps import _TS, NUMERIC_KINDS, ORDER_FILTERS, _Span
-from cep.strategies import accepts
+from raycep.cep.compiler import Branch, CompiledQuery, Negation
+from raycep.cep.event import Event, before
+from raycep.cep.expressions import FIELDS, EvalFailure, event_attr, field_value, kinds_clash
+from raycep.cep.index import ALL, SharedEventIndex
+from raycep.cep.match import Match
+from raycep.cep.prefixes import Prefix, conditions
+from raycep.cep.steps import _TS, NUMERIC_KINDS, ORDER_FILTERS, _Span
+from raycep.cep.strategies import accepts
 
 _MISSING = object()
 #: value kinds that compare with each other (see expressions.kinds_clash)

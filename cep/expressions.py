@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import operator
 
-from cep import ast
-from cep.errors import QueryValidationError
-from cep.validate import finite, short_repr
+from raycep.cep import ast
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.validate import finite, short_repr
 
 
 NUMERIC = frozenset((int, float))

@@ -29,13 +29,13 @@ from bisect import bisect_left
 from itertools import repeat
 from operator import itemgetter
 
-from cep import ast
-from cep.compiler import CompiledQuery, compile_query
-from cep.event import Event
-from cep.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
-from cep.manager import PatternManager
-from cep.match import Match
-from cep.validate import conjuncts as split_conjuncts
+from raycep.cep import ast
+from raycep.cep.compiler import CompiledQuery, compile_query
+from raycep.cep.event import Event
+from raycep.cep.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
+from raycep.cep.manager import PatternManager
+from raycep.cep.match import Match
+from raycep.cep.validate import conjuncts as split_conjuncts
 
 _new = tuple.__new__
 _BASE, _VAR, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)

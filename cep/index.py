@@ -21,7 +21,7 @@ from collections import deque
 from itertools import compress, islice, repeat
 from operator import eq, is_, is_not
 
-from cep.event import EXACT, Event, kind_of
+from raycep.cep.event import EXACT, Event, kind_of
 
 _MISSING = object()
 

@@ -25,15 +25,15 @@ import logging
 import math
 from dataclasses import dataclass
 
-from cep.compiler import CompiledQuery
-from cep.disorder import check_mode
-from cep.errors import PlanningError
-from cep.evaluator import Evaluation, TooManyMatches
-from cep.prefixes import prefix_keys
-from cep.steps import build_steps
-from cep.event import Event
-from cep.index import ALL, ANY_TYPE, SharedEventIndex
-from cep.match import Match, MatchBlock, Retraction
+from raycep.cep.compiler import CompiledQuery
+from raycep.cep.disorder import check_mode
+from raycep.cep.errors import PlanningError
+from raycep.cep.evaluator import Evaluation, TooManyMatches
+from raycep.cep.prefixes import prefix_keys
+from raycep.cep.steps import build_steps
+from raycep.cep.event import Event
+from raycep.cep.index import ALL, ANY_TYPE, SharedEventIndex
+from raycep.cep.match import Match, MatchBlock, Retraction
 
 log = logging.getLogger("raycep")
 
@@ -366,7 +366,7 @@ class PatternManager:
                 continue
             for target in self._triggers.get(t.type, ()):
                 by_target.setdefault(target, []).append(t)
-        from cep import bulk                    # numpy: only for column batches
+        from raycep.cep import bulk                    # numpy: only for column batches
         ready = self._ready
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
@@ -413,7 +413,7 @@ class PatternManager:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
         if self._ready:
-            from cep.bulk import untally
+            from raycep.cep.bulk import untally
             for _, results in self._ready.values():
                 for got, i in results.values():
                     untally(got[3], i)
@@ -426,7 +426,7 @@ class PatternManager:
         steps = self._steps_for(b, name, None)
         got = self._bulk.get(id(steps))
         if got is None:
-            from cep.bulk import plan_for
+            from raycep.cep.bulk import plan_for
             got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque))
         return got[1]
 

@@ -7,7 +7,7 @@ from operator import itemgetter
 
 import msgpack
 
-from cep.event import Event
+from raycep.cep.event import Event
 
 _new = tuple.__new__
 

@@ -35,9 +35,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from cep.arrow import arrow_array
-from cep.event import Event
-from cep.match import MatchBlock
+from raycep.cep.arrow import arrow_array
+from raycep.cep.event import Event
+from raycep.cep.match import MatchBlock
 
 __all__ = ["MatchTable", "matches_table"]
 

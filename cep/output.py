@@ -18,8 +18,8 @@ from operator import attrgetter, is_, is_not, itemgetter
 
 import orjson
 
-from cep.event import Event, prepare_json
-from cep.match import MatchBlock, match_id
+from raycep.cep.event import Event, prepare_json
+from raycep.cep.match import MatchBlock, match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _JSON = attrgetter("_json")

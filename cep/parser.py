@@ -22,11 +22,11 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
+from raycep.cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      walk_expr)
-from cep.errors import QuerySyntaxError, QueryValidationError
-from cep.validate import check_strategy_vars, conjuncts, validate
+from raycep.cep.errors import QuerySyntaxError, QueryValidationError
+from raycep.cep.validate import check_strategy_vars, conjuncts, validate
 
 __all__ = ["parse_query", "parse_queries", "tokenize", "Token", "UNITS"]
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from cep import ast
+from raycep.cep import ast
 
 _UNSEEN = object()
 

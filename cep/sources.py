@@ -25,7 +25,7 @@ Files are read in blocks of about ``BLOCK_SIZE`` bytes (Parquet: record batches)
 stays bounded and the first events come out before the file is read to its end. A CSV block
 whose lines hold no quote character is split by pyarrow's CSV parser with quoting off (by
 numpy, which reports it, when a line has the wrong width or may be blank) and typed per
-column (``cep.columns``); from a quote on, Python's csv module splits the records (quoted
+column (``raycep.cep.columns``); from a quote on, Python's csv module splits the records (quoted
 cells may span lines) until a block ends on a record boundary. JSON lines are parsed with orjson; a line
 orjson refuses or might read differently (NaN, integers beyond 64 bits, deep nesting) is
 parsed by the standard json module, so every line reads as it always did. ``iter_batch_runs``
@@ -54,9 +54,9 @@ from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
 
-from cep.errors import IngestError
-from cep.event import make_event
-from cep.timestamps import check_format, event_time
+from raycep.cep.errors import IngestError
+from raycep.cep.event import make_event
+from raycep.cep.timestamps import check_format, event_time
 
 #: file extensions read_events understands
 SUPPORTED_EXTENSIONS = (".csv", ".jsonl", ".ndjson", ".parquet")
@@ -156,11 +156,11 @@ def _open_runs(path, key_attr, on_error, ts_unit, batches: bool = False):
     size = os.path.getsize(path)
     ts_unit = check_format(ts_unit)
     if reader is _parquet_chunks or size > ROW_READ_BYTES:
-        import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
+        import raycep.cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
     elif batches and size > ROW_BATCH_BYTES:
-        from cep.batch import ColumnBatch       # numpy
+        from raycep.cep.batch import ColumnBatch       # numpy
         if reader is _csv_chunks:               # simple blocks typed column by column
-            from cep.csv_columns import csv_block_batch
+            from raycep.cep.csv_columns import csv_block_batch
             reader = partial(_csv_chunks, typed=csv_block_batch)
         runs = _runs(path, reader, key_attr, on_error, ts_unit)
         return ([ColumnBatch.from_events(piece, keep=True) if piece.__class__ is list else piece
@@ -202,7 +202,7 @@ def iter_batch_range(path, start: int, stop: int, key_attr: str | None = None,
     Lines file, read in bulk (both at line starts; a CSV range after the first line is read
     under the file's header line). A bad row raises (line numbers count from the range).
     ``raycep local --workers`` reads its time slices so (cep.slices)."""
-    import cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
+    import raycep.cep.columns  # noqa: F401  (numpy, pyarrow: read in bulk)
     path = os.fspath(path)
     reader = _csv_chunks if os.path.splitext(path)[1].lower() == ".csv" else _jsonl_chunks
     try:
@@ -411,7 +411,7 @@ def _column_events(header: list, cells: list, lines, problems: list, key_attr, t
     """``([ColumnBatch], line numbers, problems)`` of CSV records given as columns of text."""
     import numpy as np
     import pyarrow as pa
-    from cep.columns import build_columns, convert_times, typed_table
+    from raycep.cep.columns import build_columns, convert_times, typed_table
     table, wrong = convert_times(pa.Table.from_arrays(cells, names=header), ts_unit, lines)
     batch, bad = build_columns(typed_table(table, empty_absent=True), key_attr, rows=lines)
     bad = [(p, wrong.get(p, err)) for p, err in bad]
@@ -512,7 +512,7 @@ def _split_simple(data: bytes, width: int, first: int) -> tuple:
     of ``data`` (whole lines, see _simple): each line is one record, split at its commas."""
     import numpy as np
     import pyarrow as pa
-    from cep.arrow import arrow_array
+    from raycep.cep.arrow import arrow_array
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
     if not data.endswith(b"\n"):
@@ -629,7 +629,7 @@ class _QuotedRecords:
         records up to the next block boundary that ends a record."""
         import numpy as np
         import pyarrow as pa
-        from cep.arrow import arrow_array
+        from raycep.cep.arrow import arrow_array
         records, lines, problems = self.records(width)
         columns = [arrow_array(list(column), pa.string()) for column in zip(*records)] \
             if records else [arrow_array([], pa.string()) for _ in range(width)]
@@ -718,12 +718,12 @@ def _shapes(rows: list):
 
 def _json_events(rows, numbers, key_attr, ts_unit, pieces, lines, problems, run) -> None:
     """The events of a run of JSON objects with the same fields, added to ``pieces``: a
-    ColumnBatch when the run is ``run`` rows or longer (cep.columns), else (or if ``run`` is
+    ColumnBatch when the run is ``run`` rows or longer (raycep.cep.columns), else (or if ``run`` is
     None) Events made row by row with make_event, added to the list ``pieces`` ends with."""
     if run is not None and len(rows) >= run:
         table = _json_table(rows)
         if table is not None:
-            from cep.columns import build_columns, convert_times
+            from raycep.cep.columns import build_columns, convert_times
             table, wrong = convert_times(table, ts_unit, numbers)
             batch, bad = build_columns(table, key_attr, rows=numbers)
             bad = [(p, wrong.get(p, err)) for p, err in bad]
@@ -749,7 +749,7 @@ def _json_table(rows):
     """Columns of JSON objects that have the same fields (null is a value, not absent), or
     None if a value has no column form (text that is not UTF-8, nesting msgpack refuses)."""
     import pyarrow as pa
-    from cep.columns import column_from_values
+    from raycep.cep.columns import column_from_values
     names = list(rows[0])
     if not names:
         return None                                      # {}: a table needs a column
@@ -792,7 +792,7 @@ def _parquet_chunks(path: str, handle, key_attr, ts_unit):
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from cep.columns import build_columns, convert_times, typed_table
+    from raycep.cep.columns import build_columns, convert_times, typed_table
     try:
         parquet = pq.ParquetFile(handle)
     except (pa.ArrowException, ValueError, OSError) as exc:

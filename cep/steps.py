@@ -7,9 +7,9 @@ import operator
 from dataclasses import dataclass
 from math import ceil, floor, isnan
 
-from cep import ast
-from cep.compiler import Branch, Negation
-from cep.expressions import FIELDS, kleene_offset_shift
+from raycep.cep import ast
+from raycep.cep.compiler import Branch, Negation
+from raycep.cep.expressions import FIELDS, kleene_offset_shift
 
 @dataclass(frozen=True)
 class Step:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from heapq import merge
 
-from cep.event import Event, before
-from cep.expressions import field_value
-from cep.index import ALL
+from raycep.cep.event import Event, before
+from raycep.cep.expressions import field_value
+from raycep.cep.index import ALL
 
 _MISSING = object()
 

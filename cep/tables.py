@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import warnings
 
-from cep.errors import IngestError
-from cep.timestamps import TS_UNITS, check_format
+from raycep.cep.errors import IngestError
+from raycep.cep.timestamps import TS_UNITS, check_format
 
 #: rows per column batch (a Parquet file is read in as many: cep.sources.PARQUET_BATCH_ROWS)
 BATCH_ROWS = 65_536
@@ -72,7 +72,7 @@ def refuse_table(obj, method: str = "process") -> None:
                         f"to engine.process_table(table, ts=..., type=..., ts_format=...)")
     if not (hasattr(obj, "type") and hasattr(obj, "ts")):
         raise TypeError(f"Engine.{method} takes one Event, got {type(obj).__name__}: make one "
-                        f"with cep.Event(type, ts, attrs) (a mapping: cep.event.make_event)")
+                        f"with raycep.Event(type, ts, attrs) (a mapping: raycep.cep.event.make_event)")
 
 
 # --------------------------------------------------------------------------- to Arrow
@@ -124,7 +124,7 @@ def _from_pandas(df, names: tuple):
         return pa.Table.from_pandas(df, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         pass
-    from cep.columns import column_from_values
+    from raycep.cep.columns import column_from_values
     arrays = []
     for name in df.columns:
         series = df[name]
@@ -232,7 +232,7 @@ class TableReader:
         return self._read
 
     def _batches_of_events(self):
-        from cep.columns import build_columns
+        from raycep.cep.columns import build_columns
         for table, wrong in self._tables():
             batch, bad = build_columns(table, self.key_attr, first_row=self.rows)
             if bad:
@@ -262,8 +262,8 @@ class TableReader:
         """``(table, {position: IngestError})`` per BATCH_ROWS rows: the engine's columns
         (cep.columns.typed_table) and the event times that could not be read."""
         import pyarrow as pa
-        from cep.arrow import arrow_array
-        from cep.columns import convert_times, typed_table
+        from raycep.cep.arrow import arrow_array
+        from raycep.cep.columns import convert_times, typed_table
         for part in _rebatched(self._batches):
             n = part.num_rows
             names, arrays = [], []
@@ -288,8 +288,8 @@ class TableReader:
 
     def _missing_time(self, column) -> None:
         import numpy as np
-        from cep.arrow import valid_mask
-        from cep.columns import _array
+        from raycep.cep.arrow import valid_mask
+        from raycep.cep.columns import _array
         missing = np.flatnonzero(~valid_mask(_array(column)))
         raise IngestError(f"event time missing (null) in {len(missing)} row(s) of this "
                           f"batch, the first at row {self.rows + int(missing[0])}",

@@ -10,7 +10,7 @@ import datetime as dt
 import math
 import re
 
-from cep.errors import IngestError
+from raycep.cep.errors import IngestError
 
 #: units of a numeric event-time column: how many of them make a second. Dividing (not
 #: multiplying by 1e-3 ...) is correctly rounded: 9 ms is 0.009 s, not 0.009000000000000001,
@@ -88,7 +88,7 @@ def iso_seconds(arr) -> tuple:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    from cep.arrow import true_mask
+    from raycep.cep.arrow import true_mask
     n = len(arr)
     if pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.string())
@@ -164,7 +164,7 @@ def _number_seconds(arr, unit: str, rows, first_row: int) -> tuple:
     Python; a value that is not finite is an error."""
     import numpy as np
     import pyarrow as pa
-    from cep.arrow import arrow_array, to_numpy, valid_mask
+    from raycep.cep.arrow import arrow_array, to_numpy, valid_mask
     per = TS_UNITS[unit]
     values = to_numpy(arr)
     present = valid_mask(arr)
@@ -194,7 +194,7 @@ def _iso_column(arr, rows, first_row: int) -> tuple:
     ``event_time``."""
     import numpy as np
     import pyarrow as pa
-    from cep.arrow import arrow_array
+    from raycep.cep.arrow import arrow_array
     seconds, read = iso_seconds(arr)
     errors = {}
     rest = np.flatnonzero(~read)
@@ -216,7 +216,7 @@ def timestamp_seconds(arr):
     integer exactly)."""
     import numpy as np
     import pyarrow as pa
-    from cep.arrow import arrow_array, to_numpy, valid_mask
+    from raycep.cep.arrow import arrow_array, to_numpy, valid_mask
     per = TS_UNITS[arr.type.unit]
     ints = to_numpy(arr.cast(pa.int64()))
     seconds = ints / per

@@ -18,8 +18,8 @@ import os
 import sys
 import warnings as _warnings
 
-from cep import ast
-from cep.expressions import FIELDS
+from raycep.cep import ast
+from raycep.cep.expressions import FIELDS
 
 log = logging.getLogger("raycep")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 
-from cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
+from raycep.cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      expr_text, walk_expr, walk_pattern)
-from cep.errors import QueryValidationError
+from raycep.cep.errors import QueryValidationError
 
 __all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "short_repr",
            "static_kind", "AGGREGATES"]

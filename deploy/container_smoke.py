@@ -179,8 +179,8 @@ class Cluster:
                        self.worker_mounts)
 
     def client(self, wait=300.0):
-        from cep.errors import UnavailableError
-        from gateway.client import connect
+        from raycep.cep.errors import UnavailableError
+        from raycep.gateway.client import connect
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -227,7 +227,7 @@ def logs(name: str, lines: int = 40) -> str:
 def local_matches(queries: pathlib.Path, events: pathlib.Path, key: str) -> dict:
     """{query: {canonical match}} of `raycep local` (run on this host) over the same files."""
     out = pathlib.Path(tempfile.mkstemp(suffix=".jsonl")[1])
-    run([sys.executable, "-m", "gateway.cli", "local", "-q", str(queries), "-e", str(events),
+    run([sys.executable, "-m", "raycep", "local", "-q", str(queries), "-e", str(events),
          "--key", key, "--out", str(out)])
     found = {}
     for line in out.read_text().splitlines():
@@ -312,8 +312,8 @@ def step_demo(image: str, work: pathlib.Path, report: dict) -> None:
 
 
 def step_client(image: str, work: pathlib.Path, report: dict) -> None:
-    from cep.parser import parse_queries
-    from cep.sources import read_events
+    from raycep.cep.parser import parse_queries
+    from raycep.cep.sources import read_events
     objects = render(image, {"gateway": {"port": GATEWAY_PORT, "matchesJsonl": True,
                                          "queries": ""}})
     cluster = Cluster(image, objects, work / "client", workers=2)
@@ -452,7 +452,7 @@ def step_ingest(image: str, work: pathlib.Path, report: dict) -> None:
             print("\n".join(tail[-40:]), done.stderr[-3000:], file=sys.stderr)
         settle(client)
         queries_file = cluster.dirs["config"] / "queries.cep"
-        from cep.parser import parse_queries
+        from raycep.cep.parser import parse_queries
         names = [q.name for q in parse_queries(queries_file.read_text())]
         got = read_back(client, names)
         want = local_matches(queries_file, TICKS, cluster.head_env["RAYCEP_KEY"])

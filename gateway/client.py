@@ -37,14 +37,14 @@ from dataclasses import dataclass
 import msgpack
 import orjson
 
-from cep.ast import Query
-from cep.codec import encode_batch, encode_columns
-from cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
+from raycep.cep.ast import Query
+from raycep.cep.codec import encode_batch, encode_columns
+from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
                         IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
                         QueryValidationError, UnavailableError, error_from_dict)
-from cep.event import Event, make_event
-from cep.tables import is_table
-from cep.validate import finite, short_repr
+from raycep.cep.event import Event, make_event
+from raycep.cep.tables import is_table
+from raycep.cep.validate import finite, short_repr
 
 __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
            "IngestError", "MatchPage", "NotFoundError", "OverloadedError", "QuerySyntaxError",
@@ -151,7 +151,7 @@ class Client:
 
     def send(self, events, source: str | None = None, *, ts: str = "ts",
              type: str | None = None, ts_format: str = "s") -> dict:
-        """Send events (``cep.Event`` objects or mappings with ``type``, ``ts`` and
+        """Send events (``raycep.Event`` objects or mappings with ``type``, ``ts`` and
         attributes) as one msgpack batch, or a table; returns the gateway's acknowledgement
         (``events``, ``duplicates``, ``matches``, ...).
 
@@ -210,7 +210,7 @@ class Client:
 
     def _send_table(self, table, source, ts, type, ts_format) -> dict:
         """``send`` of a table: its column batches, one request each."""
-        from cep.tables import TableReader
+        from raycep.cep.tables import TableReader
         if self._key_attr is None:
             self.health()
         reader = TableReader(table, key_attr=self._key_attr[0], ts=ts, type=type,

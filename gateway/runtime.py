@@ -14,16 +14,16 @@ import threading
 import time
 from dataclasses import replace
 
-from actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
+from raycep.actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
                             actor_name, connect_ray, node_id)
-from actors.partition import PartitionWorker
-from actors.recovery import CheckpointSettings, claim
-from actors.routing import GLOBAL
-from cep.disorder import DisorderSettings, check_mode
-from cep.engine import check_retain
-from gateway.server.http import GatewayServer
-from gateway.server.service import GatewaySettings
-from planner.service import PlannerService
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.recovery import CheckpointSettings, claim
+from raycep.actors.routing import GLOBAL
+from raycep.cep.disorder import DisorderSettings, check_mode
+from raycep.cep.engine import check_retain
+from raycep.gateway.server.http import GatewayServer
+from raycep.gateway.server.service import GatewaySettings
+from raycep.planner.service import PlannerService
 
 
 def alive_nodes() -> list:

@@ -13,6 +13,6 @@ __all__ = ["match"]
 
 def __getattr__(name: str):
     if name == "match":
-        from local.match import match
+        from raycep.local.match import match
         return match
     raise AttributeError(f"module 'local' has no attribute {name!r}")

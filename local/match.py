@@ -6,9 +6,9 @@ import os
 import warnings
 from collections.abc import Iterable
 
-from cep.ast import Query
-from local.queries import load_queries
-from local.run import build_engine, evaluate, few_collections
+from raycep.cep.ast import Query
+from raycep.local.queries import load_queries
+from raycep.local.run import build_engine, evaluate, few_collections
 
 __all__ = ["match"]
 
@@ -25,7 +25,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     Usage::
 
         import pandas as pd
-        from local.match import match
+        from raycep.local.match import match
 
         ticks = pd.DataFrame({"type": "Stock", "ts": pd.to_datetime([...]),
                               "symbol": [...], "price": [...]})
@@ -77,7 +77,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     of a type no attribute holds), TypeError for arguments of the wrong kind. Late events
     (out of order beyond the learnt lateness threshold) are not used and warned about.
     """
-    from cep.match_table import MatchTable
+    from raycep.cep.match_table import MatchTable
     if isinstance(queries, (str, os.PathLike, Query)) or not isinstance(queries, Iterable):
         queries = [queries]
     engine = build_engine(load_queries(list(queries)), key=key, params=params)
@@ -99,15 +99,15 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
 def _runs(events, key, ts, type, ts_format) -> tuple:
     """``(pieces to evaluate, the Arrow type of the times or None)`` of ``events``: a file
     path read as raycep local reads it, or a table (cep.tables.TableReader)."""
-    from cep.tables import TableReader, time_type_of
-    from cep.timestamps import check_format
+    from raycep.cep.tables import TableReader, time_type_of
+    from raycep.cep.timestamps import check_format
     if not isinstance(events, (str, os.PathLike)):
         reader = TableReader(events, key_attr=key, ts=ts, type=type, ts_format=ts_format)
         return reader, reader.time_type
     if ts != "ts" or type is not None:
         raise TypeError("ts= and type= name the columns of a table; an events file's columns "
                         "are named type and ts")
-    from cep.sources import iter_batch_runs
+    from raycep.cep.sources import iter_batch_runs
     path = os.fspath(events)
     runs = iter_batch_runs(path, key_attr=key, ts_unit=check_format(ts_format))
     time_type = None

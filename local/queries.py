@@ -6,8 +6,8 @@ import dataclasses
 import os
 import re
 
-from cep.ast import Query
-from cep.errors import CepError, QuerySyntaxError, QueryValidationError
+from raycep.cep.ast import Query
+from raycep.cep.errors import CepError, QuerySyntaxError, QueryValidationError
 
 __all__ = ["QuerySourceError", "declares_name", "load_queries", "query_at"]
 
@@ -36,7 +36,7 @@ def load_queries(values, text_label: str = "query #{}") -> list:
 
     Unnamed queries are called ``q1``, ``q2``, ... by their position over all values; a
     name used twice is an error."""
-    from cep.parser import parse_queries
+    from raycep.cep.parser import parse_queries
 
     out = []
     for position, value in enumerate(values, start=1):
@@ -83,7 +83,7 @@ def query_at(text: str, line: int) -> str | None:
     """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
     ``query #k`` (its position) when it has no NAME; None when the text has one query or
     does not tokenize."""
-    from cep.parser import tokenize
+    from raycep.cep.parser import tokenize
     try:
         toks = tokenize(text)
     except CepError:

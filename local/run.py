@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from cep.errors import CepError, IngestError
-from local.queries import QuerySourceError
+from raycep.cep.errors import CepError, IngestError
+from raycep.local.queries import QuerySourceError
 
 __all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "Chunks", "FIRST_PLAN_EVENTS",
            "build_engine", "evaluate", "few_collections"]
@@ -42,8 +42,8 @@ def build_engine(queries: list, *, key: str | None = None, params: dict | None =
     bound, ``orders``: query name -> a forced order), planned by ``planner`` first after
     min(check_every, FIRST_PLAN_EVENTS) events, then every ``check_every``.
     QuerySourceError names a query that cannot be added and where it came from."""
-    from cep.engine import Engine                   # imported late: `raycep --help` stays cheap
-    from planner.local import PlannedEngine
+    from raycep.cep.engine import Engine                   # imported late: `raycep --help` stays cheap
+    from raycep.planner.local import PlannedEngine
     engine = PlannedEngine(Engine(key_attr=key, disorder=disorder, mode=mode,
                                   sharing=sharing),
                            check_every=check_every,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep.compiler import CompiledQuery
-from cep.errors import PlanningError
-from planner.algorithms import ALGORITHMS
-from planner.plan import TREE_NFA, Plan, make_plan, order_cost
-from planner.stats import Statistics
+from raycep.cep.compiler import CompiledQuery
+from raycep.cep.errors import PlanningError
+from raycep.planner.algorithms import ALGORITHMS
+from raycep.planner.plan import TREE_NFA, Plan, make_plan, order_cost
+from raycep.planner.stats import Statistics
 
 
 @dataclass(frozen=True)

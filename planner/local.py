@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep.engine import Engine
-from cep.errors import PlanningError
-from planner.adaptive import AdaptationSettings, AdaptivePolicy
-from planner.algorithms import ALGORITHMS
-from planner.plan import TREE_NFA
-from planner.stats import RateTracker, SelectivityTracker, Statistics, per_key
+from raycep.cep.engine import Engine
+from raycep.cep.errors import PlanningError
+from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
+from raycep.planner.algorithms import ALGORITHMS
+from raycep.planner.plan import TREE_NFA
+from raycep.planner.stats import RateTracker, SelectivityTracker, Statistics, per_key
 
 ADAPTIVE = "adaptive"
 

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from cep.compiler import CompiledQuery
-from cep.errors import PlanningError
-from planner.algorithms import ALGORITHMS
-from planner.algorithms.frequency_order import efreq
-from planner.cost import combined_cost
-from planner.problem import PlanProblem, problem_from_query
+from raycep.cep.compiler import CompiledQuery
+from raycep.cep.errors import PlanningError
+from raycep.planner.algorithms import ALGORITHMS
+from raycep.planner.algorithms.frequency_order import efreq
+from raycep.planner.cost import combined_cost
+from raycep.planner.problem import PlanProblem, problem_from_query
 
 TREE_NFA = "tree-nfa"
 

@@ -47,9 +47,9 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from cep import ast
-from cep.compiler import CompiledQuery
-from cep.errors import PlanningError
+from raycep.cep import ast
+from raycep.cep.compiler import CompiledQuery
+from raycep.cep.errors import PlanningError
 
 DEFAULT_RATE = 1.0
 DEFAULT_SELECTIVITY = 1.0

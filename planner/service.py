@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from cep.compiler import compile_query
-from cep.errors import PlanningError
-from planner.adaptive import AdaptationSettings, AdaptivePolicy
-from planner.plan import Plan
-from planner.stats import SelectivityEstimator, Statistics, per_key
+from raycep.cep.compiler import compile_query
+from raycep.cep.errors import PlanningError
+from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
+from raycep.planner.plan import Plan
+from raycep.planner.stats import SelectivityEstimator, Statistics, per_key
 
 log = logging.getLogger("raycep.planner")
 

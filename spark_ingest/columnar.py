@@ -30,15 +30,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from actors.routing import partition_of
-from cep.codec import encode_columns, encode_rows
-from cep.arrow import true_mask
-from cep.columns import dense_union, strip_text, typed_column
-from cep.errors import CepError, IngestError
-from cep.event import derive_id
-from cep.timestamps import TS_UNITS, event_time
-from spark_ingest.dead_letters import dead_record
-from spark_ingest.mapping import RESERVED, EventMapping
+from raycep.actors.routing import partition_of
+from raycep.cep.codec import encode_columns, encode_rows
+from raycep.cep.arrow import true_mask
+from raycep.cep.columns import dense_union, strip_text, typed_column
+from raycep.cep.errors import CepError, IngestError
+from raycep.cep.event import derive_id
+from raycep.cep.timestamps import TS_UNITS, event_time
+from raycep.spark_ingest.dead_letters import dead_record
+from raycep.spark_ingest.mapping import RESERVED, EventMapping
 
 #: value kinds of a typed column (int, float, bool, text), their Arrow types and the names of
 #: the children of a mixed-kind column on the wire (cep.columns: a dense union)

@@ -36,16 +36,16 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-from actors.handles import (NAMESPACE, actor_name, connect_ray, connected_address,
+from raycep.actors.handles import (NAMESPACE, actor_name, connect_ray, connected_address,
                             named_handle, named_handles)
-from actors.producer import Lane
-from actors.routing import GLOBAL, RoutingTable
-from cep.errors import CepError, IngestError, OverloadedError
-from cep.timestamps import TS_UNITS
-from spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
+from raycep.actors.producer import Lane
+from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.cep.errors import CepError, IngestError, OverloadedError
+from raycep.cep.timestamps import TS_UNITS
+from raycep.spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
                                    category_of, encode_chunk)
-from spark_ingest.dead_letters import Locator, local_path
-from spark_ingest.mapping import EventMapping
+from raycep.spark_ingest.dead_letters import Locator, local_path
+from raycep.spark_ingest.mapping import EventMapping
 
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
@@ -570,7 +570,7 @@ class JobProgress:
         self._phase = name
 
     def _events(self) -> int:
-        from actors.handles import result
+        from raycep.actors.handles import result
         return sum(s["events"] + s["duplicates"] for s in
                    [result(p) for p in [h.submit("stats") for h in self.handles]])
 

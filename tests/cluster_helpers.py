@@ -58,7 +58,7 @@ def http(method, url, body=None, headers=None, timeout=30.0):
 
 def make_stream(n, seed, keys, t0, gaps):
     """Events A/B/C with attribute x and key attribute k (also the event key)."""
-    from cep import Event
+    from raycep.cep import Event
     rng = random.Random(seed)
     out, ts = [], t0
     for _ in range(n):

@@ -1,9 +1,9 @@
 """Fixtures shared by the test modules."""
 import pytest
 
-from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.server.service import GatewaySettings
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from cep import ast as A
-from cep.errors import QueryValidationError
-from cep.event import Event, before
-from cep.match import match_key
+from raycep.cep import ast as A
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.event import Event, before
+from raycep.cep.match import match_key
 
 
 # =========================================================================== expressions

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from cep import ast as A
-from cep.event import Event
+from raycep.cep import ast as A
+from raycep.cep.event import Event
 
 TYPES = ("A", "B", "C")
 STREAM_TYPES = ("A", "B", "C", "D")

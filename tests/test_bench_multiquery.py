@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import bench_multiquery as bm  # noqa: E402
-from gateway.cli import load_queries  # noqa: E402
+from raycep.gateway.cli import load_queries  # noqa: E402
 
 ROWS = 2_000
 

@@ -11,8 +11,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.eager_nfa import EagerNFA, EagerQuery, NegVar, Var  # noqa: E402
 from benchmarks.workloads import (SKEWED, UNIFORM, StreamSpec, generate, kleene_query,  # noqa: E402
                                   negation_query, seq3_query, workloads)
-from cep import Engine  # noqa: E402
-from cep.match import match_key  # noqa: E402
+from raycep.cep import Engine  # noqa: E402
+from raycep.cep.match import match_key  # noqa: E402
 
 DENSE = StreamSpec(rates={"A": 5, "B": 2, "C": 1}, keys=3,
                    values={"A": (0, 100), "B": (0, 100), "C": (0, 100)}, seed=3)

@@ -1,12 +1,12 @@
-"""cep.builder builds the same AST as the parser."""
+"""raycep.cep.builder builds the same AST as the parser."""
 import pytest
 
-from cep.ast import (Aggregate, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration, KIndex,
+from raycep.cep.ast import (Aggregate, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration, KIndex,
                      Len, Literal, Neg, Param)
-from cep.builder import (E, and_, agg, attr, avg, count, duration, first, kleene, last, length,
+from raycep.cep.builder import (E, and_, agg, attr, avg, count, duration, first, kleene, last, length,
                          lit, max_, min_, neg, next_, nth, or_, param, query, seq, sum_, var)
-from cep.errors import QueryValidationError
-from cep.parser import parse_query
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.parser import parse_query
 
 # The paper queries, with their sources, live in tests/test_paper_queries.py.
 from test_paper_queries import SASE_Q1, SASE_Q2, SASE_Q3, RCEP_Q1, LIME_Q1, LIME_Q2, LIME_Q3  # noqa: E402

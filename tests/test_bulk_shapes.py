@@ -1,4 +1,4 @@
-"""The pattern shapes bulk evaluation (cep.bulk) covers beyond the plain sequence of distinct
+"""The pattern shapes bulk evaluation (raycep.cep.bulk) covers beyond the plain sequence of distinct
 types: several variables of one type, arithmetic on either side of a comparison, negations
 between positive variables (of the same type as a positive one: witnesses counted; of another
 type: the range's extreme), partitioned runs, and sets of such queries together.
@@ -12,7 +12,7 @@ and the same buffered events, for every static plan order; on streams small enou
 set also equals the brute-force oracle's (tests/oracle.py). Streams have strictly increasing
 times (the bulk path), or ties, or odd values (non-numbers, missing attributes, ints float64
 does not hold, arithmetic beyond 2**53, a zero divisor: left to the evaluator). A spy on
-``cep.bulk.evaluate`` checks that a deterministic example of each shape did go through bulk,
+``raycep.cep.bulk.evaluate`` checks that a deterministic example of each shape did go through bulk,
 so the properties cannot hold vacuously."""
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import cep.bulk
-import cep.engine
-from cep.batch import ColumnBatch
-from cep.engine import Engine
-from cep.event import Event, trusted_event
-from cep.manager import ManagerSettings
-from cep.match import Match, Retraction
-from cep.parser import parse_query
+import raycep.cep.bulk
+import raycep.cep.engine
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.engine import Engine
+from raycep.cep.event import Event, trusted_event
+from raycep.cep.manager import ManagerSettings
+from raycep.cep.match import Match, Retraction
+from raycep.cep.parser import parse_query
 
 from oracle import oracle_matches
 from test_bulk import patched
@@ -323,7 +323,7 @@ def _note(text: str) -> None:
 def check_same(setup, events, bounds, *, key=None, sharing=True, cap=None, one_batch=True,
                oracle=True, evict_every: int | None = None) -> tuple:
     """The differential check (and the oracle's match sets); returns (matches, good)."""
-    evict = mock.patch.object(cep.engine, "EVICT_EVERY", evict_every or cep.engine.EVICT_EVERY)
+    evict = mock.patch.object(raycep.cep.engine, "EVICT_EVERY", evict_every or raycep.cep.engine.EVICT_EVERY)
     with evict, patched() as spy:
         got = by_columns(setup, events, bounds, key=key, sharing=sharing, cap=cap,
                          one_batch=one_batch)
@@ -597,7 +597,7 @@ def test_raycep_local_on_the_examples_is_the_same_with_and_without_bulk(tmp_path
     did go through bulk."""
     from pathlib import Path
 
-    from gateway import cli
+    from raycep.gateway import cli
     root = Path(__file__).resolve().parent.parent
     outs = []
     for bulk in (True, False):

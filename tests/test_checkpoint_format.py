@@ -9,12 +9,12 @@ import pickle
 import msgpack
 import pytest
 
-from actors import state_format as fmt
-from actors.partition import PartitionWorker
-from actors.recovery import CHECKPOINT, EVICTED, SEGMENTS, WAL
-from cep.codec import encode_batch
-from cep.errors import RecoveryError
-from cep.event import Event
+from raycep.actors import state_format as fmt
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.recovery import CHECKPOINT, EVICTED, SEGMENTS, WAL
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import RecoveryError
+from raycep.cep.event import Event
 
 PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > a.price WITHIN 5 seconds"
 
@@ -170,7 +170,7 @@ def test_restart_from_segments_gives_the_same_state(tmp_path):
 
 
 def test_segments_are_compacted_when_mostly_evicted(tmp_path, monkeypatch):
-    import actors.recovery as recovery
+    import raycep.actors.recovery as recovery
     monkeypatch.setattr(recovery, "COMPACT_SLACK", 0)
     w = worker(tmp_path)
     w.add_query("pair", PAIR.replace("a.price", "a.price + 1000"))    # no match: small outbox

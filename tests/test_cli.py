@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gateway import cli
+from raycep.gateway import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"events", "matches", "retractions", "late_events", "duplicates", "seconds",
@@ -322,8 +322,8 @@ def test_serve_limits_are_checked_before_anything_starts(capsys):
 
 
 def test_progress_lines_on_stderr(capsys, monkeypatch, events_csv):
-    import gateway.cli.local
-    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    import raycep.gateway.cli.local
+    monkeypatch.setattr(raycep.gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", events_csv)
     assert status == 0
     assert "events/s" in err
@@ -342,8 +342,8 @@ def sliced_csv(tmp_path):
 
 def test_progress_of_time_slices_says_which_slice(capsys, monkeypatch, tmp_path, sliced_csv):
     """In time slices the progress line counts the first slice's events and says so."""
-    import gateway.cli.local
-    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    import raycep.gateway.cli.local
+    monkeypatch.setattr(raycep.gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
     path = sliced_csv
     status, lines, err = run(capsys, "local", "--query", SEQ_AB, "--events", path,
                              "--out", tmp_path / "m.jsonl", "--workers", "2")
@@ -359,9 +359,9 @@ def test_a_terminated_sliced_run_ends_its_slices_and_removes_their_files(
     """SIGTERM or SIGHUP while raycep local runs in time slices: exit status 128 + the
     signal, a message, the forked slices ended and their temporary files gone; the handlers
     are the ones before afterwards."""
-    import gateway.cli.local
-    monkeypatch.setattr(gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
-    monkeypatch.setattr(gateway.cli.local.Progress, "tick",
+    import raycep.gateway.cli.local
+    monkeypatch.setattr(raycep.gateway.cli.local, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(raycep.gateway.cli.local.Progress, "tick",
                         lambda self, events, counts: os.kill(os.getpid(), signum))
     before = signal.getsignal(signum)
     out = tmp_path / "out" / "m.jsonl"
@@ -404,7 +404,7 @@ def test_jsonl_events(capsys, tmp_path):
 def _subprocess(*argv, cwd=ROOT):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *map(str, argv)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "raycep", *map(str, argv)], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -476,7 +476,7 @@ def test_matches_reach_a_stdout_without_a_byte_buffer(monkeypatch, events_csv):
     match line, also when the writer hands them over in pieces of WRITE_BYTES."""
     import contextlib
     import io
-    monkeypatch.setattr("gateway.cli.writer.WRITE_BYTES", 16)
+    monkeypatch.setattr("raycep.gateway.cli.writer.WRITE_BYTES", 16)
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         status = cli.main(["local", "--query", SEQ_AB, "--events", events_csv,

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-import cep.errors
-import gateway.client as client_module
-from gateway.client import GatewayError, connect
+import raycep.cep.errors
+import raycep.gateway.client as client_module
+from raycep.gateway.client import GatewayError, connect
 
 
 class _NotAGateway(http.server.BaseHTTPRequestHandler):
@@ -43,16 +43,16 @@ def test_a_web_server_that_is_not_a_gateway_is_named_as_such(not_a_gateway):
 def test_every_error_class_is_exported_by_the_client():
     for name in client_module.__all__:
         assert hasattr(client_module, name), name
-    errors = {name for name, value in vars(cep.errors).items()
-              if isinstance(value, type) and issubclass(value, cep.errors.CepError)
-              and (issubclass(value, cep.errors.GatewayError) or name in (
+    errors = {name for name, value in vars(raycep.cep.errors).items()
+              if isinstance(value, type) and issubclass(value, raycep.cep.errors.CepError)
+              and (issubclass(value, raycep.cep.errors.GatewayError) or name in (
                   "CepError", "QuerySyntaxError", "QueryValidationError", "IngestError"))}
     assert errors <= set(client_module.__all__), errors - set(client_module.__all__)
-    assert client_module.NotFoundError is cep.errors.NotFoundError
+    assert client_module.NotFoundError is raycep.cep.errors.NotFoundError
 
 
 def test_the_default_registry_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
-    from gateway.server.registry import default_registry_path
+    from raycep.gateway.server.registry import default_registry_path
     monkeypatch.delenv("RAYCEP_REGISTRY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)

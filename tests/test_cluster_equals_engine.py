@@ -30,15 +30,15 @@ from collections import Counter
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from cep import ast as A
-from cep.disorder import DisorderSettings
-from cep.engine import Engine
-from cep.event import Event
-from cep.match import match_id
-from cep.parser import parse_query
-from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.server.service import GatewaySettings
+from raycep.cep import ast as A
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.engine import Engine
+from raycep.cep.event import Event
+from raycep.cep.match import match_id
+from raycep.cep.parser import parse_query
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
 
 from cluster_helpers import read_all
 from oracle import oracle_matches

@@ -15,17 +15,17 @@ import msgpack
 import pytest
 import ray
 
-from actors.handles import NAMESPACE, actor_name, named_handles
-from actors.producer import Producer
-from actors.routing import RoutingTable, partition_of
-from cep import Engine, Event
-from cep.codec import encode_batch
-from cep.errors import AuthenticationError, IngestError, NotFoundError
-from cep.match import match_id
-from gateway import cli
-from gateway.client import Client, connect
-from gateway.runtime import RayCluster
-from gateway.server.service import GatewaySettings
+from raycep.actors.handles import NAMESPACE, actor_name, named_handles
+from raycep.actors.producer import Producer
+from raycep.actors.routing import RoutingTable, partition_of
+from raycep.cep import Engine, Event
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import AuthenticationError, IngestError, NotFoundError
+from raycep.cep.match import match_id
+from raycep.gateway import cli
+from raycep.gateway.client import Client, connect
+from raycep.gateway.runtime import RayCluster
+from raycep.gateway.server.service import GatewaySettings
 
 from cluster_helpers import SEQ3, http, make_stream, ids_of, read_all, send_in_slices
 
@@ -338,7 +338,7 @@ def test_match_flood_and_backpressure_through_ray_reach_the_sink(make_cluster, t
     (more than an outbox's 100,000 limit); then an actor with a small outbox, filled by a
     direct push, refuses the gateway's batch (the gateway drains it and retries) and a
     Producer's (OverloadedError through Ray). Every match reaches the sink exactly once."""
-    from cep.errors import OverloadedError
+    from raycep.cep.errors import OverloadedError
     sink = tmp_path / "matches.jsonl"
     # drain_every: the background drain stays idle, only requests drain (no race)
     cluster = make_cluster(2, matches_jsonl=str(sink), match_capacity=1000,
@@ -393,7 +393,7 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
     global, Kleene), queries added and removed mid-stream, batches of several sizes from two
     concurrent producers; every query's final matches equal one Engine's (each query alone)."""
     from types import SimpleNamespace
-    from cep.parser import parse_query
+    from raycep.cep.parser import parse_query
     from test_cluster_equals_engine import _through, check, engine_outputs
     from test_sharing import Member
     events = make_stream(900, 11, 6, 0.0, gaps=(0.1, 0.25, 0.5))
@@ -410,7 +410,7 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
                            cuts=[], slack=max(e.ts for e in events) + 1.0,
                            order=list(range(len(members))), batches=[7, 50, 1, 23],
                            producers=2, partitions=2, seed=3, restore_at=None)
-    from cep.disorder import DisorderSettings
+    from raycep.cep.disorder import DisorderSettings
     cluster = RayCluster(2, "k", GatewaySettings(port=0, plan_every=0.5,
                                                  registry_path=str(tmp_path / "r.sqlite")),
                          disorder=DisorderSettings(min_slack=case.slack))

@@ -4,9 +4,9 @@ import math
 import msgpack
 import pytest
 
-from cep.codec import SCHEMA_VERSION, Batch, decode_batch, decode_row, encode_batch
-from cep.errors import IngestError
-from cep.event import Event, trusted_event
+from raycep.cep.codec import SCHEMA_VERSION, Batch, decode_batch, decode_row, encode_batch
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event, trusted_event
 
 
 def _pack(body) -> bytes:

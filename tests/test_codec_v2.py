@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cep.codec import SCHEMA_VERSION, decode_batch, encode_batch, encode_columns
-from cep.columns import (build_events, column_values, events_from_table, table_from_events,
+from raycep.cep.codec import SCHEMA_VERSION, decode_batch, encode_batch, encode_columns
+from raycep.cep.columns import (build_events, column_values, events_from_table, table_from_events,
                          typed_column)
-from cep.errors import IngestError
-from cep.event import Event, trusted_event
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event, trusted_event
 
 
 def _view(ev: Event):

@@ -19,15 +19,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import cep.sources as sources
-from cep.arrow import arrow_array
-from cep.batch import ColumnBatch
-from cep.columns import (build_columns, build_events, column_from_values, column_values,
+import raycep.cep.sources as sources
+from raycep.cep.arrow import arrow_array
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.columns import (build_columns, build_events, column_from_values, column_values,
                          strip_text, typed_column, typed_table)
-from cep.errors import IngestError
-from cep.event import make_event
-from cep.sources import parse_cell, read_events
-from spark_ingest.mapping import EventMapping
+from raycep.cep.errors import IngestError
+from raycep.cep.event import make_event
+from raycep.cep.sources import parse_cell, read_events
+from raycep.spark_ingest.mapping import EventMapping
 
 
 # --------------------------------------------------------------------------- the oracle
@@ -640,7 +640,7 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
     import numpy as np
     import pyarrow.compute as pc
 
-    from cep import columns
+    from raycep.cep import columns
     arr = pa.array(cells, pa.string()).slice(min(cut, len(cells)))
 
     def want(pattern):
@@ -651,7 +651,7 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
     assert not (floats & ~want(columns._FLOAT_FAST)).any()          # surely floats
     assert columns._match(arr, columns._TS_FAST).tolist() == want(columns._TS_FAST).tolist()
     typed = columns.typed_column(arr)                               # as parse_cell types them
-    from cep.sources import parse_cell
+    from raycep.cep.sources import parse_cell
     values = columns.column_values(typed).values
     for cell, value in zip(arr.to_pylist(), values):
         expected = None if cell is None or cell == "" else parse_cell(cell)

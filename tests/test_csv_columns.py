@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cep import csv_columns, sources
-from cep.batch import ColumnBatch
-from cep.event import Event
+from raycep.cep import csv_columns, sources
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.event import Event
 
 TYPES = ["A", "B", " A ", "\tC"]
 TIMES = ["1", "2.5", " 3 ", "1e3", "-0.0", "4_0"]

@@ -11,12 +11,12 @@ import hypothesis
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cep import ast as A
-from cep.disorder import DisorderSettings
-from cep.engine import Engine
-from cep.errors import CepError, QueryValidationError
-from cep.event import Event
-from cep.match import Retraction
+from raycep.cep import ast as A
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.engine import Engine
+from raycep.cep.errors import CepError, QueryValidationError
+from raycep.cep.event import Event
+from raycep.cep.match import Retraction
 
 from oracle import oracle_matches
 from strategies import (events_text, query_and_stream, query_text,

@@ -11,15 +11,15 @@ import threading
 import msgpack
 import pytest
 
-from cep import Engine, Event, parse_query
-from cep.codec import encode_batch
-from cep.errors import (AuthenticationError, ConflictError,
+from raycep.cep import Engine, Event, parse_query
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import (AuthenticationError, ConflictError,
                         NotFoundError, QuerySyntaxError, QueryValidationError,
                         UnavailableError)
-from cep.event import make_event
-from cep.match import match_id
-from gateway import cli
-from gateway.client import Client, connect
+from raycep.cep.event import make_event
+from raycep.cep.match import match_id
+from raycep.gateway import cli
+from raycep.gateway.client import Client, connect
 
 from cluster_helpers import (GLOBAL_AC, NEG, PAIR, SEQ3, http, ids_of, make_stream, read_all,
                              send_in_slices, wait_for)
@@ -594,7 +594,7 @@ def test_forwarded_rows_report_bad_rows_by_request_index_once(cluster, client):
     body = msgpack.packb({"schema_version": 1, "source": "raw", "batch_id": "r1",
                           "rows": rows}, use_bin_type=True)
     from unittest import mock
-    with mock.patch("gateway.server.service.decode_batch",
+    with mock.patch("raycep.gateway.server.service.decode_batch",
                     side_effect=AssertionError("decoded at the gateway")):
         status, _, ack = http("POST", client.address + "/v1/events", body,
                               {"Content-Type": "application/msgpack"})

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from cep import Engine, Event
-from cep.disorder import DisorderSettings
-from cep.errors import QueryValidationError
-from cep.match import match_id
-from gateway import cli
-from gateway.client import connect
+from raycep.cep import Engine, Event
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.match import match_id
+from raycep.gateway import cli
+from raycep.gateway.client import connect
 
 from cluster_helpers import http, ids_of, read_all, wait_for
 

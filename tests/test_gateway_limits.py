@@ -12,10 +12,10 @@ from http.client import HTTPConnection
 import msgpack
 import pytest
 
-from cep import Event
-from cep.errors import GatewayError, IngestError, QueryValidationError
-from gateway import cli
-from gateway.client import connect
+from raycep.cep import Event
+from raycep.cep.errors import GatewayError, IngestError, QueryValidationError
+from raycep.gateway import cli
+from raycep.gateway.client import connect
 
 from cluster_helpers import NEG, PAIR, SEQ3, read_all
 
@@ -200,7 +200,7 @@ def test_replies_are_strict_json_non_finite_floats_are_null(client, cluster):
 
 
 def test_errors_carry_no_colour_codes_or_tracebacks(cluster, client, monkeypatch):
-    from gateway.server.service import short_reason
+    from raycep.gateway.server.service import short_reason
     ray_text = ("\x1b[36mray::PartitionWorker.ingest()\x1b[39m (pid=1, ip=10.0.0.1)\n"
                 '  File "actors/partition.py", line 3, in ingest\n'
                 "TypeError: unhashable type: 'dict'")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from cep import Engine
-from cep.match import match_id
+from raycep.cep import Engine
+from raycep.cep.match import match_id
 
 from cluster_helpers import ids_of, make_stream, read_all, send_in_slices
 

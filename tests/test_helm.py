@@ -22,9 +22,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.server.service import GatewaySettings
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "raycep"
@@ -402,7 +402,7 @@ def test_ingestion_job(chart, tmp_path):
         "--executors", "1", "--executor-cores", "2", "--executor-memory", "1GB",
         "--dead-letters", "/tmp/raycep-dead-letters", "--gateway", "http://127.0.0.1:8470"]
     # they are arguments `raycep ingest` accepts
-    from gateway.cli import build_parser
+    from raycep.gateway.cli import build_parser
     parsed = build_parser().parse_args(argv)
     assert (parsed.type_constant, parsed.batch_size, parsed.paths) == \
         ("Stock", 500, ["/data/ticks a.csv", "/data/2026 ü.csv"])

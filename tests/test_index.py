@@ -1,8 +1,8 @@
 """The shared event index: ordering, late inserts, duplicates, ranges, eviction."""
 import random
 
-from cep.event import Event
-from cep.index import ALL, SharedEventIndex, TimeBuffer
+from raycep.cep.event import Event
+from raycep.cep.index import ALL, SharedEventIndex, TimeBuffer
 
 CHUNK = 128     # sizes below are multiples of what used to be a chunk of the buffer
 
@@ -98,7 +98,7 @@ def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
     """Without a partitioned query a keyed event is indexed once (under ALL); a partitioned
     query added later finds the buffered events under their keys (the buffers are rebuilt),
     so it matches exactly as if it had been registered from the start."""
-    from cep.engine import Engine
+    from raycep.cep.engine import Engine
 
     rnd = random.Random(5)
     keys = [rnd.choice("xy") for _ in range(400)]

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from cep.batch import ColumnBatch
-from cep.event import Event, trusted_event
-from cep.index import ALL, ANY_TYPE, SharedEventIndex, TimeBuffer
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.event import Event, trusted_event
+from raycep.cep.index import ALL, ANY_TYPE, SharedEventIndex, TimeBuffer
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 STATEFUL = settings(max_examples=80, stateful_step_count=35, deadline=None,

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.partition import PartitionWorker
-from actors.routing import GLOBAL, RoutingTable, partition_of
-from cep import Engine, Event
-from cep.ast import STRATEGIES
-from cep.codec import decode_batch, encode_rows
-from cep.errors import IngestError
-from cep.parser import parse_query
-from cep.sources import read_events
-from gateway import cli
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.routing import GLOBAL, RoutingTable, partition_of
+from raycep.cep import Engine, Event
+from raycep.cep.ast import STRATEGIES
+from raycep.cep.codec import decode_batch, encode_rows
+from raycep.cep.errors import IngestError
+from raycep.cep.parser import parse_query
+from raycep.cep.sources import read_events
+from raycep.gateway import cli
 
 from oracle import oracle_matches
 from strategies import events_text, query_and_stream, query_text
@@ -174,8 +174,8 @@ def test_comparing_a_list_or_map_fails_and_never_raises(cond, odd):
 def test_arithmetic_out_of_float_range_fails_and_never_raises():
     """No input path (``Event`` included) takes an integer beyond 64 bits; the evaluator still
     copes with one (an event made by ``trusted_event``, bypassing the checks)."""
-    from cep.errors import IngestError
-    from cep.event import trusted_event
+    from raycep.cep.errors import IngestError
+    from raycep.cep.event import trusted_event
     big = 10 ** 400
     with pytest.raises(IngestError, match="integer out of range"):
         Event("S", 1.0, {"vol": big})
@@ -284,7 +284,7 @@ def test_an_id_column_is_the_event_id_and_readable(capsys, tmp_path):
 def test_engine_and_routing_with_key_attribute_named_key():
     rows = [{"type": "S", "ts": float(t), "key": k, "vol": 9} for t, k in
             [(1, "k1"), (2, "k2"), (3, "k1"), (4, "k2")]]
-    from cep.event import make_event
+    from raycep.cep.event import make_event
     results = []
     for key_attr in (None, "key"):
         events = [make_event(r, i, key_attr) for i, r in enumerate(rows)]
@@ -305,7 +305,7 @@ def test_engine_and_routing_with_key_attribute_named_key():
 def test_an_integer_too_large_to_travel_is_a_bad_row_at_the_gateway(make_cluster):
     """JSON rows: an integer beyond 64 bits cannot be packed for the actors; it made the
     whole request a 400 (the good rows lost). It is a bad row like any other now."""
-    from gateway.client import connect
+    from raycep.gateway.client import connect
     from cluster_helpers import http
     cluster = make_cluster()
     client = connect(cluster.url)

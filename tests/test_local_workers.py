@@ -21,7 +21,7 @@ ROWS = 36_000                  # ~850 KB: 3 parts of at least 256 KiB (cep.slice
 
 
 def _local(*args, stdout=subprocess.PIPE):
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "local", *args],
+    return subprocess.run([sys.executable, "-m", "raycep", "local", *args],
                           stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300,
                           check=False)
@@ -173,7 +173,7 @@ def test_a_full_disk_or_a_closed_pipe_ends_slices_as_one_process(queries, ordere
         assert "raycep: error: cannot write matches to /dev/full: No space left on device" \
             in done.stderr and "Traceback" not in done.stderr
     for workers in ("1", "2"):
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "local", "-q",
+        proc = subprocess.Popen([sys.executable, "-m", "raycep", "local", "-q",
                                  str(queries), "-e", str(ordered), "--workers", workers],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT),
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})

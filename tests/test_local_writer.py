@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.common import UsageError
-from cep.output import Fragments
-from gateway.cli.writer import QUEUE_PIECES, WRITE_BYTES, BackgroundWriter
+from raycep.gateway.cli.common import UsageError
+from raycep.cep.output import Fragments
+from raycep.gateway.cli.writer import QUEUE_PIECES, WRITE_BYTES, BackgroundWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = "PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 50 seconds"
@@ -102,7 +102,7 @@ def test_a_closed_pipe_stays_a_broken_pipe():
 
 
 def _local(*args, stdout=subprocess.PIPE):
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "local", "--query", QUERY,
+    return subprocess.run([sys.executable, "-m", "raycep", "local", "--query", QUERY,
                            *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
                           cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)},
                           timeout=120, check=False)

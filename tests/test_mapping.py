@@ -8,10 +8,10 @@ import pathlib
 
 import pytest
 
-from cep.errors import IngestError
-from cep.event import Event
-from cep.sources import iter_events, read_events
-from spark_ingest.mapping import EventMapping
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event
+from raycep.cep.sources import iter_events, read_events
+from raycep.spark_ingest.mapping import EventMapping
 
 TICKS = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ticks.csv"
 

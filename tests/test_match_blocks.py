@@ -5,7 +5,7 @@ blocks=True)`` may hand over a MatchBlock entry standing for many matches: expan
 iterating it), the list is element by element the list of ``blocks=False`` on a fresh engine and
 of ``Engine.process`` of each event in turn (the same Match objects, bindings with their key
 order, query and variable order); slices, ``len`` and ``MatchBlock.joined`` of pieces agree with
-the expanded matches; ``cep.output.MatchLines`` writes a list mixing Match and MatchBlock
+the expanded matches; ``raycep.cep.output.MatchLines`` writes a list mixing Match and MatchBlock
 entries byte for byte as the expanded list, keys in the query's variable order.
 
 ``PlannedEngine(first_check=N)`` looks at the statistics first after N events, then at the
@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import cep.output
-from cep.batch import ColumnBatch
-from cep.engine import Engine
-from cep.event import Event
-from cep.match import Match, MatchBlock, Retraction
-from cep.output import Fragments, MatchLines
-from planner.local import PlannedEngine
+import raycep.cep.output
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.engine import Engine
+from raycep.cep.event import Event
+from raycep.cep.match import Match, MatchBlock, Retraction
+from raycep.cep.output import Fragments, MatchLines
+from raycep.planner.local import PlannedEngine
 
 from test_bulk import VARS, bulk_queries, cycle_stream, patched, random_stream
 from test_bulk_shapes import (EVERY, _note, _positives, chunk_bounds, shape, sig, stream,
@@ -466,12 +466,12 @@ def test_a_block_longer_than_a_piece(monkeypatch):
                                             "60 seconds", ("b", "a"))]),
                          events, [(0, 3000)], True, True)
     block = max((b for b, _ in blocks_of(out)), key=len)
-    assert len(block) > cep.output.PIECE_LINES
+    assert len(block) > raycep.cep.output.PIECE_LINES
     pieces = MatchLines().pieces([block])
-    assert len(pieces) == -(-len(block) // cep.output.PIECE_LINES)
-    assert all(p.count(b"\n") <= cep.output.PIECE_LINES for p in pieces)
+    assert len(pieces) == -(-len(block) // raycep.cep.output.PIECE_LINES)
+    assert all(p.count(b"\n") <= raycep.cep.output.PIECE_LINES for p in pieces)
     assert_lines([block], list(block))
-    monkeypatch.setattr(cep.output, "PIECE_LINES", 7)
+    monkeypatch.setattr(raycep.cep.output, "PIECE_LINES", 7)
     small = max(_blocks()[0], key=len)
     pieces = MatchLines().pieces([small, small])
     assert len(pieces) == 2 * -(-len(small) // 7)
@@ -574,8 +574,8 @@ def test_raycep_local_plans_first_then_every_check_every(tmp_path, capsys):
     """``raycep local``: ``plan: ... after FIRST_PLAN_EVENTS events`` first; with the default
     --check-every (CHECK_EVERY) the plan changes next at a multiple of it (of 2000 with
     --check-every 2000); the same matches either way."""
-    from gateway import cli
-    from gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS as FIRST
+    from raycep.gateway import cli
+    from raycep.gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS as FIRST
 
     assert FIRST < 300
     path = tmp_path / "events.csv"
@@ -607,10 +607,10 @@ def test_raycep_local_plans_first_then_every_check_every(tmp_path, capsys):
 
 
 def test_raycep_local_help_states_the_check_every_default(capsys):
-    from gateway import cli
+    from raycep.gateway import cli
     assert cli.main(["local", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    from gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS
+    from raycep.gateway.cli.local import CHECK_EVERY, FIRST_PLAN_EVENTS
     assert f"default {CHECK_EVERY}" in text and f"min(N, {FIRST_PLAN_EVENTS})" in text
 
 
@@ -627,7 +627,7 @@ def test_process_columns_blocks_false_is_the_default():
 def test_raycep_local_writes_match_blocks(tmp_path, capsys, monkeypatch):
     """``raycep local`` asks the engine for blocks and writes them as blocks (the lines are
     byte-identical either way, so only a count of ``MatchLines.block`` calls can tell)."""
-    from gateway import cli
+    from raycep.gateway import cli
 
     path = tmp_path / "events.csv"
     _phased_csv(path, 12_000, 5000)
@@ -650,7 +650,7 @@ def test_raycep_local_writes_match_blocks(tmp_path, capsys, monkeypatch):
 
 
 def test_first_check_and_check_every_must_be_positive():
-    from cep.errors import PlanningError
+    from raycep.cep.errors import PlanningError
     for kwargs in ({"first_check": 0}, {"check_every": 0}, {"first_check": -3}):
         with pytest.raises(PlanningError, match="at least 1"):
             PlannedEngine(Engine(), **kwargs)
@@ -659,7 +659,7 @@ def test_first_check_and_check_every_must_be_positive():
 def test_a_block_as_fragments(monkeypatch):
     """``pieces(..., gather=True)``: a block's lines as Fragments of at most GATHER_LINES
     lines whose fragments join to the same bytes as the joined pieces."""
-    monkeypatch.setattr(cep.output, "GATHER_LINES", 50)
+    monkeypatch.setattr(raycep.cep.output, "GATHER_LINES", 50)
     found = _blocks()[0]
     items = [found[0], *list(found[1])[:3], *found[1:]]       # blocks, and Match objects
     joined = MatchLines().pieces(items)

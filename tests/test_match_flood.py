@@ -12,15 +12,15 @@ import math
 import orjson
 import pytest
 
-from actors.handles import LocalHandle
-from actors.partition import PartitionWorker
-from actors.producer import Producer
-from actors.routing import GLOBAL, RoutingTable
-from cep import Engine, Event
-from cep.codec import encode_batch
-from cep.errors import OverloadedError
-from cep.match import match_id
-from gateway.client import connect
+from raycep.actors.handles import LocalHandle
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.producer import Producer
+from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.cep import Engine, Event
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import OverloadedError
+from raycep.cep.match import match_id
+from raycep.gateway.client import connect
 
 from cluster_helpers import http, make_stream
 

@@ -6,9 +6,9 @@ import dataclasses
 
 from hypothesis import given, note, settings, HealthCheck
 
-from cep import ast as A
-from cep.event import Event
-from cep.match import match_key
+from raycep.cep import ast as A
+from raycep.cep.event import Event
+from raycep.cep.match import match_key
 
 from oracle import enumerate_matches, nfa_matches, oracle_matches
 from strategies import kleene_under_and, events_text, query_and_stream, query_text

@@ -1,11 +1,11 @@
 """The query parser: every construct of the README grammar, normalisations and error positions."""
 import pytest
 
-from cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration,
+from raycep.cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration,
                      EventVar, KIndex, Len, Literal, Neg, Or, Param, Seq, event_vars, walk_expr,
                      walk_pattern)
-from cep.errors import QuerySyntaxError, QueryValidationError
-from cep.parser import parse_queries, parse_query, tokenize
+from raycep.cep.errors import QuerySyntaxError, QueryValidationError
+from raycep.cep.parser import parse_queries, parse_query, tokenize
 
 HEAD = "PATTERN SEQ(A a, B+ b[], C c, ~N n)"
 

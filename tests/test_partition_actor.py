@@ -1,4 +1,4 @@
-"""actors.partition: PartitionWorker in-process, and (marked ray) two partition actors against
+"""raycep.actors.partition: PartitionWorker in-process, and (marked ray) two partition actors against
 the in-process engine."""
 import pickle
 import random
@@ -7,12 +7,12 @@ import msgpack
 import orjson
 import pytest
 
-from actors.partition import PartitionWorker, partition_actor
-from actors.routing import split_by_partition
-from cep import Engine, Event
-from cep.codec import encode_batch
-from cep.errors import CepError, IngestError, OverloadedError
-from cep.match import match_id
+from raycep.actors.partition import PartitionWorker, partition_actor
+from raycep.actors.routing import split_by_partition
+from raycep.cep import Engine, Event
+from raycep.cep.codec import encode_batch
+from raycep.cep.errors import CepError, IngestError, OverloadedError
+from raycep.cep.match import match_id
 
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
           WHERE [k] AND a.x < b.x AND b.x > c.x
@@ -165,7 +165,7 @@ def test_remove_query_stops_its_matches_and_keeps_the_others():
 
 
 def test_report_has_the_shape_planner_service_takes():
-    from planner.service import PlannerService
+    from raycep.planner.service import PlannerService
     w = worker(("seq", SEQ3))
     w.ingest(encode_batch(stream(300), "s", "b"))
     rep = w.report()
@@ -291,7 +291,7 @@ def test_a_batch_whose_predecessor_was_refused_is_refused_too():
 
 
 def test_ack_reports_triggers_that_hit_the_match_cap():
-    from cep.manager import ManagerSettings
+    from raycep.cep.manager import ManagerSettings
     w = PartitionWorker("p0", key_attr="k", settings=ManagerSettings(max_matches_per_trigger=5))
     w.add_query("pair", "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 100 seconds")
     evs = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("AAAAAAABB")]

@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from cep import Engine, Event, PlanningError
-from cep.compiler import compile_query
-from gateway.cli import main
-from planner.adaptive import AdaptationSettings, AdaptivePolicy
-from planner.local import PlannedEngine, settings_for
-from planner.stats import RateTracker, SelectivityEstimator, SelectivityTracker, Statistics
+from raycep.cep import Engine, Event, PlanningError
+from raycep.cep.compiler import compile_query
+from raycep.gateway.cli import main
+from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
+from raycep.planner.local import PlannedEngine, settings_for
+from raycep.planner.stats import RateTracker, SelectivityEstimator, SelectivityTracker, Statistics
 
 SEQ3 = "PATTERN SEQ(A a, B b, C c) WHERE a.x < b.x AND b.x = c.x WITHIN 10 seconds"
 

@@ -16,15 +16,15 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cep import Engine, Event
-from cep.compiler import compile_query
-from cep.errors import PlanningError
-from cep.index import SharedEventIndex
-from cep.manager import PatternManager
-from planner.algorithms import ALGORITHMS, greedy, greedy_order, ii_greedy, trivial
-from planner.cost import combined_cost, cost_for, cost_ord
-from planner.plan import TREE_NFA, Plan, make_plan
-from planner.problem import (BranchProblem, PlanProblem, measured_selectivities,
+from raycep.cep import Engine, Event
+from raycep.cep.compiler import compile_query
+from raycep.cep.errors import PlanningError
+from raycep.cep.index import SharedEventIndex
+from raycep.cep.manager import PatternManager
+from raycep.planner.algorithms import ALGORITHMS, greedy, greedy_order, ii_greedy, trivial
+from raycep.planner.cost import combined_cost, cost_for, cost_ord
+from raycep.planner.plan import TREE_NFA, Plan, make_plan
+from raycep.planner.problem import (BranchProblem, PlanProblem, measured_selectivities,
                              problem_from_query)
 
 TYPES = ("T0", "T1", "T2", "T3")
@@ -277,11 +277,11 @@ def test_make_plan_plans_what_runs_and_keeps_the_raw_model_on_request():
 
 
 def test_dp_ld_falls_back_to_ii_greedy_above_threshold(monkeypatch, caplog):
-    from planner.algorithms import dynamic_programming
+    from raycep.planner.algorithms import dynamic_programming
     monkeypatch.setattr(dynamic_programming, "DP_MAX_VARS", 2)   # 3 free: a, b, c
     cq = compile_query("PATTERN SEQ(A a, B b, C c, D d) WHERE a.x = d.x WITHIN 10 seconds")
     p = problem_from_query(cq, {"A": 4.0, "B": 1.0, "C": 2.0, "D": 3.0})
-    with caplog.at_level(logging.INFO, logger="planner.algorithms.dynamic_programming"):
+    with caplog.at_level(logging.INFO, logger="raycep.planner.algorithms.dynamic_programming"):
         order = ALGORITHMS["DP-LD"](p, cost_ord)
     assert order == ii_greedy(p, cost_ord)
     assert "II-GREEDY" in caplog.text

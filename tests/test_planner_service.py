@@ -2,10 +2,10 @@
 Ray actor); the gateway installs the new plans on the actors."""
 import pytest
 
-from actors.handles import actor_class
-from cep import PlanningError
-from planner.adaptive import AdaptationSettings
-from planner.service import PlannerService
+from raycep.actors.handles import actor_class
+from raycep.cep import PlanningError
+from raycep.planner.adaptive import AdaptationSettings
+from raycep.planner.service import PlannerService
 
 QUERY = "PATTERN SEQ(A a, B b, C c) WHERE [k] AND a.x = c.x AND b.x = c.x WITHIN 10 seconds"
 
@@ -44,7 +44,7 @@ def test_the_gateway_installs_new_plans_on_the_querys_actors(make_cluster, caplo
     the keyed query; an actor that fails is logged and does not stop the others."""
     from unittest import mock
 
-    from gateway.client import connect
+    from raycep.gateway.client import connect
     cluster = make_cluster()
     client = connect(cluster.url)
     client.register(QUERY, name="q")
@@ -76,7 +76,7 @@ def test_errors_name_the_query():
 @pytest.mark.ray
 def test_planner_actor_on_ray_returns_new_plans_through_a_handle():
     """The planner as a Ray actor, called through actors.handles as the gateway calls it."""
-    from actors.handles import RayHandle, connect_ray
+    from raycep.actors.handles import RayHandle, connect_ray
 
     import ray
     connect_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -19,10 +19,10 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-import cep.prefixes
-from cep.engine import Engine
-from cep.event import Event
-from cep.parser import parse_query
+import raycep.cep.prefixes
+from raycep.cep.engine import Engine
+from raycep.cep.event import Event
+from raycep.cep.parser import parse_query
 
 from oracle import oracle_matches
 from strategies import events_text, streams
@@ -99,7 +99,7 @@ def prefix_sets(draw):
                for k, (name, _, _) in enumerate(queries)}
     cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=4))))
     restore_at = draw(st.one_of(st.none(), st.integers(0, n)))
-    limits = draw(st.sampled_from(((cep.prefixes.LIMIT, cep.prefixes.KEEP), (2, 4), (50, 3))))
+    limits = draw(st.sampled_from(((raycep.cep.prefixes.LIMIT, raycep.cep.prefixes.KEEP), (2, 4), (50, 3))))
     return dict(queries=queries, events=events, keyed=keyed, added=added, removed=removed, cuts=cuts,
                 restore_at=restore_at, limits=limits)
 
@@ -134,9 +134,9 @@ def run(case, sharing: bool) -> tuple:
 def test_shared_prefixes_never_change_a_querys_matches(case):
     note(events_text(case["events"]))
     limit, keep = case["limits"]
-    with mock.patch.object(cep.prefixes, "WORTH", 0), \
-            mock.patch.object(cep.prefixes, "LIMIT", limit), \
-            mock.patch.object(cep.prefixes, "KEEP", keep):
+    with mock.patch.object(raycep.cep.prefixes, "WORTH", 0), \
+            mock.patch.object(raycep.cep.prefixes, "LIMIT", limit), \
+            mock.patch.object(raycep.cep.prefixes, "KEEP", keep):
         shared, stats = run(case, True)
     alone, _ = run(case, False)
     note(f"prefix statistics: {stats}")
@@ -168,7 +168,7 @@ def test_queries_beginning_alike_share_the_prefix_and_report_it():
     so the two extensions share (c, b, a) and the first shares (c, b) with them."""
     orders = [("c", "b", "a"), ("c", "b", "a", "d"), ("c", "b", "a", "d")]
     events = stream()
-    with mock.patch.object(cep.prefixes, "WORTH", 0):
+    with mock.patch.object(raycep.cep.prefixes, "WORTH", 0):
         eng = Engine()
         for k, (text, order) in enumerate(zip(SHARED, orders)):
             eng.add_query(text, name=f"q{k}", order=order)
@@ -203,6 +203,6 @@ def test_a_cheap_prefix_stops_being_shared():
     got = Counter(m.query for m in eng.process_many(events) + eng.advance(math.inf))
     stats = eng.stats()["prefixes"]
     assert stats["shared_prefixes"] == 0
-    assert stats["materialised"] == cep.prefixes.LEARN
+    assert stats["materialised"] == raycep.cep.prefixes.LEARN
     for k, text in enumerate(texts):
         assert got[f"q{k}"] == len(oracle_matches(parse_query(text), events))

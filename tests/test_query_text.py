@@ -4,9 +4,9 @@ file and registered with the client."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from cep.builder import (attr, avg, count, first, kleene, last, length, max_, neg, next_,
+from raycep.cep.builder import (attr, avg, count, first, kleene, last, length, max_, neg, next_,
                          param, query, seq, var)
-from cep.parser import parse_queries, parse_query
+from raycep.cep.parser import parse_queries, parse_query
 
 from strategies import queries
 

@@ -3,8 +3,8 @@
 import pathlib
 import re
 
-from cep.compiler import compile_query
-from cep.parser import UNITS, parse_query
+from raycep.cep.compiler import compile_query
+from raycep.cep.parser import UNITS, parse_query
 
 LANGUAGE = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
 

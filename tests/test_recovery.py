@@ -7,16 +7,16 @@ import pathlib
 
 import pytest
 
-from actors.partition import PartitionWorker
-from actors.recovery import CheckpointSettings, DurableLog, claim
-from cep.codec import encode_batch
-from cep.engine import reference_match_ids
-from cep.errors import RecoveryError
-from cep.parser import parse_queries
-from cep.sources import read_events
-from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.server.service import GatewaySettings
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.recovery import CheckpointSettings, DurableLog, claim
+from raycep.cep.codec import encode_batch
+from raycep.cep.engine import reference_match_ids
+from raycep.cep.errors import RecoveryError
+from raycep.cep.parser import parse_queries
+from raycep.cep.sources import read_events
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TICKS = ROOT / "examples" / "ticks.csv"
@@ -152,7 +152,7 @@ def test_another_clusters_state_is_refused_with_a_clear_error(tmp_path):
 
 
 def test_serve_refuses_a_checkpoint_dir_of_another_shape(tmp_path, capsys):
-    from gateway import cli
+    from raycep.gateway import cli
     claim(str(tmp_path / "ck"), 3, None)
     status = cli.main(["serve", "--registry", str(tmp_path / "r.sqlite"), "--checkpoint-dir",
                        str(tmp_path / "ck"), "--partitions", "2", "--port", "0"])
@@ -190,7 +190,7 @@ def test_a_batch_sent_again_after_a_gateway_and_actor_restart_is_not_applied_twi
 
 
 def test_a_restarted_planner_gets_the_queries_again_and_its_plans_are_installed(tmp_path):
-    from planner.service import PlannerService
+    from raycep.planner.service import PlannerService
     rows, _ = tick_rows(3_000)
     cluster = InProcessCluster(2, "symbol", GatewaySettings(port=0, registry_path=None,
                                                             plan_every=0))

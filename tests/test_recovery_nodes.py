@@ -13,7 +13,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from gateway.client import connect
+from raycep.gateway.client import connect
 
 from test_recovery import QUERIES, local_ids, sink_ids, sink_records, tick_rows
 from test_recovery_ray import durable_cluster

@@ -43,13 +43,13 @@ import hypothesis
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from actors.partition import PartitionWorker
-from actors.recovery import CHECKPOINT, WAL
-from cep import ast as A
-from cep.codec import encode_batch
-from cep.disorder import DisorderSettings
-from cep.event import Event
-from cep.parser import parse_query
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.recovery import CHECKPOINT, WAL
+from raycep.cep import ast as A
+from raycep.cep.codec import encode_batch
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.event import Event
+from raycep.cep.parser import parse_query
 
 from strategies import events_text, queries, query_and_stream, query_text
 from test_disorder import disorder, max_delay_of

@@ -11,10 +11,10 @@ import time
 import pytest
 import ray
 
-from actors.recovery import CheckpointSettings
-from gateway.client import connect
-from gateway.runtime import RayCluster
-from gateway.server.service import GatewaySettings
+from raycep.actors.recovery import CheckpointSettings
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import RayCluster
+from raycep.gateway.server.service import GatewaySettings
 
 from test_recovery import QUERIES, local_ids, sink_ids, sink_records, tick_rows
 
@@ -79,9 +79,9 @@ def test_killed_partition_actor_and_gateway_come_back_without_losing_or_doubling
 def test_a_batch_an_actor_does_not_answer_in_time_raises_unavailable(ray_session):
     """The bulk producers' deadline (actors/producer.py Lane ``wait_for``): an actor that
     does not answer (down and not back) is named as unavailable, not waited for forever."""
-    from actors.handles import RayHandle, actor_class
-    from actors.producer import Lane
-    from cep.errors import UnavailableError
+    from raycep.actors.handles import RayHandle, actor_class
+    from raycep.actors.producer import Lane
+    from raycep.cep.errors import UnavailableError
 
     class Stuck:
         def ingest(self, data, after=None):
@@ -104,9 +104,9 @@ def test_the_bulk_producer_rides_over_a_killed_partition_actor(ray_session, tmp_
     the actors directly: when partition actor 0's process is killed mid-stream, Ray restarts
     the actor and retries the calls made meanwhile on it; batch ids make the retries
     idempotent. The sink ends with exactly raycep local's matches, each once."""
-    from actors.handles import named_handles
-    from actors.producer import Producer
-    from actors.routing import RoutingTable
+    from raycep.actors.handles import named_handles
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import RoutingTable
 
     _, events = tick_rows()
     cluster, sink = durable_cluster(tmp_path)

@@ -1,8 +1,8 @@
 """QueryRegistry: add/get/remove, never-reused generated names, persistence and errors."""
 import pytest
 
-from cep.errors import CepError, QueryValidationError
-from gateway.server.registry import QueryRecord, QueryRegistry
+from raycep.cep.errors import CepError, QueryValidationError
+from raycep.gateway.server.registry import QueryRecord, QueryRegistry
 
 TEXT = "PATTERN SEQ(A a, B b) WITHIN 10 s"
 

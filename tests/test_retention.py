@@ -8,16 +8,16 @@ import math
 
 import pytest
 
-from actors.partition import PartitionWorker
-from cep.batch import ColumnBatch
-from cep.codec import encode_batch
-from cep.disorder import DisorderSettings
-from cep.engine import Engine
-from cep.errors import CepError
-from cep.event import Event
-from gateway.client import connect
-from gateway.runtime import InProcessCluster
-from gateway.server.service import GatewaySettings
+from raycep.actors.partition import PartitionWorker
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.codec import encode_batch
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.engine import Engine
+from raycep.cep.errors import CepError
+from raycep.cep.event import Event
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
 
 PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > a.price WITHIN 2 seconds"
 

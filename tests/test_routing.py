@@ -1,4 +1,4 @@
-"""actors.routing: one stable hash of the partition key, shared by every producer."""
+"""raycep.actors.routing: one stable hash of the partition key, shared by every producer."""
 import os
 import subprocess
 import sys
@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from actors.routing import GLOBAL_PARTITION, partition_of, split_by_partition
-from cep import Event
-from cep.errors import IngestError
+from raycep.actors.routing import GLOBAL_PARTITION, partition_of, split_by_partition
+from raycep.cep import Event
+from raycep.cep.errors import IngestError
 
 # fixed values: a change here re-routes every deployed key, so it must be deliberate
 EXPECTED = [("AAPL", 4, 1), ("MSFT", 4, 2), ("IBM", 7, 2), ("", 4, 0), (0, 7, 1), (1, 7, 5),
@@ -75,7 +75,7 @@ def test_split_by_partition_keeps_order_and_uses_key_or_attribute():
 def test_route_rows_routes_wire_rows_as_route_routes_their_events(key_attr, global_types):
     """RoutingTable.route_rows (the gateway's path, no events built) sends each row where
     route sends its event, in order; rows it cannot read make it decline (None)."""
-    from actors.routing import RoutingTable
+    from raycep.actors.routing import RoutingTable
     table = RoutingTable(3, key_attr, None if global_types is None else frozenset(global_types))
     events = [Event("AB"[i % 2], float(i), {"sym": f"s{i % 5}", "x": i} if i % 7 else {"x": i},
                     key=[None, "k1", 2, 2.0, True][i % 5], id=f"e{i}") for i in range(60)]

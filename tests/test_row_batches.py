@@ -25,13 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import cep.engine
-from cep import sources
-from cep.batch import ColumnBatch
-from cep.errors import IngestError
-from cep.event import ABSENT, EXACT, Event, kind_of, trusted_event
-from gateway.cli.local import FIRST_PLAN_EVENTS
-from planner.stats import RateTracker
+import raycep.cep.engine
+from raycep.cep import sources
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.errors import IngestError
+from raycep.cep.event import ABSENT, EXACT, Event, kind_of, trusted_event
+from raycep.gateway.cli.local import FIRST_PLAN_EVENTS
+from raycep.planner.stats import RateTracker
 
 from test_bulk import patched
 from test_columnar_engine import summary_counts
@@ -312,7 +312,7 @@ def test_numeric_of_gives_each_values_kind_and_value(values):
     """The C conversion of an all-number column and the value-by-value path agree with
     ``kind_of``: EXACT (with the value) for floats and ints float64 holds, OTHER for bools,
     text and larger ints, ABSENT for None."""
-    from cep.batch import numeric_of
+    from raycep.cep.batch import numeric_of
     vals, kinds = numeric_of(values)
     assert vals.dtype == np.float64 and kinds.dtype == np.int8 and len(vals) == len(values)
     for v, got, kind in zip(values, vals.tolist(), kinds.tolist()):
@@ -404,7 +404,7 @@ def test_raycep_local_on_a_mid_size_file_writes_the_same_bytes_as_by_rows(tmp_pa
     """examples/queries.cep over the head of examples/ticks.csv (a mid-size file, a bad row
     skipped): as column batches evaluated in bulk, the same matches byte for byte, plans,
     per-query counts and summary as with ROW_BATCH_BYTES so high that it is read as lists."""
-    from gateway import cli
+    from raycep.gateway import cli
 
     path = mid_size(ticks_head(tmp_path / f"ticks{suffix}", 300 * KIB, suffix))
     outs = []
@@ -412,7 +412,7 @@ def test_raycep_local_on_a_mid_size_file_writes_the_same_bytes_as_by_rows(tmp_pa
         if not batches:
             monkeypatch.setattr(sources, "ROW_BATCH_BYTES", 10 ** 12)
         out = tmp_path / f"m{batches}.jsonl"
-        with patched(bulk_triggers=cep.engine.BULK_TRIGGERS) as spy:
+        with patched(bulk_triggers=raycep.cep.engine.BULK_TRIGGERS) as spy:
             status = cli.main(["local", "--query", str(ROOT / "examples" / "queries.cep"),
                                "--events", str(path), "--key", "symbol", "--out", str(out),
                                "--skip-bad-rows"])

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_sigterm_stops_serve_cleanly(tmp_path):
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
     env.pop("RAYCEP_REGISTRY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "raycep", "serve", "--port", "0",
                              "--partitions", "1"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""``raycep local --workers N`` in time slices (cep.slices, gateway.cli.slices), in process.
+"""``raycep local --workers N`` in time slices (raycep.cep.slices, gateway.cli.slices), in process.
 
 The claim: when every slice is clean (``gateway.cli.slices._clean`` gives None: the file in
 time order, no copies, no late events, no bad row, no condition that failed, no trigger over
@@ -15,7 +15,7 @@ engine), a stream several windows long, writes it to a JSON Lines or CSV file an
 it the way ``raycep local`` does (``run_local``'s ``build()`` and ``evaluate``): once whole,
 then slice by slice, each slice with a fresh engine. The production cut thresholds (512 KiB,
 256 KiB per part) are patched down so small files are cut, and the bytes a slice first reads
-before its part (cep.slices.FIRST_REACH_BYTES, 16 KiB) mostly too, so a slice reads only
+before its part (raycep.cep.slices.FIRST_REACH_BYTES, 16 KiB) mostly too, so a slice reads only
 about ``reach`` before its part (otherwise every slice of a small file would read it from its
 start and the reach would go untested).
 
@@ -41,22 +41,22 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import cep.slices
-import cep.sources
-import gateway.cli.local
-from cep import ast as A
-from cep.disorder import DisorderSettings
-from cep.engine import Engine
-from cep.errors import IngestError
-from cep.event import Event
-from cep.match import MatchBlock
-from cep.output import MatchLines
-from cep.parser import parse_query
-from cep.slices import Slice, Unsliceable, cuts
-from cep.sources import iter_batch_runs
-from gateway.cli.local import FIRST_PLAN_EVENTS, evaluate
-from gateway.cli.slices import _Children, _clean, _follow, _reach, _watched
-from planner.local import PlannedEngine
+import raycep.cep.slices
+import raycep.cep.sources
+import raycep.gateway.cli.local
+from raycep.cep import ast as A
+from raycep.cep.disorder import DisorderSettings
+from raycep.cep.engine import Engine
+from raycep.cep.errors import IngestError
+from raycep.cep.event import Event
+from raycep.cep.match import MatchBlock
+from raycep.cep.output import MatchLines
+from raycep.cep.parser import parse_query
+from raycep.cep.slices import Slice, Unsliceable, cuts
+from raycep.cep.sources import iter_batch_runs
+from raycep.gateway.cli.local import FIRST_PLAN_EVENTS, evaluate
+from raycep.gateway.cli.slices import _Children, _clean, _follow, _reach, _watched
+from raycep.planner.local import PlannedEngine
 
 from strategies import events_text, kleene_types, queries, query_text, streams, \
     trailing_negation_query_and_stream, window_of
@@ -100,20 +100,20 @@ def write_events(path: Path, events: list, ids: bool = True) -> Path:
 
 @contextlib.contextmanager
 def small_cuts(first_reach: int | None = None, bulk_whole: bool = True, chunk=None):
-    """A small file is cut (cep.slices' thresholds down); ``first_reach``: the bytes a slice
+    """A small file is cut (raycep.cep.slices' thresholds down); ``first_reach``: the bytes a slice
     first reads before its part, and after it for the next part's first time
-    (cep.slices.FIRST_REACH_BYTES, multiplied by 4 until enough); ``bulk_whole``: the whole
+    (raycep.cep.slices.FIRST_REACH_BYTES, multiplied by 4 until enough); ``bulk_whole``: the whole
     file read in bulk as a file of more than 512 KiB is (a cut file always is); ``chunk``:
-    raycep local's chunk sizes (gateway.cli.local.CHUNK_EVENTS)."""
+    raycep local's chunk sizes (raycep.gateway.cli.local.CHUNK_EVENTS)."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(cep.slices, "ROW_READ_BYTES", 0))
-        stack.enter_context(mock.patch.object(cep.slices, "MIN_PART_BYTES", 1))
+        stack.enter_context(mock.patch.object(raycep.cep.slices, "ROW_READ_BYTES", 0))
+        stack.enter_context(mock.patch.object(raycep.cep.slices, "MIN_PART_BYTES", 1))
         if first_reach is not None:
-            stack.enter_context(mock.patch.object(cep.slices, "FIRST_REACH_BYTES", first_reach))
+            stack.enter_context(mock.patch.object(raycep.cep.slices, "FIRST_REACH_BYTES", first_reach))
         if bulk_whole:
-            stack.enter_context(mock.patch.object(cep.sources, "ROW_READ_BYTES", 0))
+            stack.enter_context(mock.patch.object(raycep.cep.sources, "ROW_READ_BYTES", 0))
         if chunk is not None:
-            stack.enter_context(mock.patch.object(gateway.cli.local, "CHUNK_EVENTS", chunk))
+            stack.enter_context(mock.patch.object(raycep.gateway.cli.local, "CHUNK_EVENTS", chunk))
         yield
 
 

@@ -4,10 +4,10 @@ import json
 import pytest
 from test_columns import _view, legacy_read, numeric_agrees
 
-import cep.sources as sources
-from cep.batch import ColumnBatch
-from cep.errors import IngestError
-from cep.sources import iter_batch_runs, iter_event_runs, iter_events, parse_cell, read_events
+import raycep.cep.sources as sources
+from raycep.cep.batch import ColumnBatch
+from raycep.cep.errors import IngestError
+from raycep.cep.sources import iter_batch_runs, iter_event_runs, iter_events, parse_cell, read_events
 
 
 def _write(tmp_path, name, text, encoding="utf-8"):
@@ -377,7 +377,7 @@ def test_parquet_batches_read_as_rows(tmp_path, monkeypatch, key_attr):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spark_ingest.mapping import EventMapping
+    from raycep.spark_ingest.mapping import EventMapping
     monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 50)
     n = 300
     table = pa.table({

@@ -1,4 +1,4 @@
-"""spark_ingest.columnar in-process (no Spark): the bulk path of the Spark job gives the
+"""raycep.spark_ingest.columnar in-process (no Spark): the bulk path of the Spark job gives the
 events, event ids, routing targets, order and dead letters of the reference,
 ``EventMapping.to_event`` applied row by row (then ``partition_of`` of the event's key, and
 the engine's ``(ts, id)`` order per actor).
@@ -16,15 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.routing import partition_of
-from cep.codec import decode_batch
-from cep.errors import CepError
-from spark_ingest.columnar import (TS, Chunker, Plan, category_of,
+from raycep.actors.routing import partition_of
+from raycep.cep.codec import decode_batch
+from raycep.cep.errors import CepError
+from raycep.spark_ingest.columnar import (TS, Chunker, Plan, category_of,
                                    encode_chunk)
-from spark_ingest.dead_letters import Locator
-from spark_ingest.job import MALFORMED, in_time_order, partition_values, spark_hash_int
-from spark_ingest.job import _check_order as check_order
-from spark_ingest.mapping import EventMapping
+from raycep.spark_ingest.dead_letters import Locator
+from raycep.spark_ingest.job import MALFORMED, in_time_order, partition_values, spark_hash_int
+from raycep.spark_ingest.job import _check_order as check_order
+from raycep.spark_ingest.mapping import EventMapping
 
 # --------------------------------------------------------------------------- the two paths
 

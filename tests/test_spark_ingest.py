@@ -24,21 +24,21 @@ from dataclasses import replace
 import pytest
 import ray
 
-from actors.handles import NAMESPACE, actor_name
-from actors.routing import RoutingTable
-from cep import Engine
-from cep.errors import OverloadedError
-from cep.match import match_id
-from cep.parser import parse_queries
-from cep.sources import iter_events, read_events
-from gateway import cli
-from gateway.client import connect
-from gateway.runtime import RayCluster
-from gateway.server.service import GatewaySettings
-from spark_ingest.job import (IngestSettings, arrange, ingest_dataframe, read_table,
+from raycep.actors.handles import NAMESPACE, actor_name
+from raycep.actors.routing import RoutingTable
+from raycep.cep import Engine
+from raycep.cep.errors import OverloadedError
+from raycep.cep.match import match_id
+from raycep.cep.parser import parse_queries
+from raycep.cep.sources import iter_events, read_events
+from raycep.gateway import cli
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import RayCluster
+from raycep.gateway.server.service import GatewaySettings
+from raycep.spark_ingest.job import (IngestSettings, arrange, ingest_dataframe, read_table,
                                run_job, run_stream)
-from spark_ingest.mapping import EventMapping
-from spark_ingest.session import start_spark, stop_spark
+from raycep.spark_ingest.mapping import EventMapping
+from raycep.spark_ingest.session import start_spark, stop_spark
 
 from cluster_helpers import ids_of, read_all
 from cluster_helpers import wait_for as poll
@@ -498,7 +498,7 @@ def test_ingest_command(spark, cluster, tmp_path):
     dead = tmp_path / "dead"
     address = ray.get_runtime_context().gcs_address
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "ingest", path, "--gateway", cluster.url,
+        [sys.executable, "-m", "raycep", "ingest", path, "--gateway", cluster.url,
          "--dead-letters", str(dead), "--ray-address", address, "--batch-size", "100"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
@@ -704,8 +704,8 @@ def test_a_file_in_time_order_is_pushed_as_it_is_read(spark, cluster, settings, 
     """A file already in event-time order is mapped and pushed by the task that reads it (no
     sort): same events, dead letters with their lines; a file out of order is sorted first;
     rows said to be in order that are not fail the job before anything is sent."""
-    from cep.errors import CepError
-    from spark_ingest.job import in_time_order
+    from raycep.cep.errors import CepError
+    from raycep.spark_ingest.job import in_time_order
     lines = tick_lines()
     first = lines[:300]
     first[100:100] = [f",{first[99].split(',')[1]},AAPL,190.5,100"]         # no type

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from gateway.server.store import MatchStore
+from raycep.gateway.server.store import MatchStore
 
 
 def _m(i, query="q1"):

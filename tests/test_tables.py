@@ -19,18 +19,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from cep import Engine, Event
-from cep.builder import attr, kleene, neg, query, seq, var
-from cep.columns import convert_times
-from cep.errors import IngestError
-from cep.match import MatchBlock, match_id
-from cep.match_table import matches_table
-from cep.parser import parse_queries
-from cep.sources import read_events
-from cep.tables import BATCH_ROWS, TableReader, TimeUnitWarning
-from cep.timestamps import event_time, timestamp_seconds
-from local.match import match
-from local.queries import QuerySourceError
+from raycep.cep import Engine, Event
+from raycep.cep.builder import attr, kleene, neg, query, seq, var
+from raycep.cep.columns import convert_times
+from raycep.cep.errors import IngestError
+from raycep.cep.match import MatchBlock, match_id
+from raycep.cep.match_table import matches_table
+from raycep.cep.parser import parse_queries
+from raycep.cep.sources import read_events
+from raycep.cep.tables import BATCH_ROWS, TableReader, TimeUnitWarning
+from raycep.cep.timestamps import event_time, timestamp_seconds
+from raycep.local.match import match
+from raycep.local.queries import QuerySourceError
 
 from cluster_helpers import ids_of, make_stream, read_all
 
@@ -128,7 +128,7 @@ def line_id(record) -> str:
 def raycep_local(tmp_path, queries, events, *extra) -> list:
     """The records of ``raycep local`` run as a subprocess, each with its match id."""
     out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}.jsonl"
-    argv = [sys.executable, "-m", "gateway.cli", "local", "--events", str(events),
+    argv = [sys.executable, "-m", "raycep", "local", "--events", str(events),
             "--key", "symbol", "--out", str(out), "--workers", "1", *map(str, extra)]
     for q in queries:
         argv += ["--query", q]
@@ -251,8 +251,8 @@ _NO_PANDAS = """
 import sys
 import numpy as np
 import pyarrow as pa
-from cep.arrow import arrow_array
-from local.match import match
+from raycep.cep.arrow import arrow_array
+from raycep.local.match import match
 n = 100
 table = pa.Table.from_arrays(
     [arrow_array(["A", "B"] * (n // 2), pa.string()),
@@ -504,17 +504,17 @@ def test_engine_process_table_equals_processing_the_events(data):
     assert run(lambda e: e.process_many(df)) == want
     with pytest.raises(TypeError, match="process_table"):
         Engine().process(df)
-    with pytest.raises(TypeError, match="cep.Event"):
+    with pytest.raises(TypeError, match=r"raycep\.Event"):
         Engine().process({"type": "A", "ts": 1.0})
 
 
 def test_match_table_rows_are_the_matches(data, tmp_path):
     """The table built column-wise from Match objects and MatchBlocks (one query: blocks)
     holds each match's id, times and events, in order; retractions are flagged."""
-    from cep.batch import ColumnBatch
-    from cep.match import Match, Retraction
-    from local.queries import load_queries
-    from local.run import build_engine
+    from raycep.cep.batch import ColumnBatch
+    from raycep.cep.match import Match, Retraction
+    from raycep.local.queries import load_queries
+    from raycep.local.run import build_engine
     ours = write_csv(tmp_path / "t.csv", data, iso(data))
     for path, unit, queries in ((ROOT / "examples" / "ticks.csv", "s", [RISE]),
                                 (ours, "iso", [RISE, CLIMB, DROP])):
@@ -554,7 +554,7 @@ def test_client_sends_a_dataframe_as_columns(make_cluster):
                  where="[k] AND a.x < b.x AND b.x > c.x", within=10, name="seq3")
     got = {}
     for how, payload in (("events", events), ("frame", df)):
-        from gateway.client import connect
+        from raycep.gateway.client import connect
         client = connect(make_cluster().url)
         assert client.register(seq3) == "seq3"
         ack = client.send(payload)
@@ -575,9 +575,9 @@ def test_client_sends_a_dataframe_as_columns(make_cluster):
 
 
 def test_client_sends_a_large_table_in_batches_and_adds_the_acks(make_cluster, monkeypatch):
-    import gateway.client
-    monkeypatch.setattr(gateway.client, "TABLE_BATCH_ROWS", 100)
-    client = gateway.client.connect(make_cluster().url)
+    import raycep.gateway.client
+    monkeypatch.setattr(raycep.gateway.client, "TABLE_BATCH_ROWS", 100)
+    client = raycep.gateway.client.connect(make_cluster().url)
     table = pa.table({"type": ["A", "B"] * 150, "ts": [float(k) for k in range(300)],
                       "k": ["x"] * 300, "x": [1.0] * 299 + [math.nan]})
     ack = client.send(table)

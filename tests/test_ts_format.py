@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cep.sources import read_events
-from gateway import cli
-from spark_ingest.mapping import EventMapping
+from raycep.cep.sources import read_events
+from raycep.gateway import cli
+from raycep.spark_ingest.mapping import EventMapping
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TICKS = ROOT / "examples" / "ticks.csv"

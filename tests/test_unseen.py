@@ -3,9 +3,9 @@ an equivalence attribute no event has, a misspelt attribute) are valid and match
 the engine says so in ``stats()`` and ``warnings()``, and ``raycep local`` in its summary."""
 import json
 
-from cep import Engine, Event
-from gateway import cli
-from gateway.client import connect
+from raycep.cep import Engine, Event
+from raycep.gateway import cli
+from raycep.gateway.client import connect
 
 
 def tick(ts, **attrs):

@@ -3,11 +3,11 @@ import dataclasses
 
 import pytest
 
-from cep.ast import (Aggregate, Attr, BoolAnd, BoolOr, Compare, Duration, EventVar, KIndex,
+from raycep.cep.ast import (Aggregate, Attr, BoolAnd, BoolOr, Compare, Duration, EventVar, KIndex,
                      Literal, Param, Query, Seq)
-from cep.errors import QueryValidationError
-from cep.parser import parse_query
-from cep.validate import conjuncts, validate
+from raycep.cep.errors import QueryValidationError
+from raycep.cep.parser import parse_query
+from raycep.cep.validate import conjuncts, validate
 
 
 def invalid(text, pattern):
@@ -162,7 +162,7 @@ def test_non_finite_numbers_are_rejected_where_they_are_written(clauses, message
 
 
 def test_numbers_too_long_to_read_are_a_syntax_error():
-    from cep.errors import QuerySyntaxError
+    from raycep.cep.errors import QuerySyntaxError
     text = "PATTERN SEQ(A a, B b) WHERE a.x > 1" + "0" * 5000 + " WITHIN 5 s"
     with pytest.raises(QuerySyntaxError, match="number 10000000000000000000... is out of "
                                                "range") as info:
@@ -171,7 +171,7 @@ def test_numbers_too_long_to_read_are_a_syntax_error():
 
 
 def test_non_finite_literals_in_built_queries():
-    from cep.builder import attr, query, seq, var
+    from raycep.cep.builder import attr, query, seq, var
     for bad in (float("nan"), float("inf"), 10 ** 400):
         with pytest.raises(QueryValidationError, match="not a finite number"):
             query(seq(var("A", "a"), var("B", "b")), where=attr("a", "x") > bad, within=5)
@@ -197,8 +197,8 @@ def test_non_finite_literals_in_built_queries():
     ("WHERE a.x > T WITHIN 5", {"T": None}, r"parameter 'T' .* \(NoneType\)", "T"),
 ])
 def test_parameters_must_be_finite_and_of_a_known_kind(text, params, message, at):
-    from cep.compiler import compile_query
-    from cep.engine import Engine
+    from raycep.cep.compiler import compile_query
+    from raycep.cep.engine import Engine
     query = f"PATTERN SEQ(A a, B b) {text}"
     with pytest.raises(QueryValidationError, match=message) as info:
         compile_query(query, params)

@@ -20,8 +20,8 @@ import argparse
 import importlib
 import os
 
-from cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
-from gateway.cli.common import (PROG, Terminated, UsageError, err, load_queries,
+from raycep.cep.errors import CepError, IngestError, QuerySyntaxError, QueryValidationError
+from raycep.gateway.cli.common import (PROG, Terminated, UsageError, err, load_queries,
                                 silence_stdout)
 
 __all__ = ["PROG", "SUBCOMMANDS", "UsageError", "build_parser", "load_queries", "main"]
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "pattern queries.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
-        importlib.import_module(f"gateway.cli.{name}").add_parser(commands)
+        importlib.import_module(f"raycep.gateway.cli.{name}").add_parser(commands)
     return parser
 
 

@@ -8,9 +8,9 @@ import math
 import os
 import sys
 
-from cep.errors import CepError
-from cep.sources import parse_cell
-from local.queries import QuerySourceError, declares_name, load_queries as load
+from raycep.cep.errors import CepError
+from raycep.cep.sources import parse_cell
+from raycep.local.queries import QuerySourceError, declares_name, load_queries as load
 
 __all__ = ["DEFAULT_GATEWAY", "PROG", "Terminated", "UsageError", "add_disorder_arguments",
            "add_gateway_arguments", "client_for", "declares_name", "disorder_settings", "err",
@@ -102,7 +102,7 @@ def parse_params(items) -> dict:
 
 def add_disorder_arguments(parser):
     """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
-    from cep.disorder import DEFAULT_MODE, MODES
+    from raycep.cep.disorder import DEFAULT_MODE, MODES
     parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
                         help="how queries handle out-of-order events: 'optimistic' (default: "
                              "report at once, retract a match a late event invalidates) or "
@@ -119,7 +119,7 @@ def add_disorder_arguments(parser):
 
 
 def disorder_settings(args):
-    from cep.disorder import DisorderSettings
+    from raycep.cep.disorder import DisorderSettings
     try:
         return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
                                 max_slack=args.max_slack)
@@ -145,7 +145,7 @@ def add_gateway_arguments(parser) -> None:
 
 
 def client_for(args):
-    from gateway.client import connect
+    from raycep.gateway.client import connect
     return connect(args.gateway, args.token)
 
 

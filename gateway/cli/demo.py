@@ -8,9 +8,9 @@ import tempfile
 import threading
 import time
 
-from cep.errors import UnavailableError
-from gateway.cli.common import err, load_queries, note
-from gateway.cli.queries import query_table
+from raycep.cep.errors import UnavailableError
+from raycep.gateway.cli.common import err, load_queries, note
+from raycep.gateway.cli.queries import query_table
 
 
 def add_parser(commands) -> None:
@@ -39,14 +39,14 @@ def add_parser(commands) -> None:
 
 def run_demo(args) -> int:
     """The README's main job (issue 4): see the ``demo`` parser description."""
-    from actors.handles import named_handles
-    from actors.producer import Producer
-    from actors.routing import RoutingTable
-    from cep.compiler import compile_query
-    from cep.sources import iter_events
-    from gateway.client import connect
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
+    from raycep.actors.handles import named_handles
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import RoutingTable
+    from raycep.cep.compiler import compile_query
+    from raycep.cep.sources import iter_events
+    from raycep.gateway.client import connect
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
 
     for path in (args.events, args.queries):
         if not os.path.isfile(path):
@@ -153,7 +153,7 @@ def _printer(name: str, shown: dict, lock, limit: int):
 def _verify(client, queries, removed, events, key) -> bool:
     """Run the kept queries over the same events in one in-process Engine and compare the
     match ids with what the cluster stored."""
-    from cep.engine import reference_match_ids
+    from raycep.cep.engine import reference_match_ids
     kept = [q for _, q in queries if q.name != removed]
     expected = reference_match_ids(kept, events, key)
     ok = True

@@ -8,9 +8,9 @@ import tempfile
 import threading
 import time
 
-from cep.errors import IngestError
-from cep.timestamps import FORMAT_HELP
-from gateway.cli.common import add_gateway_arguments, client_for, err, note, require
+from raycep.cep.errors import IngestError
+from raycep.cep.timestamps import FORMAT_HELP
+from raycep.gateway.cli.common import add_gateway_arguments, client_for, err, note, require
 
 
 def add_parser(commands) -> None:
@@ -68,11 +68,11 @@ def run_ingest(args) -> int:
     place on a terminal. Spark's, Hadoop's and Ray's logs go to a log file unless
     ``--verbose``."""
     require("ray", "pyspark", "raydp")
-    from actors.handles import NAMESPACE, connect_ray
-    from actors.routing import RoutingTable
-    from spark_ingest.job import IngestSettings, run_job, run_stream
-    from spark_ingest.mapping import EventMapping
-    from spark_ingest.session import jvm_output, start_spark, stop_spark
+    from raycep.actors.handles import NAMESPACE, connect_ray
+    from raycep.actors.routing import RoutingTable
+    from raycep.spark_ingest.job import IngestSettings, run_job, run_stream
+    from raycep.spark_ingest.mapping import EventMapping
+    from raycep.spark_ingest.session import jvm_output, start_spark, stop_spark
 
     status = StatusLine(in_place=not args.verbose)
     log = None

@@ -19,16 +19,16 @@ import os
 import sys
 import time
 
-from cep.errors import CepError
-from cep.output import MatchLines
-from cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
-from cep.timestamps import FORMAT_HELP, check_format
-from gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
+from raycep.cep.errors import CepError
+from raycep.cep.output import MatchLines
+from raycep.cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
+from raycep.cep.timestamps import FORMAT_HELP, check_format
+from raycep.gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params)
-from gateway.cli.slices import run_slices, slice_cuts
-from gateway.cli.writer import BackgroundWriter
-from local.queries import QuerySourceError
-from local.run import (CHECK_EVERY, CHUNK_EVENTS, CHUNK_MATCHES, FIRST_PLAN_EVENTS, Chunks,
+from raycep.gateway.cli.slices import run_slices, slice_cuts
+from raycep.gateway.cli.writer import BackgroundWriter
+from raycep.local.queries import QuerySourceError
+from raycep.local.run import (CHECK_EVERY, CHUNK_EVENTS, CHUNK_MATCHES, FIRST_PLAN_EVENTS, Chunks,
                        build_engine, evaluate as evaluate_runs, few_collections)
 
 __all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "FIRST_PLAN_EVENTS", "Chunks",
@@ -98,7 +98,7 @@ def run_local(args) -> int:
     entered = time.perf_counter()
     # pyarrow's own memory pool keeps ~17 MB it has freed; glibc's returns it (no slower here)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from planner.local import settings_for           # imported late: `raycep --help` stays cheap
+    from raycep.planner.local import settings_for           # imported late: `raycep --help` stays cheap
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
@@ -136,8 +136,8 @@ def run_local(args) -> int:
     parts = slice_cuts(args, engine)
     runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
-    if "cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
-        import cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
+    if "raycep.cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
+        import raycep.cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
     late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # start-up objects are frozen out of the collector's passes (local.run.few_collections)
     with few_collections():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from cep.errors import CepError
-from gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
+from raycep.cep.errors import CepError
+from raycep.gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
                                 finite_float, load_queries, note, parse_params)
 
 
@@ -61,7 +61,7 @@ def run_query(args) -> int:
     else:
         rows = client.queries()
         if args.json:
-            from gateway.client import strict_json
+            from raycep.gateway.client import strict_json
             print(strict_json(rows, indent=2))
         else:
             print(query_table(rows))
@@ -73,7 +73,7 @@ def add_queries(client, args) -> int:
     the parameters; its name is neither registered on the gateway nor used twice in the
     file), then they are registered; when a registration fails, the queries this command
     registered are removed again. Errors name a query by its NAME, unnamed ones ``query #k``."""
-    from cep.compiler import compile_query
+    from raycep.cep.compiler import compile_query
     params = parse_params(args.param)
     queries = load_queries([args.query], text_label="the query text")
     if args.name and len(queries) > 1:

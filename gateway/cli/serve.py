@@ -6,10 +6,10 @@ import os
 import signal
 import threading
 
-from actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
-from cep.engine import check_retain
-from cep.errors import CepError
-from gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
+from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from raycep.cep.engine import check_retain
+from raycep.cep.errors import CepError
+from raycep.gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
 
 
 def add_parser(commands) -> None:
@@ -96,10 +96,10 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 
 def run_serve(args) -> int:
-    from gateway.server.registry import default_registry_path
-    from actors.recovery import CheckpointSettings, claim
-    from gateway.runtime import RayCluster
-    from gateway.server.service import GatewaySettings
+    from raycep.gateway.server.registry import default_registry_path
+    from raycep.actors.recovery import CheckpointSettings, claim
+    from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.service import GatewaySettings
     args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
     try:
         settings = GatewaySettings(

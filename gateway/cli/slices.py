@@ -20,10 +20,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from cep.output import MatchLines
-from cep.slices import Slice, Unsliceable, cuts
-from gateway.cli.common import UsageError, err, terminable
-from gateway.cli.writer import WRITE_BYTES, BackgroundWriter
+from raycep.cep.output import MatchLines
+from raycep.cep.slices import Slice, Unsliceable, cuts
+from raycep.gateway.cli.common import UsageError, err, terminable
+from raycep.gateway.cli.writer import WRITE_BYTES, BackgroundWriter
 
 
 #: how long the parent waits for a slice's report between two copies of what it wrote
@@ -78,7 +78,7 @@ def _clean(engine, stopped) -> str | None:
 
 def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
                others=None) -> str | None:
-    from gateway.cli.local import evaluate
+    from raycep.gateway.cli.local import evaluate
     try:
         _, stopped = evaluate(engine, _watched(engine, slice_, others), lines, write, None,
                               progress, keep=slice_.keep, gather=True)
@@ -111,7 +111,7 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             why = _run_slice(engine, slice_, out.write, lines)
         finally:
             out.close()
-        from gateway.cli.local import peak_rss_mb
+        from raycep.gateway.cli.local import peak_rss_mb
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
                   "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
                   "warnings": engine.engine.warnings()}
@@ -158,7 +158,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
             children.add(pid, read_fd)
         first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
         if direct:
-            from gateway.cli.local import _open_output
+            from raycep.gateway.cli.local import _open_output
             handle = _open_output(args.out, binary=True)[0]
             os.unlink(files[0])
             files[0] = None
@@ -339,7 +339,7 @@ def _copy(part, out, at: int, end: int) -> int:
 
 def _append(files: list, out_path) -> None:
     """The slices' files, in order, to ``out_path`` (stdout when None)."""
-    from gateway.cli.local import _open_output
+    from raycep.gateway.cli.local import _open_output
     out, close = _open_output(out_path, binary=True)
     target = out if close else getattr(sys.stdout, "buffer", None)
     try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import queue
 import threading
 
-from cep.output import Fragments
-from gateway.cli.common import UsageError
+from raycep.cep.output import Fragments
+from raycep.gateway.cli.common import UsageError
 
 #: pieces waiting at most (raycep local: Fragments of up to 8,192 lines, cep.output)
 QUEUE_PIECES = 8

@@ -42,12 +42,12 @@ import time
 import msgpack
 from aiohttp import web
 
-from cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
+from raycep.cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
                         NotFoundError, error_to_dict, http_status)
-from gateway.client import strict_json as dumps
-from gateway.server.registry import QueryRegistry
-from gateway.server.service import GatewayService, GatewaySettings, plain_text, type_name
-from gateway.server.store import MatchStore
+from raycep.gateway.client import strict_json as dumps
+from raycep.gateway.server.registry import QueryRegistry
+from raycep.gateway.server.service import GatewayService, GatewaySettings, plain_text, type_name
+from raycep.gateway.server.store import MatchStore
 
 log = logging.getLogger("raycep.gateway")
 

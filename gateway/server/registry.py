@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cep.errors import CepError, QueryValidationError
+from raycep.cep.errors import CepError, QueryValidationError
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 

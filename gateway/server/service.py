@@ -23,17 +23,17 @@ from dataclasses import dataclass
 
 import orjson
 
-from actors.handles import as_handle
-from actors.routing import GLOBAL, RoutingTable
-from cep.codec import decode_batch, encode_batch, encode_rows, read_header
-from cep.compiler import compile_query
-from cep.disorder import check_mode
-from cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
+from raycep.actors.handles import as_handle
+from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.cep.codec import decode_batch, encode_batch, encode_rows, read_header
+from raycep.cep.compiler import compile_query
+from raycep.cep.disorder import check_mode
+from raycep.cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
                         OverloadedError, QuerySyntaxError, QueryValidationError,
                         UnavailableError)
-from cep.event import make_event
-from cep.parser import parse_queries, parse_query
-from cep.validate import finite, short_repr
+from raycep.cep.event import make_event
+from raycep.cep.parser import parse_queries, parse_query
+from raycep.cep.validate import finite, short_repr
 
 log = logging.getLogger("raycep.gateway")
 

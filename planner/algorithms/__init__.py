@@ -10,11 +10,11 @@ planner.plan.TREE_NFA.
 """
 from __future__ import annotations
 
-from planner.algorithms.dynamic_programming import DP_MAX_VARS, dp_left_deep
-from planner.algorithms.frequency_order import efreq
-from planner.algorithms.greedy_search import greedy, greedy_order
-from planner.algorithms.iterative_improvement import RESTARTS, ii_greedy, ii_random
-from planner.algorithms.pattern_order import trivial
+from raycep.planner.algorithms.dynamic_programming import DP_MAX_VARS, dp_left_deep
+from raycep.planner.algorithms.frequency_order import efreq
+from raycep.planner.algorithms.greedy_search import greedy, greedy_order
+from raycep.planner.algorithms.iterative_improvement import RESTARTS, ii_greedy, ii_random
+from raycep.planner.algorithms.pattern_order import trivial
 
 ALGORITHMS = {
     "TRIVIAL": trivial,

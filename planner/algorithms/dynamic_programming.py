@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from planner.algorithms.iterative_improvement import ii_greedy
+from raycep.planner.algorithms.iterative_improvement import ii_greedy
 
 DP_MAX_VARS = 12
 log = logging.getLogger(__name__)

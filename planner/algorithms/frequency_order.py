@@ -6,7 +6,7 @@ Ties keep pattern order. The fixed variables (executed mode, planner.problem) co
 """
 from __future__ import annotations
 
-from planner.cost import window_count
+from raycep.planner.cost import window_count
 
 
 def efreq(problem, cost_fn=None, rng=None) -> tuple:

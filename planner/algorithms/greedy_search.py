@@ -8,7 +8,7 @@ own order and TRIVIAL: the planner never does worse than the query as written.
 """
 from __future__ import annotations
 
-from planner.algorithms.pattern_order import trivial
+from raycep.planner.algorithms.pattern_order import trivial
 
 
 def greedy_order(problem, cost_fn) -> tuple:

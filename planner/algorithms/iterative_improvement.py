@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from planner.algorithms.greedy_search import greedy
-from planner.algorithms.pattern_order import trivial
+from raycep.planner.algorithms.greedy_search import greedy
+from raycep.planner.algorithms.pattern_order import trivial
 
 RESTARTS = 8
 DEFAULT_SEED = 0

@@ -8,9 +8,9 @@ import os
 import sys
 import time
 
-from cep.errors import CepError, ConflictError, UnavailableError
-from gateway.cli import load_queries
-from gateway.client import connect
+from raycep.cep.errors import CepError, ConflictError, UnavailableError
+from raycep.gateway.cli import load_queries
+from raycep.gateway.client import connect
 
 WAIT_S = 600
 
