@@ -58,6 +58,24 @@ def check_retain(retain) -> float:
 
 
 class Engine:
+    """A complex event processing engine in this process: queries (text, a builder
+    ``Query``) registered and removed at any time, events in, matches out.
+
+        engine = Engine(key_attr="symbol")           # events keyed by their symbol attribute
+        engine.add_query("PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND "
+                         "b.price > a.price * 1.01 WITHIN 30 seconds", name="jump")
+        matches = engine.process_many(events)       # Event objects, in arrival order
+        matches += engine.process_table(df)         # a DataFrame / Arrow table
+        matches += engine.advance(math.inf)         # the end: windows close, pending released
+
+    ``key_attr``: the attribute that partitions the stream (queries with ``[key_attr]``
+    evaluate per key); ``disorder``: out-of-order handling (``DisorderSettings``: slack,
+    lateness); ``mode``: ``optimistic`` (report at once, retract when a late event changes
+    a result) or ``pessimistic`` (wait for the watermark); ``sharing``: evaluate queries that
+    differ only in constants as one group; ``retain``: seconds of events kept for queries
+    registered later. ``stats()``, ``warnings()`` and ``take_late()`` tell what happened.
+    """
+
     def __init__(self, key_attr: str | None = None, settings: ManagerSettings | None = None,
                  retention_slack: float = 0.0, disorder: DisorderSettings | None = None,
                  mode: str | None = None, sharing: bool = True, retain: float = 0.0):

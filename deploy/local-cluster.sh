@@ -76,16 +76,14 @@ for n in PORT WORKERS GATEWAY_PORT PARTITIONS OBJECT_STORE_MB; do
     [[ ${!n} =~ ^[0-9]+$ ]] || die "${n,,} must be a whole number, got '${!n}'"
 done
 
-# `raycep` is `python3 -m gateway.cli`; from a checkout whose package is not importable (not
-# installed, or installed in editable mode from another path) the checkout goes on PYTHONPATH,
-# which the Ray nodes started below hand on to their workers.
+# `raycep` is `python3 -m raycep`: the package must be installed (pip install -e '.[cluster]'
+# from a checkout); the Ray nodes started below import it from the same environment.
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-if ! (cd / && python3 -c 'import gateway.cli' 2>/dev/null) && [ -f "$REPO/gateway/cli/__init__.py" ]; then
-    export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
-fi
-RAYCEP=(python3 -m gateway.cli)
+(cd / && python3 -c 'import raycep.gateway.cli' 2>/dev/null) \
+    || die "raycep is not importable: python3 -m pip install -e '$REPO[cluster]'"
+RAYCEP=(python3 -m raycep)
 SHOWN=raycep                        # what the printed instructions call it
-(cd / && raycep --help >/dev/null 2>&1) || SHOWN="python3 -m gateway.cli"
+(cd / && raycep --help >/dev/null 2>&1) || SHOWN="python3 -m raycep"
 
 # Ray token authentication (Ray >= 2.52): one token per cluster, in a file under $DIR; every
 # node, the gateway's driver and `raycep ingest` need the same two variables.
@@ -133,7 +131,7 @@ cluster_pids() {
 
 start() {
     command -v ray >/dev/null || die "ray is not installed (python3 -m pip install -e .)"
-    (cd / && python3 -c 'import gateway.cli' 2>/dev/null) || die "raycep is not importable (python3 -m pip install .)"
+    (cd / && python3 -c 'import raycep.gateway.cli' 2>/dev/null) || die "raycep is not importable (python3 -m pip install .)"
     alive "$DIR/gateway.pid" && die "already running (gateway pid $(cat "$DIR/gateway.pid")); stop it first: $0 stop --dir $DIR"
     [ -n "$(cluster_pids)" ] && die "Ray processes of $DIR are still running; run: $0 stop --dir $DIR"
     mkdir -p "$DIR"
@@ -200,7 +198,7 @@ From a shell:
   $SHOWN matches dip_recovery --since 0
 
 From Python:
-  from gateway.client import connect
+  from raycep import connect
   client = connect("$URL", token="$TOKEN")
   client.send([{"type": "Stock", "ts": 1.0, "symbol": "IBM", "price": 100.0}])
 

@@ -1,6 +1,8 @@
-"""The raycep Python client: ``from gateway.client import connect``.
+"""The raycep Python client: ``raycep.connect`` (``from raycep import connect``).
 
-    client = connect("http://127.0.0.1:8470", token=None)
+    with connect("http://127.0.0.1:8470", token=None) as client:   # or $RAYCEP_GATEWAY
+        ...
+    client = connect()                 # $RAYCEP_GATEWAY and $RAYCEP_TOKEN, as the CLI
     qid = client.register("PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds", name="ab")
     client.send([{"type": "A", "ts": 1.0, "k": "x"}, {"type": "B", "ts": 2.0, "k": "x"}])
     page = client.matches(qid, since=0)          # page.matches, page.next (the next cursor)
@@ -8,7 +10,7 @@
         ...
     client.remove(qid)
 
-Errors are raycep errors, importable from here (``from gateway.client import NotFoundError``;
+Errors are raycep errors, importable from ``raycep`` (``from raycep import NotFoundError``;
 all derive from ``CepError``): ``UnavailableError`` when the gateway cannot be reached,
 ``AuthenticationError`` for a missing/wrong token, ``QuerySyntaxError`` (with ``line``,
 ``column``, ``excerpt``) for bad query text, ``QueryValidationError``, ``NotFoundError`` for
@@ -74,6 +76,13 @@ class MatchPage:
 
 
 class Client:
+    """A connection to a raycep gateway (``raycep serve``), made by ``connect``: register and
+    remove queries (text or builder queries), send events (``Event``s, mappings, DataFrames
+    and Arrow tables), move the watermark, and read matches (pages, a live stream, a
+    callback thread). Each call is one HTTP request; errors are ``CepError``s
+    (``UnavailableError`` when the gateway cannot be reached). ``close()`` (or ``with``)
+    ends the live streams this client opened; a closed client refuses further calls."""
+
     def __init__(self, address: str = DEFAULT_ADDRESS, token: str | None = None,
                  timeout: float = 60.0, retry_for: float = 30.0):
         if "://" not in address:
@@ -86,10 +95,34 @@ class Client:
         self._run = uuid.uuid4().hex[:12]       # batch ids: <run>:<n>, unique per Client
         self._batches = itertools.count(1)
         self._key_attr = None              # (the gateway's partition key attribute,) once known
+        self._streams: set = set()         # open subscription responses (closed by close())
+        self.closed = False
+
+    def close(self) -> None:
+        """End the live streams (``subscribe``, ``listen``) this client opened; later calls
+        raise CepError. Closing twice is fine."""
+        self.closed = True
+        for resp in list(self._streams):
+            try:
+                resp.close()
+            except OSError:
+                pass
+        self._streams.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<raycep Client {self.address}{' closed' if self.closed else ''}>"
 
     # ---------------------------------------------------------------- transport
     def _request(self, method: str, path: str, body=None, raw: bytes | None = None,
                  timeout: float | None = None, stream: bool = False):
+        if self.closed:
+            raise CepError(f"this client of {self.address} is closed")
         headers = {"Accept": MSGPACK}
         data = None
         if raw is not None:
@@ -301,6 +334,7 @@ class Client:
         resp = self._request("GET", f"/v1/queries/{_q(query)}/stream?since={int(since)}",
                              timeout=max(self.timeout, 3 * KEEPALIVE), stream=True)
         self.missed = getattr(self, "missed", 0)
+        self._streams.add(resp)
         with resp:
             event, data = "message", []
             for raw in _lines(resp, self.address, query):
@@ -323,8 +357,10 @@ class Client:
                     log.warning("subscription to %s missed %d matches (store overflow)",
                                 query, payload["missed"])
                 elif event == "end":
+                    self._streams.discard(resp)
                     return
                 event, data = "message", []
+        self._streams.discard(resp)
 
     def listen(self, query: str, callback, since: int = 0) -> threading.Thread:
         """Call ``callback(match)`` for every match of ``query`` on a daemon thread (a
@@ -417,11 +453,17 @@ def _add_ack(total: dict, ack: dict, first_row: int) -> None:
             total[name] = value
 
 
-def connect(address: str = DEFAULT_ADDRESS, token: str | None = None,
+def connect(address: str | None = None, token: str | None = None,
             timeout: float = 60.0, retry_for: float = 30.0) -> Client:
-    """A client for the gateway at ``address``; checks it answers (and accepts the token).
-    ``retry_for``: seconds ``send`` keeps retrying a batch while the gateway is unreachable
-    (0: fail at once)."""
+    """A client for the gateway at ``address`` (None: ``$RAYCEP_GATEWAY``, else
+    http://127.0.0.1:8470, as the ``raycep`` commands) with ``token`` (None:
+    ``$RAYCEP_TOKEN``); checks it answers and accepts the token. ``retry_for``: seconds
+    ``send`` keeps retrying a batch while the gateway is unreachable (0: fail at once).
+    Use it as a context manager (``with connect() as client:``) to close its streams."""
+    if address is None:
+        address = os.environ.get("RAYCEP_GATEWAY") or DEFAULT_ADDRESS
+    if token is None:
+        token = os.environ.get("RAYCEP_TOKEN") or None
     client = Client(address, token, timeout, retry_for)
     client.health()
     return client

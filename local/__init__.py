@@ -4,7 +4,7 @@ defaults, the chunks and the bulk evaluation of the command.
 
 Imports point one way: cep <- planner <- local <- gateway. Nothing is imported here (the
 command line imports ``local.run`` before it knows whether it will read a file in bulk):
-``from local.match import match``, or ``local.match`` through this package's attribute.
+``from raycep.local.match import match`` (or ``raycep.match``) through this package's attribute.
 """
 from __future__ import annotations
 

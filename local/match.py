@@ -25,7 +25,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     Usage::
 
         import pandas as pd
-        from raycep.local.match import match
+        from raycep import match
 
         ticks = pd.DataFrame({"type": "Stock", "ts": pd.to_datetime([...]),
                               "symbol": [...], "price": [...]})

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from raycep.cep import builder
+from raycep import builder
 from raycep.cep.ast import Query
 from raycep.cep.builder import query
 from raycep.cep.compiler import CompiledQuery, compile_query

@@ -453,7 +453,7 @@ def test_raycep_keeps_numpy_to_one_blas_thread(tmp_path, events_csv):
     if not os.path.isdir("/proc/self/task"):
         pytest.fail("this test reads a process's threads from /proc (Linux)")
     script = ("import os, sys, contextlib, io\n"
-              "from gateway.cli import main\n"
+              "from raycep.gateway.cli import main\n"
               "with contextlib.redirect_stdout(io.StringIO()):\n"
               "    status = main(sys.argv[1:])\n"
               "import numpy\n"

@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import tomllib
 
 import helm_python as helm
 import jsonschema
@@ -257,7 +258,7 @@ def test_defaults(chart):
     config = one(objects, "ConfigMap")["data"]
     assert "NAME dip_recovery" in config["queries.cep"]
     assert "kubectl port-forward -n streams svc/cep-raycep 8470:8470" in notes
-    assert "from gateway.client import connect" in notes
+    assert "client = raycep.connect()" in notes
     assert f"kubectl get secret {FULLNAME} -n {NAMESPACE}" in notes
 
 
@@ -552,9 +553,9 @@ def test_image_chart_and_package_agree():
     lets them through), its Ray version is the chart's rayVersion, and the chart's appVersion
     is the package version (the default image tag)."""
     pyproject = (ROOT / "pyproject.toml").read_text()     # (tomllib needs Python 3.11)
-    include = re.search(r"^include = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL).group(1)
-    packages = {p.rstrip("*") for p in re.findall(r'"([^"]+)"', include)}
-    assert "gateway" in packages
+    table = tomllib.loads(pyproject)["tool"]["setuptools"]
+    packages = {table["package-dir"][p] for p in table["packages"] if p.count(".") <= 1}
+    assert {"raycep", "gateway", "local"} <= packages
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
     for package in packages:

@@ -30,7 +30,7 @@ def _python(code: str, *args) -> subprocess.CompletedProcess:
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return _python("from gateway.cli import main\nsys.exit(main(sys.argv[1:]))", *args)
+    return _python("from raycep.gateway.cli import main\nsys.exit(main(sys.argv[1:]))", *args)
 
 
 def test_core_dependencies_leave_out_ray_spark_and_aiohttp():
@@ -55,7 +55,7 @@ def test_raycep_local_runs_without_the_extras(tmp_path):
 
 
 def test_the_client_imports_and_talks_without_the_extras():
-    done = _python("from gateway.client import connect, UnavailableError\n"
+    done = _python("from raycep.gateway.client import connect, UnavailableError\n"
                    "try:\n    connect('http://127.0.0.1:9').health()\n"
                    "except UnavailableError as exc:\n    print('unavailable:', exc)\n"
                    "print(sorted(m for m in BLOCKED if m in sys.modules))")

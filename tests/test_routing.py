@@ -21,7 +21,7 @@ def test_fixed_values(key, n, expected):
 
 
 def test_stable_across_processes_and_hash_seeds():
-    code = ("from actors.routing import partition_of; "
+    code = ("from raycep.actors.routing import partition_of; "
             "print([partition_of(k, 7) for k in ['AAPL', 'MSFT', 'IBM', 0, 1, 42]])")
     outs = set()
     for seed in ("1", "2"):

@@ -277,7 +277,7 @@ def test_reading_a_mid_size_file_does_not_import_pyarrow(tmp_path, fmt):
     assert os.path.getsize(big) > sources.ROW_READ_BYTES
 
     def imports_pyarrow(path: Path) -> bool:
-        code = ("import sys; from cep.sources import iter_batch_runs; "
+        code = ("import sys; from raycep.cep.sources import iter_batch_runs; "
                 "runs = list(iter_batch_runs(sys.argv[1])); "
                 "[(r.events(), r.numeric('c0i')) for r in runs if not isinstance(r, list)]; "
                 "print('pyarrow' in sys.modules)")
