@@ -314,7 +314,7 @@ def _compile_conjunct(expr, variables, kleene, params, text) -> Conjunct:
 
 def _boolean(fn):
     """``fn`` whose value must be a boolean: anything else fails, i.e. the conjunct is false
-    (README "Predicates"), never Python truthiness (``WHERE a.price`` with price 5)."""
+    (docs/semantics.md, "Predicates"), never Python truthiness (``WHERE a.price`` with price 5)."""
     def condition(env, p):
         value = fn(env, p)
         if value is True or value is False:

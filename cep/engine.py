@@ -298,7 +298,8 @@ class Engine:
         state after. Runs of in-order events that no query is triggered by, while no query
         waits for the clock (and none is pessimistic), are indexed per type in bulk, their
         disorder bookkeeping done once per run (lazy evaluation: only a trigger event starts
-        work; RCEP, seed 000 section 2, steps 1-2). Where runs end is found with C-level
+        work; RCEP, "All that Incremental is not Efficient: Towards Recomputation Based Complex Event Processing for Expensive Queries",
+        section 2, steps 1-2). Where runs end is found with C-level
         maps over the events' types and times."""
         if self._stale:
             self._refresh()

@@ -3,7 +3,7 @@
 Multi-query sharing (issue 15). Queries with the same pattern, variable names and types,
 strategy, equivalence attributes, disorder mode and forced plan whose WHERE conjuncts have the
 same shape form a group: one trigger detection, one candidate range lookup per variable and one
-join enumeration per trigger (Lazy NFA, seed 003 sections 3-5) over the group's *loosest*
+join enumeration per trigger (Lazy Chain NFA, "Efficient Detection of Complex Event Patterns Using Lazy Chain Automata", sections 3-5) over the group's *loosest*
 conditions, then each binding is tested against the members' constants through an index, as
 Esper's filter service indexes the constants of many statements rather than testing each:
 

@@ -2,7 +2,7 @@
 
 It keeps no partial matches. For an event that can be a match's last event it evaluates every
 DNF branch in the current plan order, or, without a plan, in the Tree-NFA ad hoc order
-(ascending number of buffered events of each variable's type in the window; seed 003 section 7).
+(ascending number of buffered events of each variable's type in the window; "Efficient Detection of Complex Event Patterns Using Lazy Chain Automata", section 7).
 Matches that need the window to close (trailing negation, AND with negation) wait in a heap
 until the event-time clock passes ``min(ts) + window``. With ``SLIDE s`` triggers are collected
 and evaluated at slide boundaries (RCEP section 2).

@@ -1,6 +1,6 @@
 """Query text -> :class:`cep.ast.Query`: a hand-written lexer and recursive-descent parser.
 
-The grammar is the one of the README ("The query language"): SASE+ (SIGMOD 2008, Figure 1)
+The grammar is the one of docs/language.md: SASE+ (SIGMOD 2008, Figure 1)
 with the RCEP and LimeCEP variants (untyped leaves ``SEQ(a, b+, c)``, ``NEXT``/``FIRST``,
 ``SLIDE``, ``!Type var``) and VLDB 2018's unary operators ``KL(T e)``/``NOT(T e)``.
 Keywords are case-insensitive and contextual (a type or variable may be called ``Seq``, ``KL``

@@ -2,8 +2,8 @@
 
 ``validate(query)`` returns the query unchanged or raises :class:`QueryValidationError` naming
 the variable/attribute and what is wrong, with the position of the offending node (caret excerpt
-from ``query.text`` when the query came from text). The rules are the restrictions of the README
-semantics: a conjunct may use the index ``i`` of at most one Kleene variable and mention at most
+from ``query.text`` when the query came from text). The rules are the restrictions of the
+semantics (docs/language.md, docs/semantics.md): a conjunct may use the index ``i`` of at most one Kleene variable and mention at most
 one negated variable (SASE+ section 2; negation as in "Efficient Detection of Complex Event
 Patterns Using Lazy Chain Automata"), every negation is bounded by a positive event, and every
 query has a window.
@@ -200,7 +200,7 @@ def static_kind(node) -> str | None:
 
 def _check_condition(node, text, parent=None) -> None:
     """A conjunct, an operand of AND/OR or the operand of NOT is a condition: it must be able
-    to be true or false (README "Predicates": a WHERE term that is not a boolean fails, so
+    to be true or false (docs/semantics.md, "Predicates": a WHERE term that is not a boolean fails, so
     one that can never be a boolean is refused here). An attribute or a parameter may hold a
     boolean: that is checked when it is evaluated (a non-boolean is false)."""
     kind = static_kind(node)
@@ -218,7 +218,7 @@ def _check_condition(node, text, parent=None) -> None:
 
 def _check_comparable(node: Compare, text) -> None:
     """A comparison whose two sides are of kinds known here to differ (a number and a string)
-    or that orders booleans can never hold (README "Predicates": it fails on every
+    or that orders booleans can never hold (docs/semantics.md, "Predicates": it fails on every
     evaluation): refused here."""
     left, right = static_kind(node.left), static_kind(node.right)
     if left is not None and right is not None and left != right:

@@ -1,4 +1,4 @@
-"""Adaptive re-planning (README "Planning"; the deviation-aware optimizer of OpenCEP and the
+"""Adaptive re-planning (docs/planning.md; the deviation-aware optimizer of OpenCEP and the
 adaptive CEP of Kolchinsky & Schuster, VLDB 2018, section 5, and their "Efficient Adaptive
 Detection of Complex Event Patterns", PVLDB 11(11), 2018).
 

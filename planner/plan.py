@@ -1,4 +1,4 @@
-"""Plans: the immutable description of how a query is evaluated (README, "Planning").
+"""Plans: the immutable description of how a query is evaluated (docs/planning.md).
 
 A Plan is an order of the query's positive variables, handed to
 ``PatternManager.set_order(plan.order, plan.version)``; the evaluator binds the trigger first

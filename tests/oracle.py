@@ -1,4 +1,4 @@
-"""A brute-force oracle for raycep queries: the README "Semantics" section, written plainly.
+"""A brute-force oracle for raycep queries: docs/semantics.md, written plainly.
 
 It is a test instrument, not product code, and it shares nothing with the engine except the
 AST, Event, match_key and the error classes. Two independent evaluators live here:
@@ -407,7 +407,7 @@ def _type_ok(vtype, ev: Event) -> bool:
 
 
 def negation_ok(p: Prepared, br: Branch, bind: dict, stream: list) -> bool:
-    """False if some negated variable of the branch has a witness event (README Negation)."""
+    """False if some negated variable of the branch has a witness event (docs/semantics.md, Negation)."""
     if not br.negs:
         return True
     bound = _events(bind)
@@ -644,7 +644,7 @@ class _Automaton:
 def nfa_bindings(query: A.Query, events: list, params: dict | None = None,
                  strategy: str | None = None) -> list:
     """Bindings accepted by the NFA^b of some linear extension of some DNF branch, then
-    filtered by window and negation (README Selection strategies)."""
+    filtered by window and negation (docs/semantics.md, Selection strategies)."""
     strategy = strategy or query.strategy
     p = prepare(query, params)
     everything = _sorted(events)

@@ -97,7 +97,7 @@ def check(query, params, events, plan, order=None, key_attr=None):
 
 def test_equivalence_on_type_compares_x_type():
     """``[type]`` compares ``x.type`` of every variable: the attribute 'type' if the event has
-    one, else the event type (README: "[attr] ... the same value of attr", "x.type ...")."""
+    one, else the event type (docs/semantics.md: "[attr] ... the same value of attr", "x.type ...")."""
     a1, b2 = Event("A", 1.0, {}, id="1"), Event("B", 2.0, {"type": "A"}, id="2")
     a3, c4 = Event("A", 3.0, {}, id="3"), Event("C", 4.0, {}, id="4")
     query = A.Query(A.Seq((A.EventVar(None, "a"), A.EventVar(None, "b"))), equivalence=("type",),

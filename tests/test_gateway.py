@@ -186,7 +186,7 @@ def test_send_dicts_and_events(client):
 
 def test_client_skips_and_reports_malformed_mappings_as_the_http_api_does(client, caplog):
     """client.send and POST /v1/events: bad rows are skipped and named in ``bad_rows``; the
-    good rows of the batch are sent (one behaviour, see the README)."""
+    good rows of the batch are sent (one behaviour, see docs/cluster.md)."""
     ack = client.send([{"type": "A", "ts": 1, "k": "x"}, {"ts": 2, "k": "x"}])
     assert ack["events"] == 1 and len(ack["bad_rows"]) == 1
     assert ack["bad_rows"][0].startswith("row 1") and "'type'" in ack["bad_rows"][0]

@@ -263,7 +263,7 @@ def test_defaults(chart):
 
 
 def test_checkpoints_go_to_the_head_volume_or_a_volume_every_pod_mounts(chart):
-    """raycep serve --checkpoint-dir (README "Failures"): by default on the head's data
+    """raycep serve --checkpoint-dir (docs/guarantees.md, "Failures"): by default on the head's data
     volume; with checkpoints.volume, that volume on the head and every worker, so an actor
     restarted on another pod finds its state."""
     objects, _ = render(chart, {})

@@ -1,4 +1,4 @@
-"""The query parser: every construct of the README grammar, normalisations and error positions."""
+"""The query parser: every construct of the grammar (docs/language.md), normalisations and error positions."""
 import pytest
 
 from raycep.cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration,

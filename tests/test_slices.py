@@ -6,7 +6,7 @@ the cap of matches), the lines the slices write, one after the
 other in slice order, are those of one run over the whole file: for every query the same lines,
 and the same lines overall; in the same order when the plans cannot differ (a forced order for
 every query, or the Tree-NFA planner: the order of one trigger's matches follows the plan, and
-an adaptive or static planner plans from the rows a slice reads, README "--workers"). A file out of time order makes some slice
+an adaptive or static planner plans from the rows a slice reads, docs/local.md "--workers"). A file out of time order makes some slice
 report ``ordered == False``; a copy or a bad row makes its slice not clean.
 
 Each property draws random queries (tests/strategies.py: every selection strategy, forced

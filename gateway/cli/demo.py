@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
 
 
 def run_demo(args) -> int:
-    """The README's main job (issue 4): see the ``demo`` parser description."""
+    """The README's main job: see the ``demo`` parser description."""
     from raycep.actors.handles import named_handles
     from raycep.actors.producer import Producer
     from raycep.actors.routing import RoutingTable

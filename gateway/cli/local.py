@@ -7,7 +7,7 @@ Each match is one JSON line ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ..
 ``--out`` (or stdout); a retraction (an optimistic query's match that a late event cancelled)
 is the same line plus ``"retracted": true``. Late events (later than the lateness threshold,
 never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdout line is always
-a JSON summary (README "raycep local"). Progress goes to stderr every ~2 s.
+a JSON summary (docs/local.md). Progress goes to stderr every ~2 s.
 
 The engine and the loop that feeds it are ``local.run``'s (``local.match`` runs them too);
 this module reads the arguments, writes the lines and the summary.
