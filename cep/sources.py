@@ -81,6 +81,9 @@ _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: as 20 zeros once every digit is made a zero
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 20
+#: orjson reads an integer below -2**63 as a float (one above 2**64 - 1 needs 20 digits):
+#: lines with such a run are read by json, whose int make_event refuses as the rows' reader
+_NEGATIVE_RUN = b"-" + b"0" * 19
 #: more brackets than this in a line: json decides (it refuses deep nesting, orjson does not)
 _DEEP = 200
 _BLANK = object()
@@ -673,10 +676,11 @@ def _jsonl_chunks(path: str, handle, key_attr, ts_unit):
         # lines end at LF, CRLF and a lone CR, as in text mode; each keeps its end (json's
         # error messages count it in their column numbers)
         lines = data.splitlines(keepends=True)
-        careful = _LONG_RUN in data.translate(_DIGITS_AS_ZERO)
+        digits = data.translate(_DIGITS_AS_ZERO)
+        careful = _LONG_RUN in digits or _NEGATIVE_RUN in digits
         rows, numbers, problems = [], [], []
         for number, line in enumerate(lines, start=first):
-            if (careful and _LONG_RUN in line.translate(_DIGITS_AS_ZERO)) or \
+            if (careful and _long_number(line.translate(_DIGITS_AS_ZERO))) or \
                     (len(line) > _DEEP and line.count(b"[") + line.count(b"{") > _DEEP):
                 row = _json_row(line, number)
             else:
@@ -700,6 +704,11 @@ def _jsonl_chunks(path: str, handle, key_attr, ts_unit):
                          lines_of_events, problems, run)
         problems.sort(key=lambda item: item[0])
         yield pieces, lines_of_events, problems
+
+
+def _long_number(digits: bytes) -> bool:
+    """Whether a line (digits as 0) has a number orjson would not read exactly."""
+    return _LONG_RUN in digits or _NEGATIVE_RUN in digits
 
 
 def _shapes(rows: list):

@@ -359,21 +359,21 @@ def test_match_flood_and_backpressure_through_ray_reach_the_sink(make_cluster, t
     handles = named_handles(rt)
     target = partition_of("y", rt.partitions)
     handles[target].get("set_outbox", True, 5)
-    pushed = flood(3, "y")
+    pushed = flood(3, "y", t0=1000.0)    # after x's: event time is the stream's
     assert handles[target].get("ingest", encode_batch(pushed, "spark", "s1"))[
         "outbox"] == 9
-    sent = flood(4, "y", t0=100.0)
+    sent = flood(4, "y", t0=1100.0)
     assert client.send(sent)["matches"] == 16 + 12
     assert client.stats()["actors"][str(target)]["refused_batches"] == 1
 
-    more = flood(3, "y", t0=300.0)
+    more = flood(3, "y", t0=1300.0)
     handles[target].get("ingest", encode_batch(more, "spark", "s2"))
     producer = Producer(handles, rt, "spark-3", retry_for=0.0)
-    producer.send(flood(1, "y", t0=400.0))
+    producer.send(flood(1, "y", t0=1400.0))
     with pytest.raises(OverloadedError, match=r"limit 5\).*still refused after 0 s") as info:
         producer.flush()
     assert "Traceback" not in str(info.value)
-    last = flood(1, "y", t0=500.0)
+    last = flood(1, "y", t0=1500.0)
     client.send(last)                         # refused once, drained, retried
     assert client.stats()["actors"][str(target)]["refused_batches"] == 3
 
@@ -409,7 +409,7 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
     case = SimpleNamespace(events=events, arrivals=events, keyed=True, members=members,
                            cuts=[], slack=max(e.ts for e in events) + 1.0,
                            order=list(range(len(members))), batches=[7, 50, 1, 23],
-                           producers=2, partitions=2, seed=3, restore_at=None)
+                           producers=2, partitions=2, seed=3, restore_at=None, retain=0.0)
     from raycep.cep.disorder import DisorderSettings
     cluster = RayCluster(2, "k", GatewaySettings(port=0, plan_every=0.5,
                                                  registry_path=str(tmp_path / "r.sqlite")),

@@ -97,7 +97,8 @@ def test_select_compares_column_wise_like_a_plain_filter():
 def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
     """Without a partitioned query a keyed event is indexed once (under ALL); a partitioned
     query added later finds the buffered events under their keys (the buffers are rebuilt),
-    so it matches exactly as if it had been registered from the start."""
+    so, with a retention that lets it read them (Engine.add_query), it matches exactly as if
+    it had been registered from the start."""
     from raycep.cep.engine import Engine
 
     rnd = random.Random(5)
@@ -106,7 +107,7 @@ def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
               for i, k in enumerate(keys)]
     glob = "PATTERN SEQ(A a, B b) WHERE a.v < b.v WITHIN 5 seconds"
     keyed = "PATTERN SEQ(A a, B b) WHERE [k] AND a.v < b.v WITHIN 5 seconds"
-    eng = Engine(key_attr="k")
+    eng = Engine(key_attr="k", retain=10.0)
     eng.add_query(glob, name="g")
     for ev in events[:200]:
         eng.process(ev)
