@@ -57,8 +57,10 @@ class Lane:
         self._flight: deque = deque()        # (ref, data, batch_id, after), oldest first
         self._last = None                    # id of the last batch pushed
 
-    def push(self, data: bytes, batch_id: str):
-        self._flight.append(self._send(data, batch_id, self._last))
+    def push(self, data: bytes, batch_id: str, clock: float | None = None):
+        """Send a batch after the ones pushed before; ``clock``: the latest event time of
+        the slice it is part of (PartitionWorker.ingest observes it after the rows)."""
+        self._flight.append(self._send(data, batch_id, self._last, clock))
         self._last = batch_id
         while len(self._flight) > self.max_in_flight:
             self._settle()
@@ -68,8 +70,9 @@ class Lane:
         while self._flight:
             self._settle()
 
-    def _send(self, data: bytes, batch_id: str, after) -> tuple:
-        return (self.handle.submit("ingest", data, after), data, batch_id, after)
+    def _send(self, data: bytes, batch_id: str, after, clock=None) -> tuple:
+        return (self.handle.submit("ingest", data, after, clock), data, batch_id, after,
+                clock)
 
     def _settle(self):
         """Wait for the oldest batch in flight; while the actor refuses it, send it and the
@@ -99,7 +102,7 @@ class Lane:
                 self.refusals += len(again)
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
-                self._flight.extend(self._send(d, b, a) for _, d, b, a in again)
+                self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
                 continue
             self._flight.popleft()
             self.on_ack(ack)
@@ -138,13 +141,20 @@ class Producer:
         self.truncated = 0
 
     def send(self, events: list):
-        """Push one slice of the stream (all its targets get one batch each)."""
+        """Push one slice of the stream: every actor gets one batch, with the slice's latest
+        event time (an actor none of its events go to gets an empty one), so each actor's
+        event time is the stream's, as through the gateway."""
         seq = next(self._seq)
         if seq > 1 and (seq - 1) % self.refresh_every == 0:
             self.routing = self._routing_source()
-        for target, evs in self.routing.route(events).items():
+        routed = self.routing.route(events)
+        clock = max((e.ts for e in events), default=None)
+        for target, lane in self._lanes.items():
+            evs = routed.get(target)
+            if evs is None and clock is None:
+                continue
             batch_id = f"{self._run}:{seq}:{target}"
-            self._lanes[target].push(encode_batch(evs, self.source, batch_id), batch_id)
+            lane.push(encode_batch(evs or [], self.source, batch_id), batch_id, clock)
         self.events += len(events)
 
     def flush(self) -> dict:

@@ -126,9 +126,9 @@ class DrainedActor:
     def __init__(self, worker):
         self.worker, self.records, self.ack, self.refusals = worker, [], 0, []
 
-    def ingest(self, data, after=None):
+    def ingest(self, data, after=None, clock=None):
         try:
-            return self.worker.ingest(data, after)
+            return self.worker.ingest(data, after, clock)
         except OverloadedError as exc:
             self.refusals.append(str(exc))
             self.drain()

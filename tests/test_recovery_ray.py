@@ -84,7 +84,7 @@ def test_a_batch_an_actor_does_not_answer_in_time_raises_unavailable(ray_session
     from raycep.cep.errors import UnavailableError
 
     class Stuck:
-        def ingest(self, data, after=None):
+        def ingest(self, data, after=None, clock=None):
             time.sleep(30)
 
     actor = actor_class(Stuck, num_cpus=0).remote()

@@ -208,3 +208,31 @@ def test_an_out_of_order_event_never_retracts_what_a_new_query_did_not_report(sh
     assert pairs(new, "new") == {("a35", "b4")}
     old = [m for m in out if m.query == "old"]
     assert sum(1 for m in old if getattr(m, "retracted", False)) == 1   # a1-b3 was reported
+
+
+def test_a_producer_carries_the_streams_event_time_to_every_actor():
+    """A Producer (the path of raycep demo, pushing to the actors directly) sends each actor
+    its part of a slice with the slice's latest event time, and an empty batch to an actor
+    none of the slice goes to: a trailing negation on a quiet key is confirmed when the
+    stream's time passes its window, as in one engine, not only when that key speaks again."""
+    from raycep.actors.handles import LocalHandle
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import RoutingTable, partition_of
+    workers = [PartitionWorker(f"p{i}", "k") for i in range(2)]
+    q = "PATTERN SEQ(A a, ~C c) WHERE [k] WITHIN 5 seconds"
+    for w in workers:
+        w.add_query("neg", q)
+    quiet = next(k for k in "abcdefgh" if partition_of(k, 2) == 0)
+    busy = next(k for k in "abcdefgh" if partition_of(k, 2) == 1)
+    producer = Producer({i: LocalHandle(w) for i, w in enumerate(workers)},
+                        RoutingTable(2, "k"), "test")
+    producer.send([Event("A", 1.0, {"k": quiet}, key=quiet)])
+    producer.send([Event("B", float(t), {"k": busy}, key=busy) for t in range(2, 10)])
+    producer.flush()
+    ref = Engine(key_attr="k")
+    ref.add_query(q, name="neg")
+    want = ref.process_many([Event("A", 1.0, {"k": quiet}, key=quiet)] +
+                            [Event("B", float(t), {"k": busy}, key=busy) for t in range(2, 10)])
+    assert len(want) == 1                            # released at t = 9 > 1 + 5
+    got = workers[0].stats()["queries"]["neg"]["matches"]
+    assert got == 1, workers[0].stats()["queries"]["neg"]
