@@ -3,10 +3,10 @@
 ``validate(query)`` returns the query unchanged or raises :class:`QueryValidationError` naming
 the variable/attribute and what is wrong, with the position of the offending node (caret excerpt
 from ``query.text`` when the query came from text). The rules are the restrictions of the
-semantics (docs/language.md, docs/semantics.md): a conjunct may use the index ``i`` of at most one Kleene variable and mention at most
-one negated variable (SASE+ section 2; negation as in "Efficient Detection of Complex Event
-Patterns Using Lazy Chain Automata"), every negation is bounded by a positive event, and every
-query has a window.
+semantics (docs/language.md, docs/semantics.md): a conjunct may use the index ``i`` of at most
+one Kleene variable and mention at most one negated variable (SASE+ section 2; negation as in
+"Efficient Detection of Complex Event Patterns Using Lazy Chain Automata"), every negation is
+bounded by a positive event, and every query has a window.
 """
 from __future__ import annotations
 
