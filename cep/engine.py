@@ -99,6 +99,7 @@ class Engine:
         self._busy: set = set()           # managers with matches or triggers waiting
         self._floored: set = set()        # managers of queries registered mid-stream whose
                                           # floor (add_query's since) may still bind
+        self._starts: dict = {}           # query -> its (floor, since) at registration
         self._pessimistic: list = []      # managers released by the watermark
         self._optimistic: list = []
         self.clock = -math.inf
@@ -162,6 +163,7 @@ class Engine:
              start: tuple = (-math.inf, -math.inf)):
         cq = compile_query(query, params)
         mode = check_mode(mode) if mode is not None else self.mode
+        self._starts[name] = start            # (snapshots: the same groups on restore)
         if self.sharing:
             key, member = signature(query, params or {}, cq, mode, order, name, start)
             manager = self._groups.get(key)
@@ -207,6 +209,7 @@ class Engine:
         else:
             self._stale.append(manager)
         del self._orders[name]
+        del self._starts[name]
         del self._sources[name]
         del self._reads[name]
         self._wanted = {}
@@ -815,7 +818,7 @@ class Engine:
             "sharing": self.sharing,
             "queries": {name: {"query": q, "params": p, "mode": self.managers[name].mode,
                                "order": self._orders[name],
-                               "start": list(self.managers[name].start_of(name))}
+                               "start": list(self._starts[name])}
                         for name, (q, p) in self._sources.items()},
             "evaluators": [{"name": g["name"], "queries": g["queries"],
                             "state": self._evaluators[g["name"]].snapshot()}

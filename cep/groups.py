@@ -650,9 +650,6 @@ class GroupManager(PatternManager):
             self._restricted.pop(seq, None)
             self._recheck.discard(seq)
 
-    def start_of(self, name: str) -> tuple:
-        return next((m.floor, m.since) for m in self.members if m.name == name)
-
     def expire_floor(self, kept_from: float) -> bool:
         changed = False
         for k, m in enumerate(self.members):

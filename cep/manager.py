@@ -183,10 +183,6 @@ class PatternManager:
             out.extend(self._release(watermark, inclusive=False))
         return out
 
-    def start_of(self, name: str) -> tuple:
-        """``(floor, since)`` of query ``name`` (this manager's query)."""
-        return self.floor, self.since
-
     def expire_floor(self, kept_from: float) -> bool:
         """No event before ``kept_from`` is processed any more: drop the floors once no
         evaluation can reach back to them (a correction re-reads a window on either side of

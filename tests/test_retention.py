@@ -236,3 +236,23 @@ def test_a_producer_carries_the_streams_event_time_to_every_actor():
     assert len(want) == 1                            # released at t = 9 > 1 + 5
     got = workers[0].stats()["queries"]["neg"]["matches"]
     assert got == 1, workers[0].stats()["queries"]["neg"]
+
+
+def test_groups_survive_a_snapshot_after_a_mid_stream_floor_expired():
+    """Regression (hypothesis): a query with a leading negation registered mid-stream forms
+    its own group (its floor is in the key); once its floor expired a snapshot restored it
+    into the others' group. The snapshot keeps the registration's start: the same groups."""
+    q = "PATTERN SEQ(~A n, A b, A c) WITHIN 1 seconds"
+    eng = Engine()
+    eng.add_query(q, name="v0")
+    eng.process_many([Event("A", float(t), {}, id=f"a{t}") for t in range(3)])
+    eng.add_query(q, name="v1")
+    eng.process_many([Event("A", float(t) / 2, {}, id=f"b{t}") for t in range(6, 40)])
+    eng.evict()
+    before = sorted(g["queries"] for g in eng.groups())
+    assert before == [["v0"], ["v1"]]
+    again = Engine.restore(eng.snapshot())
+    assert sorted(g["queries"] for g in again.groups()) == before
+    late = [Event("A", 20.0 + t / 4, {}, id=f"c{t}") for t in range(8)]
+    assert sorted(map(repr, again.process_many(late))) == \
+        sorted(map(repr, eng.process_many(late)))
