@@ -120,7 +120,7 @@ class ColumnBatch:
         got = self._decoded
         if got is None:
             if not all(isinstance(col, list) for col in self._columns):
-                from raycep.cep.columns import column_values        # pyarrow
+                from raycep.cep.values import column_values         # pyarrow
             got = self._decoded = [
                 (name, col if isinstance(col, list) else column_values(col).values,
                  absent.tolist() if absent is not None and absent.any() else None)

@@ -20,7 +20,7 @@ integer beyond 64 bits as decimal text: a bad row, as make_event says) and ``msg
 child ``absent`` of type null, means the attribute is absent. A column of one kind is a plain
 Arrow column of that type. Python types survive exactly: int stays int, float float, bool bool.
 
-CSV cells are typed by ``typed_column`` with the rules of ``cep.sources.parse_cell`` applied
+CSV cells are typed by ``typed_column`` with the rules of ``cep.cells.parse_cell`` applied
 to every cell: strict ASCII patterns (``-42``, ``4.2``, ``1e3``, ``true``) are converted with
 pyarrow.compute in one pass, any other cell goes through ``parse_cell`` itself (once per
 distinct text), so a column gives exactly what ``parse_cell`` gives cell by cell.
@@ -38,9 +38,11 @@ import pyarrow.compute as pc
 
 from raycep.cep.arrow import arrow_array, to_numpy, true_mask, valid_mask
 from raycep.cep.batch import ColumnBatch
+from raycep.cep.cells import parse_cell
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event, make_event
 from raycep.cep.timestamps import bulk_seconds, event_time, timestamp_seconds
+from raycep.cep.values import NULL, Column, column_values, is_text, plain_array
 
 #: the characters Python's str.strip() removes (all of them are below U+3001)
 _PY_SPACE = "".join(ch for ch in map(chr, range(0x3001)) if ch.isspace())
@@ -64,8 +66,6 @@ _KIND_TYPES = {"str": pa.string(), "int": pa.int64(), "uint": pa.uint64(),
 #: kinds whose values make_event must see (a bad value, or one it converts or walks)
 _CHECKED_KINDS = ("bigint", "msgpack")
 
-#: an attribute given as null (present, value None) in a table_from_events column
-_NULL = type("_NullValue", (), {"__repr__": lambda self: "null"})()
 #: absent cell while building columns
 _ABSENT = object()
 
@@ -73,15 +73,6 @@ _ROLES = ("type", "ts", "id")
 
 
 # --------------------------------------------------------------------------- small helpers
-
-def _array(column) -> pa.Array:
-    """One contiguous Array (dictionary-decoded) from an Array or ChunkedArray."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    return column
-
 
 #: scalars for pyarrow.compute, made without pa.scalar (see cep.arrow)
 _EMPTY_TEXT = arrow_array([""], pa.string())[0]
@@ -144,12 +135,8 @@ def _shapes(arr) -> tuple:
     return ints, floats
 
 
-def _is_text(t) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
 def _strings(arr) -> pa.Array:
-    arr = _array(arr)
+    arr = plain_array(arr)
     if pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.string())
     if not pa.types.is_string(arr.type):
@@ -204,7 +191,7 @@ def strip_text(arr) -> pa.Array:
 # --------------------------------------------------------------------------- typing text
 
 def typed_column(arr, empty_absent: bool = True) -> pa.Array:
-    """A string column typed cell by cell with the rules of ``cep.sources.parse_cell``: int,
+    """A string column typed cell by cell with the rules of ``cep.cells.parse_cell``: int,
     float, bool or the text itself; null (and with ``empty_absent`` the empty string, as in a
     CSV file) is absent. Returns a plain column when all cells are of one kind, else a dense
     union (see the module docstring)."""
@@ -246,7 +233,6 @@ def typed_column(arr, empty_absent: bool = True) -> pa.Array:
 
 def _parsed_cells(cells, positions) -> list:
     """Parts of cells the bulk patterns leave: ``parse_cell`` once per distinct text."""
-    from raycep.cep.sources import parse_cell
     encoded = pc.dictionary_encode(cells)
     parsed = [parse_cell(text) for text in encoded.dictionary.to_pylist()]
     if all(value.__class__ is str for value in parsed):
@@ -290,7 +276,7 @@ def _child(kind: str, values: list, positions, field) -> pa.Array:
         packed = []
         for pos, value in zip(positions, values):
             try:
-                packed.append(msgpack.packb(None if value is _NULL else value,
+                packed.append(msgpack.packb(None if value is NULL else value,
                                             use_bin_type=True))
             except (TypeError, ValueError, OverflowError):
                 raise _unencodable(value, int(pos), field) from None
@@ -398,7 +384,7 @@ def column_from_values(values: list, field=None, none_is_absent: bool = True,
         if value is _ABSENT or (value is None and none_is_absent):
             continue
         positions.append(i)
-        present.append(_NULL if value is None else value)
+        present.append(NULL if value is None else value)
     if not positions:
         return pa.nulls(n)
     return _assemble(n, _parts_from_values(positions, present, field, bigint=bigint))
@@ -455,109 +441,6 @@ def table_from_events(events) -> pa.Table:
         raise IngestError(f"columns cannot be encoded: {exc}") from None
 
 
-# --------------------------------------------------------------------------- Arrow -> values
-
-class _Column:
-    """Python values of one column: ``values`` (list, None = null), ``flags`` (numpy bool:
-    rows make_event must see, or None) and ``nulls`` (positions of nulls, numpy, or None)."""
-    __slots__ = ("values", "flags", "nulls")
-
-    def __init__(self, values, flags=None, nulls=None):
-        self.values, self.flags, self.nulls = values, flags, nulls
-
-
-def column_values(arr, key: bool = False) -> _Column:
-    """Decode one Arrow column to Python values, flagging the rows whose value make_event must
-    check: non-finite floats, nested values, integers beyond 64 bits, values of Arrow types
-    that are not plain (timestamps, decimals, lists, structs ...) and, for a partition key
-    (``key=True``), bytes."""
-    arr = _array(arr)
-    t = arr.type
-    if pa.types.is_union(t):
-        return _union_values(arr, key)
-    values = _text_values(arr) if _is_text(t) else arr.to_pylist()
-    nulls = np.flatnonzero(~valid_mask(arr)) if arr.null_count else None
-    if (_is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
-            or pa.types.is_null(t)):
-        return _Column(values, None, nulls)
-    if pa.types.is_floating(t):
-        bad = true_mask(pc.invert(pc.is_finite(arr)))
-        return _Column(values, bad if bad.any() else None, nulls)
-    if (pa.types.is_binary(t) or pa.types.is_large_binary(t)
-            or pa.types.is_fixed_size_binary(t)) and not key:
-        return _Column(values, None, nulls)
-    if pa.types.is_map(t):
-        values = [dict(v) if v is not None else None for v in values]
-    return _Column(values, true_mask(pc.is_valid(arr)), nulls)
-
-
-def _text_values(arr) -> list:
-    """The str values of a text column (None = null), one str object per distinct text when
-    texts repeat (event types, keys, symbols): ~50 bytes less per repeated cell to keep."""
-    n = len(arr)
-    if n < 64:
-        return arr.to_pylist()
-    encoded = pc.dictionary_encode(arr)
-    texts = encoded.dictionary.to_pylist()
-    if len(texts) > n // 4:
-        return arr.to_pylist()
-    index = to_numpy(encoded.indices)
-    if arr.null_count:
-        texts.append(None)
-        index = np.where(valid_mask(encoded.indices), index, len(texts) - 1)
-    distinct = np.empty(len(texts), dtype=object)
-    distinct[:] = texts
-    return distinct.take(index).tolist()
-
-
-def _union_values(arr, key: bool) -> _Column:
-    t = arr.type
-    if t.mode != "dense":
-        arr = _array(arr)
-        values = arr.to_pylist()                          # sparse unions: rare, row by row
-        return _Column(values, np.ones(len(arr), dtype=bool),
-                       np.flatnonzero([v is None for v in values]) if None in values else None)
-    n = len(arr)
-    buffers = arr.buffers()                          # [None, type ids, offsets, children...]
-    codes = np.frombuffer(buffers[1], dtype=np.int8)[arr.offset:arr.offset + n]
-    offsets = np.frombuffer(buffers[2], dtype=np.int32)[arr.offset:arr.offset + n]
-    code_index = np.zeros(128, dtype=np.int64)
-    for index, code in enumerate(t.type_codes):
-        code_index[code] = index
-    which = code_index[codes]
-    lists, flag_arrays = [], []
-    for index in range(t.num_fields):
-        name = t.field(index).name
-        child = arr.field(index)
-        if name == "msgpack" and (pa.types.is_binary(child.type)
-                                  or pa.types.is_large_binary(child.type)):
-            vals = [None if b is None else _unpacked(b) for b in child.to_pylist()]
-            flags = np.array([v is not None for v in vals], dtype=bool)
-        elif name == "bigint" and _is_text(child.type):
-            vals = [None if s is None else int(s) for s in child.to_pylist()]
-            flags = np.array([v is not None for v in vals], dtype=bool)
-        else:
-            col = column_values(child, key)
-            vals = col.values
-            flags = col.flags if col.flags is not None else np.zeros(len(child), dtype=bool)
-        lists.append(vals)
-        flag_arrays.append(flags)
-    values = [lists[c][o] for c, o in zip(which.tolist(), offsets.tolist())]
-    flags = np.zeros(n, dtype=bool)
-    for index, child_flags in enumerate(flag_arrays):
-        if child_flags.any():
-            rows = which == index
-            flags[rows] = child_flags[offsets[rows]]
-    nulls = [i for i, v in enumerate(values) if v is None]
-    return _Column(values, flags if flags.any() else None,
-                   np.asarray(nulls, dtype=np.int64) if nulls else None)
-
-
-def _unpacked(data: bytes):
-    value = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    return _NULL if value is None else value
-
-
 # --------------------------------------------------------------------------- Arrow -> events
 
 def events_from_table(table, key_attr: str | None = None, on_error=None,
@@ -612,7 +495,7 @@ def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: i
         raise IngestError(f"column {twice!r} appears twice", field=twice)
     if n == 0:
         return ColumnBatch([], []), []
-    arrays = {name: _array(table.column(i)) for i, name in enumerate(names)}
+    arrays = {name: plain_array(table.column(i)) for i, name in enumerate(names)}
     raw: dict = {}          # name -> values or the Arrow column, for the flagged rows
     bad = np.zeros(n, dtype=bool)
     key_is_field = key_attr is None or key_attr == "key"
@@ -621,7 +504,7 @@ def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: i
     type_values = None
     if arr is not None:
         type_values = raw["type"] = column_values(arr).values
-        if _is_text(arr.type):
+        if is_text(arr.type):
             if arr.null_count:
                 bad |= true_mask(pc.is_null(arr))
             bad |= true_mask(pc.equal(arr, _EMPTY_TEXT))
@@ -636,7 +519,7 @@ def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: i
     id_values = None
     if arr is not None and not pa.types.is_null(arr.type):
         id_values = raw["id"] = column_values(arr).values
-        if not _is_text(arr.type):
+        if not is_text(arr.type):
             bad |= np.array([v is not None for v in id_values], dtype=bool)
 
     attr_names, attr_columns, attr_nulls = [], [], []
@@ -692,21 +575,21 @@ def build_columns(table, key_attr: str | None = None, *, rows=None, first_row: i
         overrides = {int(row_of[p]): ev for p, ev in overrides.items()}
     codes = None
     arr = arrays.get("type")
-    if not problems and not overrides and arr is not None and _is_text(arr.type):
+    if not problems and not overrides and arr is not None and is_text(arr.type):
         encoded = pc.dictionary_encode(arr)         # the batch's type index (C++)
         codes = (encoded.dictionary.to_pylist(), to_numpy(encoded.indices))
     batch = ColumnBatch(*lists, attr_names, attr_columns, absent, overrides, codes)
     return batch, problems
 
 
-def _checked(arr, key: bool = False) -> _Column:
+def _checked(arr, key: bool = False) -> Column:
     """``column_values(arr, key)``, but a column of plain values (text, integers, booleans,
     floats, bytes; not a key) is not decoded: its ``values`` are None, its flags and nulls
     come from Arrow."""
     t = arr.type
     if key or pa.types.is_union(t):
         return column_values(arr, key)
-    plain = _is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or \
+    plain = is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or \
         pa.types.is_null(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
     if not plain and not pa.types.is_floating(t):
         return column_values(arr, key)          # every present value goes to make_event
@@ -715,7 +598,7 @@ def _checked(arr, key: bool = False) -> _Column:
     if pa.types.is_floating(t):
         flags = true_mask(pc.invert(pc.is_finite(arr)))
         flags = flags if flags.any() else None
-    return _Column(None, flags, nulls)
+    return Column(None, flags, nulls)
 
 
 def _fallback_rows(flagged, raw: dict, rows, first_row: int, fallback) -> tuple:
@@ -739,7 +622,7 @@ def _fallback_rows(flagged, raw: dict, rows, first_row: int, fallback) -> tuple:
         for name, values in columns:
             value = values[k]
             if value is not None:
-                row[name] = None if value is _NULL else value
+                row[name] = None if value is NULL else value
         index = int(rows[position]) if rows is not None else first_row + position
         try:
             made[position] = fallback(row, index)
@@ -772,7 +655,7 @@ def _event_times(arr, raw: dict, bad: np.ndarray, strict: bool):
         if ints.size and (ints.max() > 2 ** 53 or ints.min() < -2 ** 53):
             return [float(v) for v in ints.tolist()]
         return ints.astype(np.float64).tolist()
-    if _is_text(t) and not strict:
+    if is_text(t) and not strict:
         raw["ts"] = arr
         fast = _match(arr, _TS_FAST)
         if not fast.any():
@@ -798,9 +681,9 @@ def typed_table(table, empty_absent: bool = True, typed_strings: bool = True) ->
     text (a date event time: its midnight UTC); decimals become floats."""
     names, arrays = [], []
     for name, column in zip(table.schema.names, table.columns):
-        arr = _array(column)
+        arr = plain_array(column)
         t = arr.type
-        if _is_text(t):
+        if is_text(t):
             if name in _ROLES:
                 if empty_absent:                        # an empty cell is absent; a blank
                     arr = pc.if_else(pc.equal(arr, _EMPTY_TEXT), _null_scalar(pa.string()), arr)
@@ -837,16 +720,16 @@ def convert_times(table, unit: str, rows=None, first_row: int = 0) -> tuple:
     if unit == "s" or "ts" not in names:
         return table, {}
     position = names.index("ts")
-    arr = _array(table.column(position))
+    arr = plain_array(table.column(position))
     if pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type):
         return table, {}
-    read = bulk_seconds(_strings(arr) if _is_text(arr.type) else arr, unit, rows, first_row)
+    read = bulk_seconds(_strings(arr) if is_text(arr.type) else arr, unit, rows, first_row)
     if read is not None:                    # numbers in a unit, ISO text: in bulk
         seconds, errors = read
         return table.set_column(position, "ts", seconds), errors
     seconds, errors = [], {}
     for i, value in enumerate(column_values(arr).values):
-        if value is None or value is _NULL:
+        if value is None or value is NULL:
             seconds.append(None)                 # absent: build_events says so
             continue
         row = int(rows[i]) if rows is not None else first_row + i

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from raycep.cep import ast
-from raycep.cep.errors import QueryValidationError
+from raycep.cep.errors import QueryValidationError, short_repr
 from raycep.cep.expressions import FIELDS, EvalFailure, compile_expr, kleene_offset_shift, separable
-from raycep.cep.validate import conjuncts as split_conjuncts, finite, short_repr, static_kind, validate
+from raycep.cep.validate import conjuncts as split_conjuncts, finite, static_kind, validate
 
 
 @dataclass(frozen=True)

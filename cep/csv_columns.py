@@ -17,6 +17,7 @@ from itertools import repeat
 import numpy as np
 
 from raycep.cep.batch import ColumnBatch
+from raycep.cep.cells import parse_cell
 from raycep.cep.errors import IngestError
 from raycep.cep.event import _INT_MAX, _INT_MIN
 from raycep.cep.timestamps import event_time
@@ -95,7 +96,6 @@ def _times(cells: list, ts_unit: str, numbers: list):
 def _typed(column: list):
     """``(values, absent mask or None)`` of a column of cells typed by parse_cell (an empty
     cell: absent, value None), or None when a value would make its row bad."""
-    from raycep.cep.sources import parse_cell
     typed = {cell: parse_cell(cell) for cell in set(column)}
     empty = typed.pop("", _NONE) is not _NONE
     for value in typed.values():

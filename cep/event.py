@@ -20,8 +20,7 @@ from operator import attrgetter
 import msgpack
 import orjson
 
-from raycep.cep.errors import IngestError
-from raycep.cep.validate import short_repr
+from raycep.cep.errors import IngestError, short_repr
 
 #: attribute names that are fields of the event itself, not attributes
 RESERVED = ("type", "ts", "id", "key")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import operator
 
 from raycep.cep import ast
-from raycep.cep.errors import QueryValidationError
-from raycep.cep.validate import finite, short_repr
+from raycep.cep.errors import QueryValidationError, short_repr
+from raycep.cep.validate import finite
 
 
 NUMERIC = frozenset((int, float))

@@ -49,11 +49,11 @@ import gc
 import io
 import json
 import os
-import re
 from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
 
+from raycep.cep.cells import parse_cell
 from raycep.cep.errors import IngestError
 from raycep.cep.event import make_event
 from raycep.cep.timestamps import check_format, event_time
@@ -75,8 +75,6 @@ ROW_READ_BYTES = 512 * 1024
 #: (numpy, no pyarrow: cep.batch), which raycep local evaluates in bulk (cep.bulk)
 ROW_BATCH_BYTES = 64 * 1024
 
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: a run of digits orjson may read differently from json (integers beyond 64 bits): found
 #: as 20 zeros once every digit is made a zero
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -831,26 +829,6 @@ def _parquet_chunks(path: str, handle, key_attr, ts_unit):
                                 f"{str(exc).splitlines()[0]}") from None
 
 
-# --------------------------------------------------------------------------- cells
-
-def parse_cell(text: str):
-    """Type a CSV cell: int, float, bool (true/false) or the text itself."""
-    stripped = text.strip()
-    if _INT.fullmatch(stripped):
-        try:
-            return int(stripped)
-        except ValueError:                  # more digits than int() reads: keep the text
-            return text
-    if _FLOAT.fullmatch(stripped):
-        return float(stripped)
-    lowered = stripped.lower()
-    if lowered == "true":
-        return True
-    if lowered == "false":
-        return False
-    return text
-
-
 # --------------------------------------------------------------------------- errors
 
 def _json_kind(value) -> str:
@@ -872,5 +850,5 @@ def _located(path: str, line: int, err: IngestError, unit: str = "line") -> Inge
     return located
 
 
-__all__ = ["read_events", "iter_events", "iter_event_runs", "iter_batch_runs", "parse_cell",
+__all__ = ["read_events", "iter_events", "iter_event_runs", "iter_batch_runs",
            "SUPPORTED_EXTENSIONS"]

@@ -289,8 +289,8 @@ class TableReader:
     def _missing_time(self, column) -> None:
         import numpy as np
         from raycep.cep.arrow import valid_mask
-        from raycep.cep.columns import _array
-        missing = np.flatnonzero(~valid_mask(_array(column)))
+        from raycep.cep.values import plain_array
+        missing = np.flatnonzero(~valid_mask(plain_array(column)))
         raise IngestError(f"event time missing (null) in {len(missing)} row(s) of this "
                           f"batch, the first at row {self.rows + int(missing[0])}",
                           self.rows + int(missing[0]), self.ts)

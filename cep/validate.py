@@ -15,10 +15,10 @@ import math
 from raycep.cep.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
                      Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Query, Seq,
                      expr_text, walk_expr, walk_pattern)
-from raycep.cep.errors import QueryValidationError
+from raycep.cep.errors import QueryValidationError, short_repr
 
-__all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "short_repr",
-           "static_kind", "AGGREGATES"]
+__all__ = ["validate", "conjuncts", "check_strategy_vars", "finite", "static_kind",
+           "AGGREGATES"]
 
 AGGREGATES = ("avg", "sum", "min", "max", "count")
 _COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=")
@@ -355,16 +355,6 @@ def _seconds(d: Duration, clause: str, text) -> float | None:
     if value <= 0:
         _fail(f"{clause} must be positive, got {value:g}", d.pos, text)
     return value * unit
-
-
-def short_repr(value, limit: int = 40) -> str:
-    """``repr(value)`` for a message, cut at ``limit`` characters (a huge number or mapping
-    must not flood the message; an int too long for ``repr`` is described instead)."""
-    try:
-        text = repr(value)
-    except ValueError:
-        return f"<{type(value).__name__} with too many digits>"
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _check_windows(query: Query, text) -> None:

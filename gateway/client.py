@@ -43,10 +43,11 @@ from raycep.cep.ast import Query
 from raycep.cep.codec import encode_batch, encode_columns
 from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
                         IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
-                        QueryValidationError, UnavailableError, error_from_dict)
+                        QueryValidationError, UnavailableError, error_from_dict,
+                        short_repr)
 from raycep.cep.event import Event, make_event
 from raycep.cep.tables import is_table
-from raycep.cep.validate import finite, short_repr
+from raycep.cep.validate import finite
 
 __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
            "IngestError", "MatchPage", "NotFoundError", "OverloadedError", "QuerySyntaxError",

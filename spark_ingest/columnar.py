@@ -8,7 +8,7 @@ bulk path cannot type exactly like it (a nested, decimal or binary value, an int
 64 bits, a non-finite number, an event time that is not a plain number) and every row with an
 error is handed to ``to_event`` itself (a "slow row"): the events, their ids and the error
 messages are the reference's, only the cost differs. Text cells are typed by
-``cep.columns.typed_column`` (the rules of ``cep.sources.parse_cell``, in bulk); each
+``cep.columns.typed_column`` (the rules of ``cep.cells.parse_cell``, in bulk); each
 attribute travels through Spark as up to four typed columns (int, float, bool, text; null
 where the cell is of another kind or empty), since a Spark column has one type and CSV cells
 of one column may be of several kinds.

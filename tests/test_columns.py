@@ -26,7 +26,8 @@ from raycep.cep.columns import (build_columns, build_events, column_from_values,
                          strip_text, typed_column, typed_table)
 from raycep.cep.errors import IngestError
 from raycep.cep.event import make_event
-from raycep.cep.sources import parse_cell, read_events
+from raycep.cep.cells import parse_cell
+from raycep.cep.sources import read_events
 from raycep.spark_ingest.mapping import EventMapping
 
 
@@ -651,7 +652,7 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
     assert not (floats & ~want(columns._FLOAT_FAST)).any()          # surely floats
     assert columns._match(arr, columns._TS_FAST).tolist() == want(columns._TS_FAST).tolist()
     typed = columns.typed_column(arr)                               # as parse_cell types them
-    from raycep.cep.sources import parse_cell
+    from raycep.cep.cells import parse_cell
     values = columns.column_values(typed).values
     for cell, value in zip(arr.to_pylist(), values):
         expected = None if cell is None or cell == "" else parse_cell(cell)

@@ -7,7 +7,8 @@ from test_columns import _view, legacy_read, numeric_agrees
 import raycep.cep.sources as sources
 from raycep.cep.batch import ColumnBatch
 from raycep.cep.errors import IngestError
-from raycep.cep.sources import iter_batch_runs, iter_event_runs, iter_events, parse_cell, read_events
+from raycep.cep.cells import parse_cell
+from raycep.cep.sources import iter_batch_runs, iter_event_runs, iter_events, read_events
 
 
 def _write(tmp_path, name, text, encoding="utf-8"):

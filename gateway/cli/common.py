@@ -8,14 +8,14 @@ import math
 import os
 import sys
 
+from raycep.cep.cells import parse_cell
 from raycep.cep.errors import CepError
-from raycep.cep.sources import parse_cell
 from raycep.local.queries import QuerySourceError, declares_name, load_queries as load
 
 __all__ = ["DEFAULT_GATEWAY", "PROG", "Terminated", "UsageError", "add_disorder_arguments",
            "add_gateway_arguments", "client_for", "declares_name", "disorder_settings", "err",
-           "finite_float", "load_queries", "note", "parse_params", "require", "silence_stdout",
-           "terminable"]
+           "finite_float", "load_queries", "note", "parse_params", "peak_rss_mb", "require",
+           "silence_stdout", "terminable"]
 
 PROG = "raycep"
 DEFAULT_GATEWAY = "http://127.0.0.1:8470"
@@ -158,3 +158,14 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
+
+
+def peak_rss_mb():
+    """Peak resident set size of this process in MiB (None where unavailable)."""
+    try:
+        import resource
+    except ImportError:                             # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
+    return round(peak / divisor, 1)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from raycep.cep.output import MatchLines
 from raycep.cep.slices import Slice, Unsliceable, cuts
-from raycep.gateway.cli.common import UsageError, err, terminable
+from raycep.gateway.cli.common import UsageError, err, peak_rss_mb, terminable
+from raycep.gateway.cli.lines import evaluate, open_output
 from raycep.gateway.cli.writer import WRITE_BYTES, BackgroundWriter
 
 
@@ -78,7 +79,6 @@ def _clean(engine, stopped) -> str | None:
 
 def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
                others=None) -> str | None:
-    from raycep.gateway.cli.local import evaluate
     try:
         _, stopped = evaluate(engine, _watched(engine, slice_, others), lines, write, None,
                               progress, keep=slice_.keep, gather=True)
@@ -111,7 +111,6 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             why = _run_slice(engine, slice_, out.write, lines)
         finally:
             out.close()
-        from raycep.gateway.cli.local import peak_rss_mb
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
                   "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
                   "warnings": engine.engine.warnings()}
@@ -158,8 +157,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
             children.add(pid, read_fd)
         first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
         if direct:
-            from raycep.gateway.cli.local import _open_output
-            handle = _open_output(args.out, binary=True)[0]
+            handle = open_output(args.out, binary=True)[0]
             os.unlink(files[0])
             files[0] = None
         else:
@@ -339,8 +337,7 @@ def _copy(part, out, at: int, end: int) -> int:
 
 def _append(files: list, out_path) -> None:
     """The slices' files, in order, to ``out_path`` (stdout when None)."""
-    from raycep.gateway.cli.local import _open_output
-    out, close = _open_output(out_path, binary=True)
+    out, close = open_output(out_path, binary=True)
     target = out if close else getattr(sys.stdout, "buffer", None)
     try:
         for path in files:

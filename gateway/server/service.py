@@ -30,10 +30,10 @@ from raycep.cep.compiler import compile_query
 from raycep.cep.disorder import check_mode
 from raycep.cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
                         OverloadedError, QuerySyntaxError, QueryValidationError,
-                        UnavailableError)
+                        UnavailableError, short_repr)
 from raycep.cep.event import make_event
 from raycep.cep.parser import parse_queries, parse_query
-from raycep.cep.validate import finite, short_repr
+from raycep.cep.validate import finite
 
 log = logging.getLogger("raycep.gateway")
 
