@@ -1,12 +1,13 @@
-"""raycep.cep.builder builds the same AST as the parser."""
+"""raycep.cep.lang.builder builds the same AST as the parser."""
 import pytest
 
-from raycep.cep.ast import (Aggregate, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration, KIndex,
-                     Len, Literal, Neg, Param)
-from raycep.cep.builder import (E, and_, agg, attr, avg, count, duration, first, kleene, last, length,
-                         lit, max_, min_, neg, next_, nth, or_, param, query, seq, sum_, var)
 from raycep.cep.errors import QueryValidationError
-from raycep.cep.parser import parse_query
+from raycep.cep.lang.ast import (Aggregate, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
+                                 Duration, KIndex, Len, Literal, Neg, Param)
+from raycep.cep.lang.builder import (E, and_, agg, attr, avg, count, duration, first, kleene, last,
+                                     length, lit, max_, min_, neg, next_, nth, or_, param, query,
+                                     seq, sum_, var)
+from raycep.cep.lang.parser import parse_query
 
 # The paper queries, with their sources, live in tests/test_paper_queries.py.
 from test_paper_queries import SASE_Q1, SASE_Q2, SASE_Q3, RCEP_Q1, LIME_Q1, LIME_Q2, LIME_Q3  # noqa: E402

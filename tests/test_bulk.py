@@ -1,10 +1,10 @@
-"""Bulk evaluation of a chunk's triggers (raycep.cep.bulk, issue 14): ``Engine.process_columns`` with
-the bulk path on gives exactly what ``Engine.process`` of each event in turn gives: the same
-matches in the same order, the same conjunct counters, triggers, matches and truncated
-triggers, the same state after; the triggers the columns cannot reproduce exactly (odd
+"""Bulk evaluation of a chunk's triggers (raycep.cep.evaluation.bulk, issue 14):
+``Engine.process_columns`` with the bulk path on gives exactly what ``Engine.process`` of each event
+in turn gives: the same matches in the same order, the same conjunct counters, triggers, matches and
+truncated triggers, the same state after; the triggers the columns cannot reproduce exactly (odd
 attribute values, ties at a range bound, the per-trigger match cap) are left to the
-evaluator. A spy on ``raycep.cep.bulk.evaluate`` checks that the bulk path did the work, so none of
-these tests can pass with the bulk path switched off or skipped."""
+evaluator. A spy on ``raycep.cep.evaluation.bulk.evaluate`` checks that the bulk path did the work,
+so none of these tests can pass with the bulk path switched off or skipped."""
 from __future__ import annotations
 
 import inspect
@@ -17,15 +17,15 @@ from unittest import mock
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.bulk
-import raycep.cep.engine
-from raycep.cep import ast as A
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.engine import Engine
+import raycep.cep.evaluation.bulk
+import raycep.cep.runtime.engine
+from raycep.cep.evaluation.manager import ManagerSettings
 from raycep.cep.event import Event, trusted_event
-from raycep.cep.index import ALL
-from raycep.cep.manager import ManagerSettings
-from raycep.cep.parser import parse_query
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
+from raycep.cep.store.index import ALL
 from raycep.planner.local import PlannedEngine
 
 from oracle import oracle_matches
@@ -34,7 +34,7 @@ from test_columnar_engine import read_as_events, summary_counts
 from test_process_many import record, state
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
-_evaluate = raycep.cep.bulk.evaluate
+_evaluate = raycep.cep.evaluation.bulk.evaluate
 _SIGNATURE = inspect.signature(_evaluate)
 BIG = 2 ** 53 + 1                  # the smallest int float64 does not hold exactly
 
@@ -42,8 +42,8 @@ BIG = 2 ** 53 + 1                  # the smallest int float64 does not hold exac
 # --------------------------------------------------------------------------- instruments
 
 class Spy:
-    """Wraps ``raycep.cep.bulk.evaluate``: per call the query label, partition, triggers and per
-    trigger whether bulk evaluation gave its result (False: left to the evaluator). A result
+    """Wraps ``raycep.cep.evaluation.bulk.evaluate``: per call the query label, partition, triggers
+    and per trigger whether bulk evaluation gave its result (False: left to the evaluator). A result
     may still go unused (the engine stops a chunk's bulk run early): ``bulk`` counts what
     evaluate produced."""
 
@@ -80,10 +80,11 @@ class patched:
 
     def __init__(self, bulk_triggers: int = 1, evict_every: int | None = None):
         self.spy = Spy()
-        self._patches = [mock.patch.object(raycep.cep.engine, "BULK_TRIGGERS", bulk_triggers),
-                         mock.patch.object(raycep.cep.bulk, "evaluate", self.spy)]
+        engine = raycep.cep.runtime.engine
+        self._patches = [mock.patch.object(engine, "BULK_TRIGGERS", bulk_triggers),
+                         mock.patch.object(raycep.cep.evaluation.bulk, "evaluate", self.spy)]
         if evict_every is not None:
-            self._patches.append(mock.patch.object(raycep.cep.engine, "EVICT_EVERY", evict_every))
+            self._patches.append(mock.patch.object(engine, "EVICT_EVERY", evict_every))
 
     def __enter__(self) -> Spy:
         for p in self._patches:
@@ -126,8 +127,8 @@ def outcome(eng, out: list) -> tuple:
     (stats with every query's conjunct counters, triggers, matches, truncated triggers;
     buffered events, clock, watermark, late events) and what closing the stream gives.
     Not the shared-prefix learner's counters (``stats()["prefixes"]``): a trigger evaluated
-    in bulk does not ask for prefixes (raycep.cep.bulk), so which prefixes it comes to share and
-    materialise differs; the results and condition counters do not."""
+    in bulk does not ask for prefixes (raycep.cep.evaluation.bulk), so which prefixes it comes to
+    share and materialise differs; the results and condition counters do not."""
     mid = _without_prefixes(state(eng))
     end = eng.advance(math.inf)
     return ([record(m) for m in out], [(m.query, m.key()) for m in out], mid,
@@ -349,7 +350,7 @@ def test_every_trigger_of_a_clean_stream_is_evaluated_in_bulk():
     assert want[2][0]["queries"]["q"]["triggers"] == len(triggers)
     assert all(c["tested"] > c["passed"] > 0 for c in want[2][0]["queries"]["q"]["conjuncts"])
     for size in (10, 50, len(events)):
-        with patched(bulk_triggers=raycep.cep.engine.BULK_TRIGGERS) as spy:
+        with patched(bulk_triggers=raycep.cep.runtime.engine.BULK_TRIGGERS) as spy:
             eng = make_engine(setup)
             got = outcome(eng, by_columns(eng, pieces(events, size)))
         assert_same(got, want)
@@ -684,7 +685,7 @@ def test_restore_mid_stream_with_bulk():
 def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkeypatch, capsys):
     """``raycep local --order``: a file read in bulk (column batches, bulk evaluation) gives
     byte for byte what the same file read as Events gives."""
-    from raycep.cep import sources
+    from raycep.cep.io import sources
     from raycep.gateway import cli
 
     rows = ["type,ts,x,y,k"]
@@ -702,7 +703,7 @@ def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkey
         if not columns:
             read_as_events(monkeypatch)
         out = tmp_path / f"m{columns}.jsonl"
-        with patched(bulk_triggers=raycep.cep.engine.BULK_TRIGGERS) as spy:
+        with patched(bulk_triggers=raycep.cep.runtime.engine.BULK_TRIGGERS) as spy:
             status = cli.main(["local", "--query", str(queries), "--events", str(path),
                                "--out", str(out), "--order", "abc=c,b,a",
                                "--order", "bd=d,b", "--no-sharing"])

@@ -1,7 +1,7 @@
-"""The pattern shapes bulk evaluation (raycep.cep.bulk) covers beyond the plain sequence of distinct
-types: several variables of one type, arithmetic on either side of a comparison, negations
-between positive variables (of the same type as a positive one: witnesses counted; of another
-type: the range's extreme), partitioned runs, and sets of such queries together.
+"""The pattern shapes bulk evaluation (raycep.cep.evaluation.bulk) covers beyond the plain sequence
+of distinct types: several variables of one type, arithmetic on either side of a comparison,
+negations between positive variables (of the same type as a positive one: witnesses counted; of
+another type: the range's extreme), partitioned runs, and sets of such queries together.
 
 Each property is differential: ``Engine.process_columns`` over a ColumnBatch in chunks of 1 to
 512 rows with the bulk path on for every chunk (``BULK_TRIGGERS = 1``) against a fresh Engine
@@ -12,8 +12,8 @@ and the same buffered events, for every static plan order; on streams small enou
 set also equals the brute-force oracle's (tests/oracle.py). Streams have strictly increasing
 times (the bulk path), or ties, or odd values (non-numbers, missing attributes, ints float64
 does not hold, arithmetic beyond 2**53, a zero divisor: left to the evaluator). A spy on
-``raycep.cep.bulk.evaluate`` checks that a deterministic example of each shape did go through bulk,
-so the properties cannot hold vacuously."""
+``raycep.cep.evaluation.bulk.evaluate`` checks that a deterministic example of each shape did go
+through bulk, so the properties cannot hold vacuously."""
 from __future__ import annotations
 
 import itertools
@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import raycep.cep.bulk
-import raycep.cep.engine
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.engine import Engine
+import raycep.cep.evaluation.bulk
+import raycep.cep.runtime.engine
+from raycep.cep.evaluation.manager import ManagerSettings
 from raycep.cep.event import Event, trusted_event
-from raycep.cep.manager import ManagerSettings
+from raycep.cep.lang.parser import parse_query
 from raycep.cep.match import Match, Retraction
-from raycep.cep.parser import parse_query
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
 
 from oracle import oracle_matches
 from test_bulk import patched
@@ -259,7 +259,7 @@ def net_keys(out: list, name: str) -> set:
 def summary(eng: Engine) -> tuple:
     """Statistics and buffered events. Not the shared-prefix learner's counters
     (``stats()["prefixes"]``): a trigger evaluated in bulk does not ask for prefixes, so which
-    prefixes the learner (cep.prefixes) comes to share, and materialises, differs; the
+    prefixes the learner (cep.evaluation.prefixes) comes to share, and materialises, differs; the
     results and condition counters do not."""
     stats = eng.stats()
     del stats["prefixes"]
@@ -323,7 +323,8 @@ def _note(text: str) -> None:
 def check_same(setup, events, bounds, *, key=None, sharing=True, cap=None, one_batch=True,
                oracle=True, evict_every: int | None = None) -> tuple:
     """The differential check (and the oracle's match sets); returns (matches, good)."""
-    evict = mock.patch.object(raycep.cep.engine, "EVICT_EVERY", evict_every or raycep.cep.engine.EVICT_EVERY)
+    engine = raycep.cep.runtime.engine
+    evict = mock.patch.object(engine, "EVICT_EVERY", evict_every or engine.EVICT_EVERY)
     with evict, patched() as spy:
         got = by_columns(setup, events, bounds, key=key, sharing=sharing, cap=cap,
                          one_batch=one_batch)

@@ -12,9 +12,9 @@ import pytest
 from raycep.actors import state_format as fmt
 from raycep.actors.partition import PartitionWorker
 from raycep.actors.recovery import CHECKPOINT, EVICTED, SEGMENTS, WAL
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import RecoveryError
 from raycep.cep.event import Event
+from raycep.cep.io.codec import encode_batch
 
 PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > a.price WITHIN 5 seconds"
 

@@ -19,8 +19,8 @@ from raycep.actors.handles import NAMESPACE, actor_name, named_handles
 from raycep.actors.producer import Producer
 from raycep.actors.routing import RoutingTable, partition_of
 from raycep.cep import Engine, Event
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import AuthenticationError, IngestError, NotFoundError
+from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
 from raycep.gateway import cli
 from raycep.gateway.client import Client, connect
@@ -393,7 +393,7 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
     global, Kleene), queries added and removed mid-stream, batches of several sizes from two
     concurrent producers; every query's final matches equal one Engine's (each query alone)."""
     from types import SimpleNamespace
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     from test_cluster_equals_engine import _through, check, engine_outputs
     from test_sharing import Member
     events = make_stream(900, 11, 6, 0.0, gaps=(0.1, 0.25, 0.5))
@@ -410,7 +410,7 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
                            cuts=[], slack=max(e.ts for e in events) + 1.0,
                            order=list(range(len(members))), batches=[7, 50, 1, 23],
                            producers=2, partitions=2, seed=3, restore_at=None, retain=0.0)
-    from raycep.cep.disorder import DisorderSettings
+    from raycep.cep.store.disorder import DisorderSettings
     cluster = RayCluster(2, "k", GatewaySettings(port=0, plan_every=0.5,
                                                  registry_path=str(tmp_path / "r.sqlite")),
                          disorder=DisorderSettings(min_slack=case.slack))

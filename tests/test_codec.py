@@ -4,9 +4,9 @@ import math
 import msgpack
 import pytest
 
-from raycep.cep.codec import SCHEMA_VERSION, Batch, decode_batch, decode_row, encode_batch
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event, trusted_event
+from raycep.cep.io.codec import SCHEMA_VERSION, Batch, decode_batch, decode_row, encode_batch
 
 
 def _pack(body) -> bytes:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raycep.cep.codec import SCHEMA_VERSION, decode_batch, encode_batch, encode_columns
-from raycep.cep.columns import (build_events, column_values, events_from_table, table_from_events,
-                         typed_column)
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event, trusted_event
+from raycep.cep.io.codec import SCHEMA_VERSION, decode_batch, encode_batch, encode_columns
+from raycep.cep.io.columns import (build_events, column_values, events_from_table,
+                                   table_from_events, typed_column)
 
 
 def _view(ev: Event):
@@ -291,7 +291,7 @@ def test_bad_version_2_header(body, field):
     assert info.value.field == field and info.value.row is None
 
 
-# --------------------------------------------------------------------------- cep.columns
+# --------------------------------------------------------------------------- cep.io.columns
 
 def test_events_from_table_with_key_attribute_and_errors():
     table = pa.table({"type": ["A", "A", "A"], "ts": ["1", "x", "3"],

@@ -15,13 +15,13 @@ from unittest import mock
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.engine
-from raycep.cep import ast as A
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
+import raycep.cep.runtime.engine
 from raycep.cep.event import Event
-from raycep.cep.index import ALL
+from raycep.cep.lang import ast as A
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
+from raycep.cep.store.disorder import DisorderSettings
+from raycep.cep.store.index import ALL
 from raycep.planner.local import PlannedEngine
 
 from strategies import queries, query_text
@@ -94,7 +94,7 @@ def test_process_columns_equals_process_of_each_event_on_long_streams(data, keye
     pieces = cut(random.Random(seed), arrivals)
     note(f"{[query_text(q) for q, _, _ in setup]} modes={[m for _, _, m in setup]}")
     results = []
-    with mock.patch.object(raycep.cep.engine, "EVICT_EVERY", evict_every):
+    with mock.patch.object(raycep.cep.runtime.engine, "EVICT_EVERY", evict_every):
         for columns in (False, True):
             eng = Engine(key_attr="k" if keyed else None, disorder=DisorderSettings(min_slack=3))
             for k, (q, p, mode) in enumerate(setup):
@@ -156,7 +156,7 @@ def test_only_the_rows_a_query_reads_become_events():
 
 def read_as_events(monkeypatch):
     """``raycep local`` reads the same runs, made into Events (no column batches)."""
-    from raycep.cep import sources
+    from raycep.cep.io import sources
     from raycep.gateway.cli import local
     monkeypatch.setattr(local, "iter_batch_runs", lambda *a, **k: (
         r.events() if r.__class__ is not list else r for r in sources.iter_batch_runs(*a, **k)))
@@ -176,7 +176,7 @@ def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(t
     """End to end through ``raycep local``: a file read in bulk (column batches, Events made
     only where used) gives byte for byte the matches, late events and summary counts of the
     same file read as Events; several queries, ties, late rows, copies and a bad row."""
-    from raycep.cep import sources
+    from raycep.cep.io import sources
     from raycep.gateway import cli
 
     rows = ["type,ts,x,y,k,s"]

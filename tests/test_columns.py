@@ -1,7 +1,7 @@
-"""Bulk reading: cep.columns (typing in bulk, events from columns, column batches) and the
-block readers of cep.sources, checked against the row-by-row reader they replace.
+"""Bulk reading: cep.io.columns (typing in bulk, events from columns, column batches) and the
+block readers of cep.io.sources, checked against the row-by-row reader they replace.
 
-``legacy_read`` below is the previous implementation of cep.sources (csv module + json module
+``legacy_read`` below is the previous implementation of cep.io.sources (csv module + json module
 + make_event per row), kept here as the oracle: on random files the new reader must give the
 same events (type, ts, attributes with their Python types, key, id) and the same bad rows
 (line, field, message).
@@ -19,15 +19,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import raycep.cep.sources as sources
-from raycep.cep.arrow import arrow_array
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.columns import (build_columns, build_events, column_from_values, column_values,
-                         strip_text, typed_column, typed_table)
+import raycep.cep.io.sources as sources
 from raycep.cep.errors import IngestError
 from raycep.cep.event import make_event
-from raycep.cep.cells import parse_cell
-from raycep.cep.sources import read_events
+from raycep.cep.io.cells import parse_cell
+from raycep.cep.io.columns import (build_columns, build_events, column_from_values, column_values,
+                                   strip_text, typed_column, typed_table)
+from raycep.cep.io.sources import read_events
+from raycep.cep.store.arrow import arrow_array
+from raycep.cep.store.batch import ColumnBatch
 from raycep.spark_ingest.mapping import EventMapping
 
 
@@ -641,7 +641,7 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
     import numpy as np
     import pyarrow.compute as pc
 
-    from raycep.cep import columns
+    from raycep.cep.io import columns
     arr = pa.array(cells, pa.string()).slice(min(cut, len(cells)))
 
     def want(pattern):
@@ -652,7 +652,7 @@ def test_the_byte_check_before_the_number_patterns_changes_no_answer(cells, cut)
     assert not (floats & ~want(columns._FLOAT_FAST)).any()          # surely floats
     assert columns._match(arr, columns._TS_FAST).tolist() == want(columns._TS_FAST).tolist()
     typed = columns.typed_column(arr)                               # as parse_cell types them
-    from raycep.cep.cells import parse_cell
+    from raycep.cep.io.cells import parse_cell
     values = columns.column_values(typed).values
     for cell, value in zip(arr.to_pylist(), values):
         expected = None if cell is None or cell == "" else parse_cell(cell)

@@ -11,7 +11,7 @@ import pytest
 
 from raycep.cep import Engine, Event
 from raycep.cep.errors import QueryValidationError
-from raycep.cep.parser import parse_query
+from raycep.cep.lang.parser import parse_query
 
 from oracle import oracle_matches
 
@@ -78,7 +78,7 @@ def test_a_non_boolean_attribute_as_a_condition_is_false_not_truthiness():
 def test_the_oracle_also_takes_only_true_as_true():
     """The oracle (tests/oracle.py) evaluates a conjunct with ``is True``: a number, a string
     or null is false there too (it never used truthiness)."""
-    from raycep.cep import ast as A
+    from raycep.cep.lang import ast as A
     query = A.Query(A.Seq((A.EventVar("Stock", "a"), A.EventVar("Stock", "b"))),
                     where=A.Attr("a", "price"), within=A.Duration(A.Literal(100)))
     assert oracle_matches(query, sample()) == set()
@@ -130,9 +130,9 @@ def test_unused_parameters_alone_are_no_error():
 
 from datetime import timedelta                                   # noqa: E402
 
-from raycep.cep import builder as b                                      # noqa: E402
-from raycep.cep.ast import Duration, Literal, Param                      # noqa: E402
 from raycep.cep.errors import QuerySyntaxError                           # noqa: E402
+from raycep.cep.lang import builder as b                                      # noqa: E402
+from raycep.cep.lang.ast import Duration, Literal, Param                      # noqa: E402
 
 PAIR = "PATTERN SEQ(Stock a, Stock b) WHERE {} WITHIN 100 seconds"
 
@@ -351,7 +351,7 @@ def test_the_key_attribute_is_the_one_source_of_the_partition_key():
 import logging                                                     # noqa: E402
 import warnings                                                    # noqa: E402
 
-from raycep.cep.unseen import QueryWarning                                # noqa: E402
+from raycep.cep.runtime.unseen import QueryWarning                                # noqa: E402
 
 
 def told(record) -> list:

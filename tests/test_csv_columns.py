@@ -1,4 +1,4 @@
-"""A simple CSV block of a mid-size file typed column by column (``cep.csv_columns``):
+"""A simple CSV block of a mid-size file typed column by column (``cep.io.csv_columns``):
 ``iter_batch_runs`` gives the same events (content, ids, attribute order and types), the
 same errors and the same cuts as the row-by-row reader, and makes no Event until one is asked
 for; a block with a bad row, a blank line or a line of the wrong width is read row by row.
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raycep.cep import csv_columns, sources
-from raycep.cep.batch import ColumnBatch
 from raycep.cep.event import Event
+from raycep.cep.io import csv_columns, sources
+from raycep.cep.store.batch import ColumnBatch
 
 TYPES = ["A", "B", " A ", "\tC"]
 TIMES = ["1", "2.5", " 3 ", "1e3", "-0.0", "4_0"]

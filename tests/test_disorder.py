@@ -1,4 +1,4 @@
-"""Out-of-order, late and duplicate input (cep.disorder; LimeCEP): against the oracle, the
+"""Out-of-order, late and duplicate input (cep.store.disorder; LimeCEP): against the oracle, the
 final result after corrections equals the in-order result for every mode, strategy and
 bounded delay; pessimistic queries never retract; late events and duplicates are reported."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import hypothesis
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from raycep.cep import ast as A
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
 from raycep.cep.errors import CepError, QueryValidationError
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
 from raycep.cep.match import Retraction
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings
 
 from oracle import oracle_matches
 from strategies import (events_text, query_and_stream, query_text,

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from raycep.cep import Engine, Event, PlanningError, QueryValidationError
-from raycep.cep.manager import ManagerSettings
+from raycep.cep.evaluation.manager import ManagerSettings
 
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
           WHERE [k] AND a.x < b.x AND b.x > c.x
@@ -216,7 +216,7 @@ def test_index_keeps_only_the_largest_window():
 
 @pytest.mark.parametrize("cond", ["b.x > a.x", "b.x <= a.x", "b.x < c.x", "b.x >= 5"])
 def test_negation_checked_by_range_extremes_agrees_with_the_oracle(cond):
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     from oracle import oracle_matches
     text = f"PATTERN SEQ(A a, ~B b, C c) WHERE [k] AND a.x < c.x AND {cond} WITHIN 6 seconds"
     for seed in range(5):
@@ -288,7 +288,7 @@ def test_next_match_kleene_work_is_bounded_by_the_deterministic_run():
 
 
 def test_next_match_kleene_runs_agree_with_the_oracle():
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     from oracle import oracle_matches
     rng = random.Random(11)
     found = 0

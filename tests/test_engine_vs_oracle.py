@@ -8,10 +8,10 @@ import itertools
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from raycep.cep import ast as A
-from raycep.cep.engine import Engine
 from raycep.cep.event import Event, trusted_event
-from raycep.cep.validate import validate
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.validate import validate
+from raycep.cep.runtime.engine import Engine
 
 from oracle import oracle_matches
 from strategies import events_text, kleene_types, queries, query_and_stream, query_text, \
@@ -113,7 +113,7 @@ def test_nan_in_a_negation_range_is_no_witness():
     """A NaN attribute (made past the input checks: Event and files refuse it) compares false: it is no
     witness of ``n.v < a.v``, and it does not hide the witness after it (the suffix minimum
     of Evaluation._extreme_table skipped it only by luck of min's argument order)."""
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     query = parse_query("PATTERN SEQ(A a, ~N n, B b) WHERE n.v < a.v WITHIN 10 seconds")
     for values, witness in (((float("nan"), 1.0), True), ((1.0, float("nan")), True),
                             ((float("nan"),), False)):
@@ -131,7 +131,7 @@ def test_nan_in_a_negation_range_is_no_witness():
 @settings(max_examples=300, deadline=None, suppress_health_check=SLOW)
 @given(qpe=query_and_stream())
 def test_generated_queries_are_valid(qpe):
-    """The generator obeys the validation rules (cep.validate), so engine failures are real."""
+    """The generator obeys the validation rules (cep.lang.validate), so engine failures are real."""
     query, params, _ = qpe
     note(query_text(query))
     assert validate(query) is query

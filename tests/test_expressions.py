@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from raycep.cep import ast
 from raycep.cep.event import trusted_event
-from raycep.cep.expressions import EvalFailure, attr_arith, compile_expr
+from raycep.cep.lang import ast
+from raycep.cep.lang.expressions import EvalFailure, attr_arith, compile_expr
 
 VALUES = st.one_of(st.integers(-3, 3), st.floats(-3, 3), st.booleans(), st.text(max_size=2),
                    st.just(10 ** 400), st.none())

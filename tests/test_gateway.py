@@ -12,11 +12,11 @@ import msgpack
 import pytest
 
 from raycep.cep import Engine, Event, parse_query
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import (AuthenticationError, ConflictError,
                         NotFoundError, QuerySyntaxError, QueryValidationError,
                         UnavailableError)
 from raycep.cep.event import make_event
+from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
 from raycep.gateway import cli
 from raycep.gateway.client import Client, connect

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from raycep.cep import Engine, Event
-from raycep.cep.disorder import DisorderSettings
 from raycep.cep.errors import QueryValidationError
 from raycep.cep.match import match_id
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway import cli
 from raycep.gateway.client import connect
 

@@ -2,7 +2,7 @@
 import random
 
 from raycep.cep.event import Event
-from raycep.cep.index import ALL, SharedEventIndex, TimeBuffer
+from raycep.cep.store.index import ALL, SharedEventIndex, TimeBuffer
 
 CHUNK = 128     # sizes below are multiples of what used to be a chunk of the buffer
 
@@ -99,7 +99,7 @@ def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
     query added later finds the buffered events under their keys (the buffers are rebuilt),
     so, with a retention that lets it read them (Engine.add_query), it matches exactly as if
     it had been registered from the start."""
-    from raycep.cep.engine import Engine
+    from raycep.cep.runtime.engine import Engine
 
     rnd = random.Random(5)
     keys = [rnd.choice("xy") for _ in range(400)]

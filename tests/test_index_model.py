@@ -1,4 +1,4 @@
-"""Model-based tests of the public behaviour of cep.index: ``TimeBuffer`` and
+"""Model-based tests of the public behaviour of cep.store.index: ``TimeBuffer`` and
 ``SharedEventIndex`` against plain Python lists of events in (ts, id) order.
 
 Random operation sequences (hypothesis state machines) insert events (timestamps from a small
@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from raycep.cep.batch import ColumnBatch
 from raycep.cep.event import Event, trusted_event
-from raycep.cep.index import ALL, ANY_TYPE, SharedEventIndex, TimeBuffer
+from raycep.cep.store.batch import ColumnBatch
+from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex, TimeBuffer
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 STATEFUL = settings(max_examples=80, stateful_step_count=35, deadline=None,
@@ -137,7 +137,7 @@ def after_all(recs: list, orders: list) -> list:
 
 
 def passes(ev: Event, attr: str, op, value) -> bool:
-    """The caller's filter (cep.evaluator): a number (not a bool) satisfying ``op``."""
+    """The caller's filter (cep.evaluation.evaluator): a number (not a bool) satisfying ``op``."""
     x = ev.attrs.get(attr, MISSING)
     return (x.__class__ is int or x.__class__ is float) and op(x, value)
 
@@ -525,7 +525,7 @@ class IndexMachine(Buffered):
                 copy = rec.copy().ev
                 assert fresh.seen_before(copy) == self.idx.seen_before(copy), rec
         # (an event with the content of an evicted one is seen before whatever its id: see
-        # cep.index._fingerprint)
+        # cep.store.index._fingerprint)
         evicted = {r.ident for r in self.gone} | {r.content for r in self.gone}
         for rec in self.model[:20]:
             if rec.ident not in evicted and rec.content not in evicted:

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from raycep.actors.partition import PartitionWorker
 from raycep.actors.routing import GLOBAL, RoutingTable, partition_of
 from raycep.cep import Engine, Event
-from raycep.cep.ast import STRATEGIES
-from raycep.cep.codec import decode_batch, encode_rows
 from raycep.cep.errors import IngestError
-from raycep.cep.parser import parse_query
-from raycep.cep.sources import read_events
+from raycep.cep.io.codec import decode_batch, encode_rows
+from raycep.cep.io.sources import read_events
+from raycep.cep.lang.ast import STRATEGIES
+from raycep.cep.lang.parser import parse_query
 from raycep.gateway import cli
 
 from oracle import oracle_matches

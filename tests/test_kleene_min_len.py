@@ -1,6 +1,7 @@
 """A skip-till-next-match Kleene step whose first conjunct is a lower bound on the sequence's
-length (``b.LEN >= 4``) does not yield the shorter runs (``raycep.cep.steps.Step.min_len``): the
-matches, their order and every conjunct's counters are those of yielding and failing them."""
+length (``b.LEN >= 4``) does not yield the shorter runs
+(``raycep.cep.evaluation.steps.Step.min_len``): the matches, their order and every conjunct's
+counters are those of yielding and failing them."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,14 +11,14 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.steps
-from raycep.cep import ast as A
-from raycep.cep.compiler import compile_query
-from raycep.cep.engine import Engine
+import raycep.cep.evaluation.steps
+from raycep.cep.evaluation.steps import build_steps
 from raycep.cep.event import Event
-from raycep.cep.parser import parse_query
-from raycep.cep.sources import read_events
-from raycep.cep.steps import build_steps
+from raycep.cep.io.sources import read_events
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.runtime.engine import Engine
 
 from strategies import query_and_stream, query_text
 from test_engine_vs_oracle import SLOW, feed, plan_orders
@@ -32,12 +33,12 @@ WHERE skip_till_next_match(a, b, c) {
 @contextmanager
 def without_min_len():
     """Steps built while inside have ``min_len`` 1 (every run prefix is yielded and checked)."""
-    saved = raycep.cep.steps._min_len
-    raycep.cep.steps._min_len = lambda c, name: 1
+    saved = raycep.cep.evaluation.steps._min_len
+    raycep.cep.evaluation.steps._min_len = lambda c, name: 1
     try:
         yield
     finally:
-        raycep.cep.steps._min_len = saved
+        raycep.cep.evaluation.steps._min_len = saved
 
 
 def kleene_step(text: str, order=("c", "b", "a")):

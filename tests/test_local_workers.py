@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SEQ3 = ("PATTERN SEQ(A a, B b, C c) WHERE a.price < b.price AND b.price > c.price "
         "WITHIN 60 seconds")
 NEG = "NAME quiet\nPATTERN SEQ(A a, C c, ~B z) WHERE a.price < c.price WITHIN 40 seconds"
-ROWS = 36_000                  # ~850 KB: 3 parts of at least 256 KiB (cep.slices)
+ROWS = 36_000                  # ~850 KB: 3 parts of at least 256 KiB (cep.io.slices)
 
 
 def _local(*args, stdout=subprocess.PIPE):

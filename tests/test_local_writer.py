@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from raycep.cep.io.output import Fragments
 from raycep.gateway.cli.common import UsageError
-from raycep.cep.output import Fragments
 from raycep.gateway.cli.writer import QUEUE_PIECES, WRITE_BYTES, BackgroundWriter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_raycep_local_writes_the_same_lines_to_stdout_and_to_a_file(events, tmp_
 
 
 def _fragments(lines: list) -> Fragments:
-    """``lines`` cut into fragments of up to 5 bytes (as cep.output leaves them unjoined)."""
+    """``lines`` cut into fragments of up to 5 bytes (as cep.io.output leaves them unjoined)."""
     return Fragments([line[k:k + 5] for line in lines for k in range(0, len(line), 5)])
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event
-from raycep.cep.sources import iter_events, read_events
+from raycep.cep.io.sources import iter_events, read_events
 from raycep.spark_ingest.mapping import EventMapping
 
 TICKS = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ticks.csv"

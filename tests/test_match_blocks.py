@@ -5,7 +5,7 @@ blocks=True)`` may hand over a MatchBlock entry standing for many matches: expan
 iterating it), the list is element by element the list of ``blocks=False`` on a fresh engine and
 of ``Engine.process`` of each event in turn (the same Match objects, bindings with their key
 order, query and variable order); slices, ``len`` and ``MatchBlock.joined`` of pieces agree with
-the expanded matches; ``raycep.cep.output.MatchLines`` writes a list mixing Match and MatchBlock
+the expanded matches; ``raycep.cep.io.output.MatchLines`` writes a list mixing Match and MatchBlock
 entries byte for byte as the expanded list, keys in the query's variable order.
 
 ``PlannedEngine(first_check=N)`` looks at the statistics first after N events, then at the
@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import raycep.cep.output
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.engine import Engine
+import raycep.cep.io.output
 from raycep.cep.event import Event
+from raycep.cep.io.output import Fragments, MatchLines
 from raycep.cep.match import Match, MatchBlock, Retraction
-from raycep.cep.output import Fragments, MatchLines
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
 from raycep.planner.local import PlannedEngine
 
 from test_bulk import VARS, bulk_queries, cycle_stream, patched, random_stream
@@ -466,12 +466,12 @@ def test_a_block_longer_than_a_piece(monkeypatch):
                                             "60 seconds", ("b", "a"))]),
                          events, [(0, 3000)], True, True)
     block = max((b for b, _ in blocks_of(out)), key=len)
-    assert len(block) > raycep.cep.output.PIECE_LINES
+    assert len(block) > raycep.cep.io.output.PIECE_LINES
     pieces = MatchLines().pieces([block])
-    assert len(pieces) == -(-len(block) // raycep.cep.output.PIECE_LINES)
-    assert all(p.count(b"\n") <= raycep.cep.output.PIECE_LINES for p in pieces)
+    assert len(pieces) == -(-len(block) // raycep.cep.io.output.PIECE_LINES)
+    assert all(p.count(b"\n") <= raycep.cep.io.output.PIECE_LINES for p in pieces)
     assert_lines([block], list(block))
-    monkeypatch.setattr(raycep.cep.output, "PIECE_LINES", 7)
+    monkeypatch.setattr(raycep.cep.io.output, "PIECE_LINES", 7)
     small = max(_blocks()[0], key=len)
     pieces = MatchLines().pieces([small, small])
     assert len(pieces) == 2 * -(-len(small) // 7)
@@ -659,7 +659,7 @@ def test_first_check_and_check_every_must_be_positive():
 def test_a_block_as_fragments(monkeypatch):
     """``pieces(..., gather=True)``: a block's lines as Fragments of at most GATHER_LINES
     lines whose fragments join to the same bytes as the joined pieces."""
-    monkeypatch.setattr(raycep.cep.output, "GATHER_LINES", 50)
+    monkeypatch.setattr(raycep.cep.io.output, "GATHER_LINES", 50)
     found = _blocks()[0]
     items = [found[0], *list(found[1])[:3], *found[1:]]       # blocks, and Match objects
     joined = MatchLines().pieces(items)

@@ -17,8 +17,8 @@ from raycep.actors.partition import PartitionWorker
 from raycep.actors.producer import Producer
 from raycep.actors.routing import GLOBAL, RoutingTable
 from raycep.cep import Engine, Event
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import OverloadedError
+from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
 from raycep.gateway.client import connect
 

@@ -1,4 +1,4 @@
-"""raycep.cep.output: match lines assembled from per-event JSON fragments parse to exactly what
+"""raycep.cep.io.output: match lines assembled from per-event JSON fragments parse to exactly what
 ``Match.to_dict()`` says, for single matches, batches (shared bindings), Kleene bindings,
 retractions, a given variable order and extra fields."""
 import hashlib
@@ -10,10 +10,10 @@ import msgpack
 import orjson
 from hypothesis import given, settings, strategies as st
 
-from raycep.cep import output
 from raycep.cep.event import Event, derive_id, prepare_json, trusted_event
+from raycep.cep.io import output
+from raycep.cep.io.output import MatchLines
 from raycep.cep.match import Match, Retraction
-from raycep.cep.output import MatchLines
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 63, 2 ** 64 - 1),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),

@@ -3,12 +3,12 @@
 Texts are copied verbatim from the papers listed in docs/references.md, except for obvious
 PDF-extraction damage (noted per query).
 """
-from raycep.cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, Compare, EventVar, KIndex, Literal,
-                     Param, Seq, event_vars)
-from raycep.cep.engine import Engine
 from raycep.cep.event import Event
-from raycep.cep.parser import parse_query
-from raycep.cep.validate import conjuncts
+from raycep.cep.lang.ast import (Aggregate, And, Attr, BinOp, BoolAnd, Compare, EventVar, KIndex,
+                                 Literal, Param, Seq, event_vars)
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.lang.validate import conjuncts
+from raycep.cep.runtime.engine import Engine
 
 from oracle import oracle_matches
 

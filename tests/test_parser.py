@@ -1,11 +1,11 @@
 """The query parser: every construct of the grammar (docs/language.md), normalisations and error positions."""
 import pytest
 
-from raycep.cep.ast import (Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare, Duration,
-                     EventVar, KIndex, Len, Literal, Neg, Or, Param, Seq, event_vars, walk_expr,
-                     walk_pattern)
 from raycep.cep.errors import QuerySyntaxError, QueryValidationError
-from raycep.cep.parser import parse_queries, parse_query, tokenize
+from raycep.cep.lang.ast import (Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr, Compare,
+                                 Duration, EventVar, KIndex, Len, Literal, Neg, Or, Param, Seq,
+                                 event_vars, walk_expr, walk_pattern)
+from raycep.cep.lang.parser import parse_queries, parse_query, tokenize
 
 HEAD = "PATTERN SEQ(A a, B+ b[], C c, ~N n)"
 

@@ -10,8 +10,8 @@ import pytest
 from raycep.actors.partition import PartitionWorker, partition_actor
 from raycep.actors.routing import split_by_partition
 from raycep.cep import Engine, Event
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import CepError, IngestError, OverloadedError
+from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
 
 SEQ3 = """PATTERN SEQ(A a, B b, C c)
@@ -291,7 +291,7 @@ def test_a_batch_whose_predecessor_was_refused_is_refused_too():
 
 
 def test_ack_reports_triggers_that_hit_the_match_cap():
-    from raycep.cep.manager import ManagerSettings
+    from raycep.cep.evaluation.manager import ManagerSettings
     w = PartitionWorker("p0", key_attr="k", settings=ManagerSettings(max_matches_per_trigger=5))
     w.add_query("pair", "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 100 seconds")
     evs = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("AAAAAAABB")]

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from raycep.cep import Engine, Event, PlanningError
-from raycep.cep.compiler import compile_query
+from raycep.cep.lang.compiler import compile_query
 from raycep.gateway.cli import main
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.local import PlannedEngine, settings_for

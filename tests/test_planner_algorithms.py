@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raycep.cep import Engine, Event
-from raycep.cep.compiler import compile_query
 from raycep.cep.errors import PlanningError
-from raycep.cep.index import SharedEventIndex
-from raycep.cep.manager import PatternManager
+from raycep.cep.evaluation.manager import PatternManager
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.store.index import SharedEventIndex
 from raycep.planner.algorithms import ALGORITHMS, greedy, greedy_order, ii_greedy, trivial
 from raycep.planner.cost import combined_cost, cost_for, cost_ord
 from raycep.planner.plan import TREE_NFA, Plan, make_plan

@@ -10,9 +10,10 @@ import math
 
 import pytest
 
-from raycep.cep.compiler import compile_query
-from raycep.planner.cost import (KLEENE_MAX_EXPONENT, combined_cost, cost_for, cost_ord, cost_ord_next,
-                          executed_orders, latency_cost, seq_probability, window_count)
+from raycep.cep.lang.compiler import compile_query
+from raycep.planner.cost import (KLEENE_MAX_EXPONENT, combined_cost, cost_for, cost_ord,
+                                 cost_ord_next, executed_orders, latency_cost, seq_probability,
+                                 window_count)
 from raycep.planner.problem import problem_from_query
 
 

@@ -1,5 +1,5 @@
-"""Shared sub-patterns (cep/prefixes.py, issue 15): queries of different structure whose plans
-begin with the same steps share the evaluation of those steps, and never change a result.
+"""Shared sub-patterns (cep/evaluation/prefixes.py, issue 15): queries of different structure whose
+plans begin with the same steps share the evaluation of those steps, and never change a result.
 
 Random *prefix sets*: a core pattern (2-3 variables, conditions among them) and 2-5 queries
 that extend it in different ways (an extra variable anywhere in the pattern with its own
@@ -19,10 +19,10 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.prefixes
-from raycep.cep.engine import Engine
+import raycep.cep.evaluation.prefixes
 from raycep.cep.event import Event
-from raycep.cep.parser import parse_query
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.runtime.engine import Engine
 
 from oracle import oracle_matches
 from strategies import events_text, streams
@@ -99,7 +99,8 @@ def prefix_sets(draw):
                for k, (name, _, _) in enumerate(queries)}
     cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=4))))
     restore_at = draw(st.one_of(st.none(), st.integers(0, n)))
-    limits = draw(st.sampled_from(((raycep.cep.prefixes.LIMIT, raycep.cep.prefixes.KEEP), (2, 4), (50, 3))))
+    prefixes = raycep.cep.evaluation.prefixes
+    limits = draw(st.sampled_from(((prefixes.LIMIT, prefixes.KEEP), (2, 4), (50, 3))))
     return dict(queries=queries, events=events, keyed=keyed, added=added, removed=removed, cuts=cuts,
                 restore_at=restore_at, limits=limits)
 
@@ -134,9 +135,9 @@ def run(case, sharing: bool) -> tuple:
 def test_shared_prefixes_never_change_a_querys_matches(case):
     note(events_text(case["events"]))
     limit, keep = case["limits"]
-    with mock.patch.object(raycep.cep.prefixes, "WORTH", 0), \
-            mock.patch.object(raycep.cep.prefixes, "LIMIT", limit), \
-            mock.patch.object(raycep.cep.prefixes, "KEEP", keep):
+    with mock.patch.object(raycep.cep.evaluation.prefixes, "WORTH", 0), \
+            mock.patch.object(raycep.cep.evaluation.prefixes, "LIMIT", limit), \
+            mock.patch.object(raycep.cep.evaluation.prefixes, "KEEP", keep):
         shared, stats = run(case, True)
     alone, _ = run(case, False)
     note(f"prefix statistics: {stats}")
@@ -168,7 +169,7 @@ def test_queries_beginning_alike_share_the_prefix_and_report_it():
     so the two extensions share (c, b, a) and the first shares (c, b) with them."""
     orders = [("c", "b", "a"), ("c", "b", "a", "d"), ("c", "b", "a", "d")]
     events = stream()
-    with mock.patch.object(raycep.cep.prefixes, "WORTH", 0):
+    with mock.patch.object(raycep.cep.evaluation.prefixes, "WORTH", 0):
         eng = Engine()
         for k, (text, order) in enumerate(zip(SHARED, orders)):
             eng.add_query(text, name=f"q{k}", order=order)
@@ -203,6 +204,6 @@ def test_a_cheap_prefix_stops_being_shared():
     got = Counter(m.query for m in eng.process_many(events) + eng.advance(math.inf))
     stats = eng.stats()["prefixes"]
     assert stats["shared_prefixes"] == 0
-    assert stats["materialised"] == raycep.cep.prefixes.LEARN
+    assert stats["materialised"] == raycep.cep.evaluation.prefixes.LEARN
     for k, text in enumerate(texts):
         assert got[f"q{k}"] == len(oracle_matches(parse_query(text), events))

@@ -12,12 +12,13 @@ from unittest import mock
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.engine
-from raycep.cep import ast as A
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
+import raycep.cep.runtime.engine
+from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
 from raycep.cep.match import Retraction
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.planner.local import PlannedEngine
 
 from strategies import events_text, queries, query_and_stream, query_text
@@ -68,7 +69,7 @@ def chunks(arrivals, cuts):
 def test_process_many_equals_process_of_each_event(data, keyed):
     setup, arrivals, cuts, marks, max_delay, evict_every = draw_setup(data, keyed)
     results = []
-    with mock.patch.object(raycep.cep.engine, "EVICT_EVERY", evict_every):
+    with mock.patch.object(raycep.cep.runtime.engine, "EVICT_EVERY", evict_every):
         for many in (False, True, "columns"):
             eng = Engine(key_attr="k" if keyed else None,
                          disorder=DisorderSettings(min_slack=max_delay))
@@ -122,8 +123,8 @@ def test_planned_process_many_replans_at_the_same_events(data):
 def test_a_run_of_non_trigger_events_is_indexed_in_bulk_and_triggers_still_match():
     eng = Engine()
     eng.add_query("PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 10 seconds")
-    events = [raycep.cep.engine.Event("A", float(t), {"x": t}, id=f"a{t}") for t in range(1, 6)]
-    events.append(raycep.cep.engine.Event("B", 6.0, {"x": 3}, id="b6"))
+    events = [Event("A", float(t), {"x": t}, id=f"a{t}") for t in range(1, 6)]
+    events.append(Event("B", 6.0, {"x": 3}, id="b6"))
     out = eng.process_many(events)
     assert sorted(m.bindings["a"].id for m in out) == ["a1", "a2"]
     assert eng.clock == 6.0 and eng.events == 6
@@ -166,7 +167,7 @@ def test_rates_in_bulk_and_across_long_gaps_equal_bucket_by_bucket(steps, cut, f
     events, ts = [], 100.0
     for etype, step in steps:
         ts += step
-        events.append(raycep.cep.engine.Event(etype, ts, {}))
+        events.append(Event(etype, ts, {}))
     naive, one = _NaiveRates(), RateTracker(60.0, fold_every=fold_every)
     bulk = RateTracker(60.0, fold_every=fold_every)
     for k, ev in enumerate(events):
@@ -183,6 +184,6 @@ def test_rates_in_bulk_and_across_long_gaps_equal_bucket_by_bucket(steps, cut, f
 def test_the_rate_log_is_folded_into_bucket_counts():
     from raycep.planner.stats import RateTracker
     rates = RateTracker(60.0, fold_every=100)
-    rates.observe_many([raycep.cep.engine.Event("AB"[i % 2], i * 0.5, {}) for i in range(100_000)])
+    rates.observe_many([Event("AB"[i % 2], i * 0.5, {}) for i in range(100_000)])
     assert rates.rates() == {"A": 1.0, "B": 1.0}
     assert len(rates._types) < 100 and len(rates._closed) == 12

@@ -11,8 +11,8 @@ import math
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from raycep.cep import ast as A
-from raycep.cep.engine import Engine
+from raycep.cep.lang import ast as A
+from raycep.cep.runtime.engine import Engine
 
 from oracle import oracle_matches
 from strategies import events_text, queries, query_and_stream, query_text

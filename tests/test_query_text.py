@@ -1,12 +1,12 @@
-"""Queries as text (``str(query)``, cep.ast.query_text): the parser reads the text of any
+"""Queries as text (``str(query)``, cep.lang.ast.query_text): the parser reads the text of any
 query back as an equal query, so a query built in Python can be shown, stored in a query
 file and registered with the client."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from raycep.cep.builder import (attr, avg, count, first, kleene, last, length, max_, neg, next_,
-                         param, query, seq, var)
-from raycep.cep.parser import parse_queries, parse_query
+from raycep.cep.lang.builder import (attr, avg, count, first, kleene, last, length, max_, neg,
+                                     next_, param, query, seq, var)
+from raycep.cep.lang.parser import parse_queries, parse_query
 
 from strategies import queries
 

@@ -1,10 +1,10 @@
 """The query language page (docs/language.md) lists exactly the time units the parser takes
-(cep.parser.UNITS)."""
+(cep.lang.parser.UNITS)."""
 import pathlib
 import re
 
-from raycep.cep.compiler import compile_query
-from raycep.cep.parser import UNITS, parse_query
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.parser import UNITS, parse_query
 
 LANGUAGE = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
 

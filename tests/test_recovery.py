@@ -9,11 +9,11 @@ import pytest
 
 from raycep.actors.partition import PartitionWorker
 from raycep.actors.recovery import CheckpointSettings, DurableLog, claim
-from raycep.cep.codec import encode_batch
-from raycep.cep.engine import reference_match_ids
 from raycep.cep.errors import RecoveryError
-from raycep.cep.parser import parse_queries
-from raycep.cep.sources import read_events
+from raycep.cep.io.codec import encode_batch
+from raycep.cep.io.sources import read_events
+from raycep.cep.lang.parser import parse_queries
+from raycep.cep.runtime.engine import reference_match_ids
 from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
 from raycep.gateway.server.service import GatewaySettings

@@ -45,11 +45,11 @@ from hypothesis import strategies as st
 
 from raycep.actors.partition import PartitionWorker
 from raycep.actors.recovery import CHECKPOINT, WAL
-from raycep.cep import ast as A
-from raycep.cep.codec import encode_batch
-from raycep.cep.disorder import DisorderSettings
 from raycep.cep.event import Event
-from raycep.cep.parser import parse_query
+from raycep.cep.io.codec import encode_batch
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.store.disorder import DisorderSettings
 
 from strategies import events_text, queries, query_and_stream, query_text
 from test_disorder import disorder, max_delay_of

@@ -9,12 +9,12 @@ import math
 import pytest
 
 from raycep.actors.partition import PartitionWorker
-from raycep.cep.batch import ColumnBatch
-from raycep.cep.codec import encode_batch
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
 from raycep.cep.errors import CepError
 from raycep.cep.event import Event
+from raycep.cep.io.codec import encode_batch
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
 from raycep.gateway.server.service import GatewaySettings

@@ -1,6 +1,6 @@
 """Column batches of row-read files, and the column batch's cheaper paths.
 
-A CSV or JSON Lines file of more than ``cep.sources.ROW_BATCH_BYTES`` (64 KiB) and at most
+A CSV or JSON Lines file of more than ``cep.io.sources.ROW_BATCH_BYTES`` (64 KiB) and at most
 ``ROW_READ_BYTES`` (512 KiB) is read without pyarrow and comes from ``iter_batch_runs`` as
 column batches (a simple CSV block typed column by column, tests/test_csv_columns.py; anything
 else as ``ColumnBatch.from_events(events, keep=True)`` of the very Events the row reader
@@ -25,11 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import raycep.cep.engine
-from raycep.cep import sources
-from raycep.cep.batch import ColumnBatch
+import raycep.cep.runtime.engine
 from raycep.cep.errors import IngestError
 from raycep.cep.event import ABSENT, EXACT, Event, kind_of, trusted_event
+from raycep.cep.io import sources
+from raycep.cep.store.batch import ColumnBatch
 from raycep.gateway.cli.local import FIRST_PLAN_EVENTS
 from raycep.planner.stats import RateTracker
 
@@ -137,7 +137,7 @@ def mid_size(path: Path) -> Path:
 def assert_same_as_row_reader(path: Path, **kw):
     """``iter_batch_runs`` of a mid-size file: ColumnBatch runs (cut where the row reader's
     runs are cut) whose Events (the row reader's, or made from the columns of a simple CSV
-    block: cep.csv_columns) have the content of ``iter_event_runs``'; ``batch.event(i)`` is
+    block: cep.io.csv_columns) have the content of ``iter_event_runs``'; ``batch.event(i)`` is
     ``events()[i]``."""
     runs, want = batch_runs(path, **kw), event_runs(path, **kw)
     assert runs and all(run.__class__ is ColumnBatch for run in runs)
@@ -277,7 +277,7 @@ def test_reading_a_mid_size_file_does_not_import_pyarrow(tmp_path, fmt):
     assert os.path.getsize(big) > sources.ROW_READ_BYTES
 
     def imports_pyarrow(path: Path) -> bool:
-        code = ("import sys; from raycep.cep.sources import iter_batch_runs; "
+        code = ("import sys; from raycep.cep.io.sources import iter_batch_runs; "
                 "runs = list(iter_batch_runs(sys.argv[1])); "
                 "[(r.events(), r.numeric('c0i')) for r in runs if not isinstance(r, list)]; "
                 "print('pyarrow' in sys.modules)")
@@ -312,7 +312,7 @@ def test_numeric_of_gives_each_values_kind_and_value(values):
     """The C conversion of an all-number column and the value-by-value path agree with
     ``kind_of``: EXACT (with the value) for floats and ints float64 holds, OTHER for bools,
     text and larger ints, ABSENT for None."""
-    from raycep.cep.batch import numeric_of
+    from raycep.cep.store.batch import numeric_of
     vals, kinds = numeric_of(values)
     assert vals.dtype == np.float64 and kinds.dtype == np.int8 and len(vals) == len(values)
     for v, got, kind in zip(values, vals.tolist(), kinds.tolist()):
@@ -412,7 +412,7 @@ def test_raycep_local_on_a_mid_size_file_writes_the_same_bytes_as_by_rows(tmp_pa
         if not batches:
             monkeypatch.setattr(sources, "ROW_BATCH_BYTES", 10 ** 12)
         out = tmp_path / f"m{batches}.jsonl"
-        with patched(bulk_triggers=raycep.cep.engine.BULK_TRIGGERS) as spy:
+        with patched(bulk_triggers=raycep.cep.runtime.engine.BULK_TRIGGERS) as spy:
             status = cli.main(["local", "--query", str(ROOT / "examples" / "queries.cep"),
                                "--events", str(path), "--key", "symbol", "--out", str(out),
                                "--skip-bad-rows"])

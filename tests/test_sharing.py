@@ -25,15 +25,15 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import raycep.cep.engine
-from raycep.cep import ast as A
-from raycep.cep.compiler import compile_query
-from raycep.cep.validate import conjuncts
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
+import raycep.cep.runtime.engine
 from raycep.cep.errors import CepError
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.validate import conjuncts
 from raycep.cep.match import Retraction
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.planner.local import PlannedEngine
 
 from oracle import oracle_matches
@@ -357,7 +357,7 @@ def full_span(case) -> list:
 
 
 def compare_shared_and_unshared(case) -> tuple:
-    with mock.patch.object(raycep.cep.engine, "EVICT_EVERY", case.evict_every):
+    with mock.patch.object(raycep.cep.runtime.engine, "EVICT_EVERY", case.evict_every):
         shared = run(case, True)
         alone = run(case, False)
     for m in case.members:
@@ -563,7 +563,7 @@ def test_which_variants_share_a_group(template, values, stream, groups):
 
 
 def _parse(text):
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     return parse_query(text)
 
 

@@ -1,4 +1,5 @@
-"""``raycep local --workers N`` in time slices (raycep.cep.slices, gateway.cli.slices), in process.
+"""``raycep local --workers N`` in time slices (raycep.cep.io.slices, gateway.cli.slices), in
+process.
 
 The claim: when every slice is clean (``gateway.cli.slices._clean`` gives None: the file in
 time order, no copies, no late events, no bad row, no condition that failed, no trigger over
@@ -15,7 +16,7 @@ engine), a stream several windows long, writes it to a JSON Lines or CSV file an
 it the way ``raycep local`` does (``run_local``'s ``build()`` and ``evaluate``): once whole,
 then slice by slice, each slice with a fresh engine. The production cut thresholds (512 KiB,
 256 KiB per part) are patched down so small files are cut, and the bytes a slice first reads
-before its part (raycep.cep.slices.FIRST_REACH_BYTES, 16 KiB) mostly too, so a slice reads only
+before its part (raycep.cep.io.slices.FIRST_REACH_BYTES, 16 KiB) mostly too, so a slice reads only
 about ``reach`` before its part (otherwise every slice of a small file would read it from its
 start and the reach would go untested).
 
@@ -41,19 +42,19 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-import raycep.cep.slices
-import raycep.cep.sources
+import raycep.cep.io.slices
+import raycep.cep.io.sources
 import raycep.gateway.cli.local
-from raycep.cep import ast as A
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event
+from raycep.cep.io.output import MatchLines
+from raycep.cep.io.slices import Slice, Unsliceable, cuts
+from raycep.cep.io.sources import iter_batch_runs
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.parser import parse_query
 from raycep.cep.match import MatchBlock
-from raycep.cep.output import MatchLines
-from raycep.cep.parser import parse_query
-from raycep.cep.slices import Slice, Unsliceable, cuts
-from raycep.cep.sources import iter_batch_runs
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway.cli.local import FIRST_PLAN_EVENTS, evaluate
 from raycep.gateway.cli.slices import _Children, _clean, _follow, _reach, _watched
 from raycep.planner.local import PlannedEngine
@@ -100,18 +101,19 @@ def write_events(path: Path, events: list, ids: bool = True) -> Path:
 
 @contextlib.contextmanager
 def small_cuts(first_reach: int | None = None, bulk_whole: bool = True, chunk=None):
-    """A small file is cut (raycep.cep.slices' thresholds down); ``first_reach``: the bytes a slice
-    first reads before its part, and after it for the next part's first time
-    (raycep.cep.slices.FIRST_REACH_BYTES, multiplied by 4 until enough); ``bulk_whole``: the whole
-    file read in bulk as a file of more than 512 KiB is (a cut file always is); ``chunk``:
+    """A small file is cut (raycep.cep.io.slices' thresholds down); ``first_reach``: the bytes a
+    slice first reads before its part, and after it for the next part's first time
+    (raycep.cep.io.slices.FIRST_REACH_BYTES, multiplied by 4 until enough); ``bulk_whole``: the
+    whole file read in bulk as a file of more than 512 KiB is (a cut file always is); ``chunk``:
     raycep local's chunk sizes (raycep.gateway.cli.local.CHUNK_EVENTS)."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(raycep.cep.slices, "ROW_READ_BYTES", 0))
-        stack.enter_context(mock.patch.object(raycep.cep.slices, "MIN_PART_BYTES", 1))
+        stack.enter_context(mock.patch.object(raycep.cep.io.slices, "ROW_READ_BYTES", 0))
+        stack.enter_context(mock.patch.object(raycep.cep.io.slices, "MIN_PART_BYTES", 1))
         if first_reach is not None:
-            stack.enter_context(mock.patch.object(raycep.cep.slices, "FIRST_REACH_BYTES", first_reach))
+            stack.enter_context(mock.patch.object(raycep.cep.io.slices, "FIRST_REACH_BYTES",
+                                                  first_reach))
         if bulk_whole:
-            stack.enter_context(mock.patch.object(raycep.cep.sources, "ROW_READ_BYTES", 0))
+            stack.enter_context(mock.patch.object(raycep.cep.io.sources, "ROW_READ_BYTES", 0))
         if chunk is not None:
             stack.enter_context(mock.patch.object(raycep.gateway.cli.local, "CHUNK_EVENTS", chunk))
         yield
@@ -370,7 +372,7 @@ def write_fixed_width(path: Path, events: list) -> list:
 
 @st.composite
 def bulk_queries(draw):
-    """(query, {}): SEQ or AND of 2-3 variables of distinct types, filters cep.bulk takes
+    """(query, {}): SEQ or AND of 2-3 variables of distinct types, filters cep.evaluation.bulk takes
     (attribute against a constant or another variable's), a window of 2-6."""
     n = draw(st.integers(2, 3), label="variables")
     types = draw(st.permutations("ABCD"), label="types")[:n]
@@ -393,9 +395,9 @@ def bulk_queries(draw):
        data=st.data())
 def test_planned_queries_in_bulk(tmp_path_factory, qp, data):
     """Skip-till-any-match queries without negation or Kleene, planned after a few events:
-    chunks of triggers are evaluated in bulk (cep.bulk), their matches come as MatchBlocks,
-    which ``keep`` cuts (a plan look every event would cut the chunks to one trigger). The
-    times have no ties (a chunk with one is evaluated trigger by trigger) but sometimes at a
+    chunks of triggers are evaluated in bulk (cep.evaluation.bulk), their matches come as
+    MatchBlocks, which ``keep`` cuts (a plan look every event would cut the chunks to one trigger).
+    The times have no ties (a chunk with one is evaluated trigger by trigger) but sometimes at a
     cut: the first row of a part then has the time of the row before it, so a block can hold
     matches on both sides of ``lo`` or ``hi``."""
     query, params = qp

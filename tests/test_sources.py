@@ -4,11 +4,11 @@ import json
 import pytest
 from test_columns import _view, legacy_read, numeric_agrees
 
-import raycep.cep.sources as sources
-from raycep.cep.batch import ColumnBatch
+import raycep.cep.io.sources as sources
 from raycep.cep.errors import IngestError
-from raycep.cep.cells import parse_cell
-from raycep.cep.sources import iter_batch_runs, iter_event_runs, iter_events, read_events
+from raycep.cep.io.cells import parse_cell
+from raycep.cep.io.sources import iter_batch_runs, iter_event_runs, iter_events, read_events
+from raycep.cep.store.batch import ColumnBatch
 
 
 def _write(tmp_path, name, text, encoding="utf-8"):

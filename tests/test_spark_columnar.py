@@ -5,7 +5,7 @@ the engine's ``(ts, id)`` order per actor).
 
 ``through_columnar`` does what the job does around Spark: ``Plan.prepare`` per input batch
 (``mapInArrow``), a stable sort by event time (``sortWithinPartitions``), ``Chunker`` and
-``encode_chunk`` (the push task), then ``cep.codec.decode_batch`` as the actor decodes."""
+``encode_chunk`` (the push task), then ``cep.io.codec.decode_batch`` as the actor decodes."""
 import json
 import math
 
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raycep.actors.routing import partition_of
-from raycep.cep.codec import decode_batch
 from raycep.cep.errors import CepError
+from raycep.cep.io.codec import decode_batch
 from raycep.spark_ingest.columnar import (TS, Chunker, Plan, category_of,
                                    encode_chunk)
 from raycep.spark_ingest.dead_letters import Locator

@@ -28,9 +28,9 @@ from raycep.actors.handles import NAMESPACE, actor_name
 from raycep.actors.routing import RoutingTable
 from raycep.cep import Engine
 from raycep.cep.errors import OverloadedError
+from raycep.cep.io.sources import iter_events, read_events
+from raycep.cep.lang.parser import parse_queries
 from raycep.cep.match import match_id
-from raycep.cep.parser import parse_queries
-from raycep.cep.sources import iter_events, read_events
 from raycep.gateway import cli
 from raycep.gateway.client import connect
 from raycep.gateway.runtime import RayCluster

@@ -1,5 +1,5 @@
-"""Tables in, tables out: DataFrames and Arrow tables as the engine's input (cep.tables),
-matches as an Arrow table (cep.match_table), ``local.match.match`` against ``raycep local``
+"""Tables in, tables out: DataFrames and Arrow tables as the engine's input (cep.io.tables),
+matches as an Arrow table (cep.io.match_table), ``local.match.match`` against ``raycep local``
 run as a subprocess on the same events written to CSV, Engine.process_table, and the client
 sending a DataFrame to an in-process cluster."""
 import datetime as dt
@@ -20,15 +20,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from raycep.cep import Engine, Event
-from raycep.cep.builder import attr, kleene, neg, query, seq, var
-from raycep.cep.columns import convert_times
 from raycep.cep.errors import IngestError
+from raycep.cep.io.columns import convert_times
+from raycep.cep.io.match_table import matches_table
+from raycep.cep.io.sources import read_events
+from raycep.cep.io.tables import BATCH_ROWS, TableReader, TimeUnitWarning
+from raycep.cep.io.timestamps import event_time, timestamp_seconds
+from raycep.cep.lang.builder import attr, kleene, neg, query, seq, var
+from raycep.cep.lang.parser import parse_queries
 from raycep.cep.match import MatchBlock, match_id
-from raycep.cep.match_table import matches_table
-from raycep.cep.parser import parse_queries
-from raycep.cep.sources import read_events
-from raycep.cep.tables import BATCH_ROWS, TableReader, TimeUnitWarning
-from raycep.cep.timestamps import event_time, timestamp_seconds
 from raycep.local.match import match
 from raycep.local.queries import QuerySourceError
 
@@ -251,7 +251,7 @@ _NO_PANDAS = """
 import sys
 import numpy as np
 import pyarrow as pa
-from raycep.cep.arrow import arrow_array
+from raycep.cep.store.arrow import arrow_array
 from raycep.local.match import match
 n = 100
 table = pa.Table.from_arrays(
@@ -511,8 +511,8 @@ def test_engine_process_table_equals_processing_the_events(data):
 def test_match_table_rows_are_the_matches(data, tmp_path):
     """The table built column-wise from Match objects and MatchBlocks (one query: blocks)
     holds each match's id, times and events, in order; retractions are flagged."""
-    from raycep.cep.batch import ColumnBatch
     from raycep.cep.match import Match, Retraction
+    from raycep.cep.store.batch import ColumnBatch
     from raycep.local.queries import load_queries
     from raycep.local.run import build_engine
     ours = write_csv(tmp_path / "t.csv", data, iso(data))

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raycep.cep.sources import read_events
+from raycep.cep.io.sources import read_events
 from raycep.gateway import cli
 from raycep.spark_ingest.mapping import EventMapping
 

@@ -3,11 +3,11 @@ import dataclasses
 
 import pytest
 
-from raycep.cep.ast import (Aggregate, Attr, BoolAnd, BoolOr, Compare, Duration, EventVar, KIndex,
-                     Literal, Param, Query, Seq)
 from raycep.cep.errors import QueryValidationError
-from raycep.cep.parser import parse_query
-from raycep.cep.validate import conjuncts, validate
+from raycep.cep.lang.ast import (Aggregate, Attr, BoolAnd, BoolOr, Compare, Duration, EventVar,
+                                 KIndex, Literal, Param, Query, Seq)
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.lang.validate import conjuncts, validate
 
 
 def invalid(text, pattern):
@@ -171,7 +171,7 @@ def test_numbers_too_long_to_read_are_a_syntax_error():
 
 
 def test_non_finite_literals_in_built_queries():
-    from raycep.cep.builder import attr, query, seq, var
+    from raycep.cep.lang.builder import attr, query, seq, var
     for bad in (float("nan"), float("inf"), 10 ** 400):
         with pytest.raises(QueryValidationError, match="not a finite number"):
             query(seq(var("A", "a"), var("B", "b")), where=attr("a", "x") > bad, within=5)
@@ -197,8 +197,8 @@ def test_non_finite_literals_in_built_queries():
     ("WHERE a.x > T WITHIN 5", {"T": None}, r"parameter 'T' .* \(NoneType\)", "T"),
 ])
 def test_parameters_must_be_finite_and_of_a_known_kind(text, params, message, at):
-    from raycep.cep.compiler import compile_query
-    from raycep.cep.engine import Engine
+    from raycep.cep.lang.compiler import compile_query
+    from raycep.cep.runtime.engine import Engine
     query = f"PATTERN SEQ(A a, B b) {text}"
     with pytest.raises(QueryValidationError, match=message) as info:
         compile_query(query, params)

@@ -8,8 +8,8 @@ import math
 import os
 import sys
 
-from raycep.cep.cells import parse_cell
 from raycep.cep.errors import CepError
+from raycep.cep.io.cells import parse_cell
 from raycep.local.queries import QuerySourceError, declares_name, load_queries as load
 
 __all__ = ["DEFAULT_GATEWAY", "PROG", "Terminated", "UsageError", "add_disorder_arguments",
@@ -102,7 +102,7 @@ def parse_params(items) -> dict:
 
 def add_disorder_arguments(parser):
     """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
-    from raycep.cep.disorder import DEFAULT_MODE, MODES
+    from raycep.cep.store.disorder import DEFAULT_MODE, MODES
     parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
                         help="how queries handle out-of-order events: 'optimistic' (default: "
                              "report at once, retract a match a late event invalidates) or "
@@ -119,7 +119,7 @@ def add_disorder_arguments(parser):
 
 
 def disorder_settings(args):
-    from raycep.cep.disorder import DisorderSettings
+    from raycep.cep.store.disorder import DisorderSettings
     try:
         return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
                                 max_slack=args.max_slack)

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from raycep.cep.output import MatchLines
+from raycep.cep.io.output import MatchLines
 from raycep.gateway.cli.common import UsageError
 from raycep.local.run import CHUNK_EVENTS, evaluate as evaluate_runs
 
@@ -19,7 +19,7 @@ def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
     """Feed the pieces of ``runs`` (as iter_batch_runs gives them) through ``engine`` in
     chunks (``local.run.evaluate``, this module's CHUNK_EVENTS), writing the lines of what
     it finds (``keep``: the part of it to write; ``gather``: ``write`` takes
-    cep.output.Fragments too) and late events to ``late_out``; ``(events, the IngestError it
+    cep.io.output.Fragments too) and late events to ``late_out``; ``(events, the IngestError it
     stopped at or None)``. The matches found before a bad row are written."""
     def take(found) -> int:
         if keep is not None:

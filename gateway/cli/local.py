@@ -20,9 +20,9 @@ import sys
 import time
 
 from raycep.cep.errors import CepError
-from raycep.cep.output import MatchLines
-from raycep.cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
-from raycep.cep.timestamps import FORMAT_HELP, check_format
+from raycep.cep.io.output import MatchLines
+from raycep.cep.io.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
+from raycep.cep.io.timestamps import FORMAT_HELP, check_format
 from raycep.gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
                                 load_queries, parse_params, peak_rss_mb)
 from raycep.gateway.cli.lines import evaluate, open_output
@@ -99,7 +99,7 @@ def run_local(args) -> int:
     entered = time.perf_counter()
     # pyarrow's own memory pool keeps ~17 MB it has freed; glibc's returns it (no slower here)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from raycep.planner.local import settings_for           # imported late: `raycep --help` stays cheap
+    from raycep.planner.local import (settings_for)  # imported late: `raycep --help` stays cheap
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
@@ -137,8 +137,8 @@ def run_local(args) -> int:
     parts = slice_cuts(args, engine)
     runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
-    if "raycep.cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
-        import raycep.cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
+    if "raycep.cep.store.batch" in sys.modules:     # the reader makes column batches: in bulk
+        import raycep.cep.evaluation.bulk  # noqa: F401   (loaded now, not in the timed loop)
     late_out, close_late = open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # start-up objects are frozen out of the collector's passes (local.run.few_collections)
     with few_collections():

@@ -2,7 +2,7 @@
 
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
 before anything is read); each writes the lines of what its engine emits while it processes
-its own part (cep.slices) to its own file, and this process appends them to the output in
+its own part (cep.io.slices) to its own file, and this process appends them to the output in
 slice order, each while its slice still writes it (``_follow``). A slice that finds the file
 out of time order, a copy of an event, a late event, a bad row, a condition that could not be
 evaluated or a trigger with more matches than the cap makes the run start again in one piece,
@@ -20,8 +20,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from raycep.cep.output import MatchLines
-from raycep.cep.slices import Slice, Unsliceable, cuts
+from raycep.cep.io.output import MatchLines
+from raycep.cep.io.slices import Slice, Unsliceable, cuts
 from raycep.gateway.cli.common import UsageError, err, peak_rss_mb, terminable
 from raycep.gateway.cli.lines import evaluate, open_output
 from raycep.gateway.cli.writer import WRITE_BYTES, BackgroundWriter
@@ -40,7 +40,7 @@ def default_workers() -> int:
 
 
 def slice_cuts(args, engine) -> list | None:
-    """Where ``args.events`` is cut for ``args.workers`` slices (cep.slices.cuts), or None:
+    """Where ``args.events`` is cut for ``args.workers`` slices (cep.io.slices.cuts), or None:
     one worker, or a file that is not cut."""
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 2 or not hasattr(os, "fork"):
@@ -57,7 +57,7 @@ class Sliced:
 
 
 def _reach(engine, args) -> float:
-    """Event time a slice reads before its part (cep.slices): two of the longest window or
+    """Event time a slice reads before its part (cep.io.slices): two of the longest window or
     SLIDE period, and the slack."""
     span = max(max(m.cq.window, m.cq.slide or 0.0) for m in engine.engine.managers.values())
     return 2 * span + (args.slack or 0.0)
