@@ -685,7 +685,7 @@ def test_restore_mid_stream_with_bulk():
 def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkeypatch, capsys):
     """``raycep local --order``: a file read in bulk (column batches, bulk evaluation) gives
     byte for byte what the same file read as Events gives."""
-    from raycep.cep.io import sources
+    from raycep.cep.io import files
     from raycep.gateway import cli
 
     rows = ["type,ts,x,y,k"]
@@ -697,7 +697,7 @@ def test_raycep_local_with_a_forced_order_writes_the_same_bytes(tmp_path, monkey
     queries.write_text(
         "NAME abc\nPATTERN SEQ(A a, B b, C c) WHERE a.x < b.x AND b.y > c.y WITHIN 4 seconds;\n"
         "NAME bd\nPATTERN SEQ(B b, D d) WHERE b.x >= d.x AND d.y < 2 WITHIN 3 seconds\n")
-    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)              # read in bulk
+    monkeypatch.setattr(files, "ROW_READ_BYTES", 0)                # read in bulk
     outs = []
     for columns in (True, False):
         if not columns:

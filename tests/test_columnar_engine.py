@@ -176,7 +176,7 @@ def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(t
     """End to end through ``raycep local``: a file read in bulk (column batches, Events made
     only where used) gives byte for byte the matches, late events and summary counts of the
     same file read as Events; several queries, ties, late rows, copies and a bad row."""
-    from raycep.cep.io import sources
+    from raycep.cep.io import files
     from raycep.gateway import cli
 
     rows = ["type,ts,x,y,k,s"]
@@ -192,7 +192,7 @@ def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(t
         "NAME seq\nPATTERN SEQ(A a, B b, C c) WHERE a.x < b.x AND b.x > c.x WITHIN 4 seconds;\n"
         "NAME neg\nPATTERN SEQ(A a, ~D d, C c) WHERE a.y = c.y WITHIN 3 seconds;\n"
         "NAME keyed\nPATTERN SEQ(B b, D d) WHERE b.x >= d.x AND b.k = d.k WITHIN 2 seconds\n")
-    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)              # read in bulk
+    monkeypatch.setattr(files, "ROW_READ_BYTES", 0)                # read in bulk
     outs = []
     for columns in (True, False):
         if not columns:

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import raycep.cep.io.sources as sources
+from raycep.cep.io import csv_reader, files, jsonl_reader, parquet_reader
 from raycep.cep.errors import IngestError
 from raycep.cep.event import make_event
 from raycep.cep.io.cells import parse_cell
@@ -57,8 +58,8 @@ def _legacy_csv(path, handle):
     try:
         header = next(reader)
     except StopIteration:
-        raise sources._file_error(path, "empty CSV file", row=1) from None
-    header = sources._check_header(path, header)
+        raise files.file_error(path, "empty CSV file", row=1) from None
+    header = csv_reader._check_header(path, header)
     width = len(header)
     while True:
         try:
@@ -97,7 +98,7 @@ def _legacy_jsonl(path, handle):
             continue
         if not isinstance(row, dict):
             yield line, IngestError(f"expected a JSON object, got "
-                                    f"{sources._json_kind(row)}", line)
+                                    f"{jsonl_reader._json_kind(row)}", line)
             continue
         yield line, row
 
@@ -204,16 +205,16 @@ def csv_files(draw):
 def in_bulk(monkeypatch):
     """The files of these tests are small: read them in bulk, as a large file is read (the
     ``by-rows`` reader parameter below reads them as a small file is read)."""
-    monkeypatch.setattr(sources, "ROW_READ_BYTES", -1)
+    monkeypatch.setattr(files, "ROW_READ_BYTES", -1)
 
 
 @pytest.fixture(params=[None, 64, "by-rows"], ids=["big-blocks", "64-byte-blocks", "by-rows"])
 def block_size(request, monkeypatch):
     if request.param == "by-rows":                  # a small file: row by row, no columns
-        monkeypatch.setattr(sources, "ROW_READ_BYTES", 1 << 30)
-        monkeypatch.setattr(sources, "BLOCK_SIZE", 64)
+        monkeypatch.setattr(files, "ROW_READ_BYTES", 1 << 30)
+        monkeypatch.setattr(files, "BLOCK_SIZE", 64)
     elif request.param:
-        monkeypatch.setattr(sources, "BLOCK_SIZE", request.param)
+        monkeypatch.setattr(files, "BLOCK_SIZE", request.param)
     return request.param
 
 
@@ -259,7 +260,7 @@ json_lines = st.one_of(
 
 @pytest.fixture(params=[1, 32], ids=["columns-from-1-row", "columns-from-32-rows"])
 def json_run(request, monkeypatch):
-    monkeypatch.setattr(sources, "JSON_RUN", request.param)
+    monkeypatch.setattr(jsonl_reader, "JSON_RUN", request.param)
     return request.param
 
 
@@ -309,7 +310,7 @@ def test_the_sample_and_a_generated_stream_read_as_before(tmp_path):
 # --------------------------------------------------------------------------- CSV details
 
 def test_quoted_records_across_blocks_keep_their_lines(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 16)
+    monkeypatch.setattr(files, "BLOCK_SIZE", 16)
     text = ('type,ts,note\nA,1,plain\nA,2,"a long\nquoted, cell\nover lines"\nA,bad,x\n'
             'A,3,"q"\n' + "".join(f"B,{i},n{i}\n" for i in range(4, 40)) + 'A,x,"y"\n')
     path = tmp_path / "q.csv"
@@ -321,7 +322,7 @@ def test_quoted_records_across_blocks_keep_their_lines(tmp_path, monkeypatch):
 
 
 def test_csv_read_is_lazy_across_blocks(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 64)
+    monkeypatch.setattr(files, "BLOCK_SIZE", 64)
     path = tmp_path / "big.csv"
     path.write_text("type,ts\n" + "".join(f"A,{i}\n" for i in range(200)) + "A,\xe9\n",
                     encoding="latin-1")
@@ -450,7 +451,7 @@ def _parquet(tmp_path, table, name="e.parquet"):
 
 
 def test_parquet_gives_the_events_of_the_spark_mapping(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 2)
+    monkeypatch.setattr(parquet_reader, "PARQUET_BATCH_ROWS", 2)
     table = pa.table({
         "type": ["Stock", " Stock ", "Trade", "Stock", "Stock"],
         "ts": pa.array([1, 2, 3, 4, 5], pa.int64()),

@@ -4,7 +4,7 @@ or JSON Lines file, not even numpy or pyarrow.
 pyarrow's ``pa.array``, ``pa.scalar`` and ``Array.to_numpy`` import pandas through its pandas
 shim (~0.25 s and tens of MB per process, in the timed region of ``raycep local``), so
 cep.io.columns builds and reads columns from buffers (``arrow_array``). A file of at most
-``raycep.cep.io.sources.ROW_READ_BYTES`` is read row by row. Each check runs in a fresh interpreter
+``raycep.cep.io.files.ROW_READ_BYTES`` is read row by row. Each check runs in a fresh interpreter
 (``bulk``: with ROW_READ_BYTES lowered so the small test file is read as a large one) and fails
 if any step of the path brings those modules in again.
 """
@@ -27,10 +27,10 @@ QUERY = "PATTERN SEQ(A a, B b) WHERE a.price < b.price WITHIN 60 seconds"
 #: status and which of the modules this test watches were imported
 _LOCAL = """
 import json, sys
-import raycep.cep.io.sources
+import raycep.cep.io.files
 from raycep.gateway.cli import main
 if sys.argv[1] == "bulk":
-    raycep.cep.io.sources.ROW_READ_BYTES = -1
+    raycep.cep.io.files.ROW_READ_BYTES = -1
 status = main(sys.argv[2:])
 print(json.dumps({"status": status,
                   "imported": [m for m in ("pandas", "numpy", "pyarrow") if m in sys.modules]}))

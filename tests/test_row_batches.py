@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 import raycep.cep.runtime.engine
 from raycep.cep.errors import IngestError
 from raycep.cep.event import ABSENT, EXACT, Event, kind_of, trusted_event
-from raycep.cep.io import sources
+from raycep.cep.io import files, sources
+from raycep.cep.io.cells import parse_cell
 from raycep.cep.store.batch import ColumnBatch
 from raycep.gateway.cli.local import FIRST_PLAN_EVENTS
 from raycep.planner.stats import RateTracker
@@ -130,7 +131,7 @@ def write_jsonl(path: Path, n: int, seed: int = 0, bad: dict | None = None) -> P
 
 def mid_size(path: Path) -> Path:
     size = os.path.getsize(path)
-    assert sources.ROW_BATCH_BYTES < size <= sources.ROW_READ_BYTES, size
+    assert sources.ROW_BATCH_BYTES < size <= files.ROW_READ_BYTES, size
     return path
 
 
@@ -215,11 +216,11 @@ def test_size_bounds_of_the_batch_path(tmp_path, suffix):
         return {r.__class__.__name__ for r in batch_runs(path)}
 
     assert kinds(padded(sources.ROW_BATCH_BYTES)) == {"list"}
-    for size in (sources.ROW_BATCH_BYTES + 1, sources.ROW_READ_BYTES):
+    for size in (sources.ROW_BATCH_BYTES + 1, files.ROW_READ_BYTES):
         path = padded(size)
         assert kinds(path) == {"ColumnBatch"}
         assert_same_as_row_reader(path)
-    big = batch_runs(padded(sources.ROW_READ_BYTES + 1))
+    big = batch_runs(padded(files.ROW_READ_BYTES + 1))
     assert {r.__class__.__name__ for r in big} == {"ColumnBatch"}
     assert all(ev is None for r in big for ev in r.objs)      # read as columns: none made
 
@@ -274,7 +275,7 @@ def test_reading_a_mid_size_file_does_not_import_pyarrow(tmp_path, fmt):
     else:
         mid = mid_size(write_jsonl(tmp_path / "mid.jsonl", 2500))
         big = write_jsonl(tmp_path / "big.jsonl", 8000)
-    assert os.path.getsize(big) > sources.ROW_READ_BYTES
+    assert os.path.getsize(big) > files.ROW_READ_BYTES
 
     def imports_pyarrow(path: Path) -> bool:
         code = ("import sys; from raycep.cep.io.sources import iter_batch_runs; "
@@ -381,7 +382,7 @@ def ticks_head(path: Path, size: int, suffix: str, bad: bool = True) -> Path:
         if suffix == ".csv":
             text = line
         else:
-            record = {k: sources.parse_cell(v) if k not in ("type", "ts") else v
+            record = {k: parse_cell(v) if k not in ("type", "ts") else v
                       for k, v in zip(header, cells)}
             record["ts"] = float(record["ts"])
             text = json.dumps(record)
@@ -448,8 +449,8 @@ def big_csvs(tmp_path_factory) -> dict:
         n = 24_000 if len(kinds) <= 2 else 14_000
         path = write_csv(root / f"big_{kinds}.csv", n, kinds, seed=j, ids=j % 2 == 0,
                          key=j == 1, types="ABCDEFG"[:3 + j])
-        assert os.path.getsize(path) > sources.ROW_READ_BYTES
-        with mock.patch.object(sources, "ROW_READ_BYTES", 10 ** 12):
+        assert os.path.getsize(path) > files.ROW_READ_BYTES
+        with mock.patch.object(files, "ROW_READ_BYTES", 10 ** 12):
             truth = [e for run in event_runs(path, key_attr="k" if j == 1 else None)
                      for e in run]
         out[kinds] = (path, j == 1, truth)
@@ -534,7 +535,7 @@ def test_type_index_with_types_first_seen_late(tmp_path):
         rows.append(f"{t},{1.0 + j},{j % 5}")
     path = tmp_path / "late.csv"
     path.write_text("\n".join(rows) + "\n")
-    assert os.path.getsize(path) > sources.ROW_READ_BYTES
+    assert os.path.getsize(path) > files.ROW_READ_BYTES
     for run in _read(path, False):
         plain = ColumnBatch.from_events(run.events())
         n = len(run)

@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 import raycep.cep.io.slices
-import raycep.cep.io.sources
+import raycep.cep.io.files
 import raycep.gateway.cli.local
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event
@@ -113,7 +113,7 @@ def small_cuts(first_reach: int | None = None, bulk_whole: bool = True, chunk=No
             stack.enter_context(mock.patch.object(raycep.cep.io.slices, "FIRST_REACH_BYTES",
                                                   first_reach))
         if bulk_whole:
-            stack.enter_context(mock.patch.object(raycep.cep.io.sources, "ROW_READ_BYTES", 0))
+            stack.enter_context(mock.patch.object(raycep.cep.io.files, "ROW_READ_BYTES", 0))
         if chunk is not None:
             stack.enter_context(mock.patch.object(raycep.gateway.cli.local, "CHUNK_EVENTS", chunk))
         yield

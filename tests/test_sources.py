@@ -5,6 +5,7 @@ import pytest
 from test_columns import _view, legacy_read, numeric_agrees
 
 import raycep.cep.io.sources as sources
+from raycep.cep.io import files, parquet_reader
 from raycep.cep.errors import IngestError
 from raycep.cep.io.cells import parse_cell
 from raycep.cep.io.sources import iter_batch_runs, iter_event_runs, iter_events, read_events
@@ -331,16 +332,16 @@ def _ticks(n: int, seed: int, key_column: str = "key") -> str:
 @pytest.mark.parametrize("key_attr", [None, "key", "sym"])
 @pytest.mark.parametrize("block", [None, 700])
 def test_csv_batches_read_as_rows(tmp_path, monkeypatch, key_attr, block):
-    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)               # in bulk
+    monkeypatch.setattr(files, "ROW_READ_BYTES", 0)               # in bulk
     if block:
-        monkeypatch.setattr(sources, "BLOCK_SIZE", block)
+        monkeypatch.setattr(files, "BLOCK_SIZE", block)
     path = _write(tmp_path, "t.csv", _ticks(3000, 5, "sym" if key_attr == "sym" else "key"))
     _batches_read_as_rows(path, key_attr, *_as_legacy(path, key_attr))
 
 
 def test_large_csv_batches_read_as_rows(tmp_path):
     path = _write(tmp_path, "big.csv", _ticks(22_000, 7))
-    assert path.stat().st_size > sources.ROW_READ_BYTES
+    assert path.stat().st_size > files.ROW_READ_BYTES
     for key_attr in (None, "key"):
         _batches_read_as_rows(path, key_attr, *_as_legacy(path, key_attr))
 
@@ -352,8 +353,8 @@ def test_small_csv_is_read_row_by_row(tmp_path):
 
 @pytest.mark.parametrize("key_attr", [None, "key", "s"])
 def test_jsonl_batches_read_as_rows(tmp_path, monkeypatch, key_attr):
-    monkeypatch.setattr(sources, "ROW_READ_BYTES", 0)
-    monkeypatch.setattr(sources, "BLOCK_SIZE", 4096)
+    monkeypatch.setattr(files, "ROW_READ_BYTES", 0)
+    monkeypatch.setattr(files, "BLOCK_SIZE", 4096)
     lines = []
     for i in range(400):
         row = {"type": "AB"[i % 2], "ts": i if i % 3 else i + 0.5, "p": i / 4,
@@ -379,7 +380,7 @@ def test_parquet_batches_read_as_rows(tmp_path, monkeypatch, key_attr):
     import pyarrow.parquet as pq
 
     from raycep.spark_ingest.mapping import EventMapping
-    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 50)
+    monkeypatch.setattr(parquet_reader, "PARQUET_BATCH_ROWS", 50)
     n = 300
     table = pa.table({
         "type": [None if i % 71 == 5 else "AB"[i % 2] for i in range(n)],

@@ -20,7 +20,8 @@ import os
 from bisect import bisect_left
 from operator import lt
 
-from raycep.cep.io.sources import ROW_READ_BYTES, iter_batch_range
+from raycep.cep.io.files import ROW_READ_BYTES
+from raycep.cep.io.sources import iter_batch_range
 
 #: a file is cut into parts of at least this many bytes
 MIN_PART_BYTES = 256 * 1024

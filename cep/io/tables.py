@@ -32,7 +32,8 @@ import warnings
 from raycep.cep.errors import IngestError
 from raycep.cep.io.timestamps import TS_UNITS, check_format
 
-#: rows per column batch (a Parquet file is read in as many: cep.io.sources.PARQUET_BATCH_ROWS)
+#: rows per column batch (a Parquet file is read in as many:
+#: cep.io.parquet_reader.PARQUET_BATCH_ROWS)
 BATCH_ROWS = 65_536
 #: numeric event times beyond this many seconds (the year 5138) are probably not seconds
 _NOT_SECONDS = 1e11
