@@ -8,7 +8,7 @@ Inside ``raycep.cep``: each module belongs to a layer (a sub-package, or ``cep``
 top-level modules errors, event and match that every layer uses) and imports only its own
 layer and the layers below it (CEP_LAYERS); ``cep/__init__.py``, the package's face, may import
 any. No two modules of any package import each other, directly or through others, imports
-inside functions included.
+inside functions included. The tests mirror the packages.
 """
 import ast
 import pathlib
@@ -154,6 +154,26 @@ def test_no_import_cycle():
     assert cycles() == []
 
 
+def _test_folders() -> set:
+    return {path.parent for path in (ROOT / "tests").rglob("test_*.py")
+            if "data" not in path.relative_to(ROOT / "tests").parts}
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/cep/io/ holds the tests of cep/io/, ...; cross-cutting tests stay in tests/."""
+    strays = [folder.relative_to(ROOT).as_posix() for folder in _test_folders()
+              if not (ROOT / folder.relative_to(ROOT / "tests")).is_dir()]
+    assert strays == []
+
+
+def test_every_folder_of_tests_is_on_the_test_path(request):
+    """Test modules import each other by plain names (pyproject.toml's pytest pythonpath)."""
+    listed = {pathlib.Path(str(path)).resolve() for path in request.config.getini("pythonpath")}
+    missing = [folder.relative_to(ROOT).as_posix() for folder in _test_folders()
+               if folder.resolve() not in listed]
+    assert sorted(missing) == []
+
+
 def test_ray_is_imported_only_at_the_ray_boundary():
     sites = {modules()[m].relative_to(ROOT).as_posix() for m, name in imports()
              if name.partition(".")[0] == "ray"}
@@ -177,7 +197,7 @@ def _tree(root: pathlib.Path, files: dict) -> pathlib.Path:
     "def later():\n    from raycep.cep.runtime import engine\n    return engine\n",
     "import raycep.cep.io.codec\n",
     "from raycep.cep.lang import ast\n",
-])
+], ids=["at the top", "inside a function", "import a.b", "from a import module"])
 def test_an_upward_import_in_the_store_is_found(tmp_path, code):
     root = _tree(tmp_path, {"cep/store/index.py": code, "cep/runtime/engine.py": "",
                             "cep/io/codec.py": "", "cep/lang/ast.py": ""})

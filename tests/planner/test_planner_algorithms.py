@@ -256,7 +256,7 @@ def test_cost_based_plan_binds_the_selective_pair_first():
 
 def test_make_plan_plans_what_runs_and_keeps_the_raw_model_on_request():
     # the raw model picks (a, c, b), which the engine runs as (c, a, b): 10 + 5 + 1/6; the
-    # executed model picks (c, b, a): 10 + 0.5 + 1/6 (tests/test_planner_cost.py)
+    # executed model picks (c, b, a): 10 + 0.5 + 1/6 (tests/planner/test_planner_cost.py)
     cq = compile_query("PATTERN SEQ(A a, B b, C c) WHERE b.x = c.x WITHIN 1 s")
     stats = {"rates": {"A": 1.0, "B": 10.0, "C": 10.0}, "selectivities": {0: 0.01}}
     ex = problem_from_query(cq, stats["rates"], stats["selectivities"])

@@ -296,7 +296,7 @@ def test_jsonl_runs_of_one_shape_are_built_from_columns(tmp_path):
 
 
 def test_the_sample_and_a_generated_stream_read_as_before(tmp_path):
-    root = os.path.join(os.path.dirname(__file__), "..")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
     _same_as_legacy(os.path.join(root, "examples", "ticks.csv"), "symbol")
     text = "type,ts,price,volume,key\n" + "".join(
         f"{'ABC'[i % 3]},{1_000_000 + i},{100 + (i % 97) / 8:.2f},{100 + i % 1900},k{i % 5}\n"

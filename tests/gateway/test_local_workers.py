@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEQ3 = ("PATTERN SEQ(A a, B b, C c) WHERE a.price < b.price AND b.price > c.price "
         "WITHIN 60 seconds")
 NEG = "NAME quiet\nPATTERN SEQ(A a, C c, ~B z) WHERE a.price < c.price WITHIN 40 seconds"

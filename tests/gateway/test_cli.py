@@ -10,7 +10,7 @@ import pytest
 
 from raycep.gateway import cli
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = {"events", "matches", "retractions", "late_events", "duplicates", "seconds",
                 "events_per_s", "peak_rss_mb", "startup_seconds", "queries", "groups",
                 "prefixes_reused", "workers"}

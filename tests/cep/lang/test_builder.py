@@ -9,7 +9,7 @@ from raycep.cep.lang.builder import (E, and_, agg, attr, avg, count, duration, f
                                      seq, sum_, var)
 from raycep.cep.lang.parser import parse_query
 
-# The paper queries, with their sources, live in tests/test_paper_queries.py.
+# The paper queries, with their sources, live in tests/cep/lang/test_paper_queries.py.
 from test_paper_queries import SASE_Q1, SASE_Q2, SASE_Q3, RCEP_Q1, LIME_Q1, LIME_Q2, LIME_Q3  # noqa: E402
 VLDB_FOUR_CAMERAS = ("PATTERN SEQ(A a,B b,C c,D d)WHERE(a.vehicleID=b.vehicleID="
                      "c.vehicleID=d.vehicleID)WITHIN W")

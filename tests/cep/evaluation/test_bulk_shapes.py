@@ -599,7 +599,7 @@ def test_raycep_local_on_the_examples_is_the_same_with_and_without_bulk(tmp_path
     from pathlib import Path
 
     from raycep.gateway import cli
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     outs = []
     for bulk in (True, False):
         out = tmp_path / f"m{bulk}.jsonl"

@@ -34,7 +34,7 @@ from raycep.local.queries import QuerySourceError
 
 from cluster_helpers import ids_of, make_stream, read_all
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EPOCH = dt.datetime(2024, 3, 1, 9, 30)                 # naive: UTC
 SYMBOLS = ("AAA", "BBB", "CCC", "DDD")
 

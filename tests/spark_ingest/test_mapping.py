@@ -13,7 +13,7 @@ from raycep.cep.event import Event
 from raycep.cep.io.sources import iter_events, read_events
 from raycep.spark_ingest.mapping import EventMapping
 
-TICKS = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ticks.csv"
+TICKS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ticks.csv"
 
 
 def spark_csv_row(row: dict) -> dict:

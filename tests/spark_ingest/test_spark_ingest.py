@@ -45,7 +45,7 @@ from cluster_helpers import wait_for as poll
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TICKS = ROOT / "examples" / "ticks.csv"
 QUERY_FILE = ROOT / "examples" / "queries.cep"
 MAPPING = EventMapping(key_column="symbol")

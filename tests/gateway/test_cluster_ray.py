@@ -31,7 +31,7 @@ from cluster_helpers import SEQ3, http, make_stream, ids_of, read_all, send_in_s
 
 pytestmark = pytest.mark.ray
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 WAIT = 90.0
 
 PAIR = "PATTERN SEQ(A a, B b) WHERE [k] AND a.x > b.x WITHIN 5 seconds"

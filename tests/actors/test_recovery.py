@@ -18,7 +18,7 @@ from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
 from raycep.gateway.server.service import GatewaySettings
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TICKS = ROOT / "examples" / "ticks.csv"
 QUERIES = parse_queries((ROOT / "examples" / "queries.cep").read_text())
 

@@ -17,7 +17,7 @@ from raycep.cep.io.output import Fragments
 from raycep.gateway.cli.common import UsageError
 from raycep.gateway.cli.writer import QUEUE_PIECES, WRITE_BYTES, BackgroundWriter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUERY = "PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 50 seconds"
 
 

@@ -6,7 +6,7 @@ import re
 from raycep.cep.lang.compiler import compile_query
 from raycep.cep.lang.parser import UNITS, parse_query
 
-LANGUAGE = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
+LANGUAGE = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "language.md").read_text()
 
 
 def test_language_page_lists_every_time_unit_and_each_parses():

@@ -238,7 +238,7 @@ def test_bad_errors_argument(tmp_path):
 
 def test_sample_ticks_file_reads_cleanly():
     import pathlib
-    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ticks.csv"
+    path = pathlib.Path(__file__).resolve().parents[3] / "examples" / "ticks.csv"
     events, problems = read_events(path, key_attr="symbol", errors="collect")
     assert problems == []
     assert len(events) >= 1000

@@ -2,7 +2,7 @@
 
 A CSV or JSON Lines file of more than ``cep.io.sources.ROW_BATCH_BYTES`` (64 KiB) and at most
 ``ROW_READ_BYTES`` (512 KiB) is read without pyarrow and comes from ``iter_batch_runs`` as
-column batches (a simple CSV block typed column by column, tests/test_csv_columns.py; anything
+column batches (a simple CSV block typed column by column, tests/cep/io/test_csv_columns.py; anything
 else as ``ColumnBatch.from_events(events, keep=True)`` of the very Events the row reader
 made), so ``raycep local`` evaluates it in bulk with the same output. Beyond
 512 KiB the CSV reader's batches take a few rows' values straight from plain int64/float64
@@ -38,7 +38,7 @@ from test_bulk import patched
 from test_columnar_engine import summary_counts
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 KIB = 1024
 
 

@@ -13,7 +13,7 @@ from raycep.cep.io.sources import read_events
 from raycep.gateway import cli
 from raycep.spark_ingest.mapping import EventMapping
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 TICKS = ROOT / "examples" / "ticks.csv"
 QUERIES = ROOT / "examples" / "queries.cep"
 SEQ_AB = "PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 10 seconds"
