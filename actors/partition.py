@@ -12,7 +12,7 @@ was forgotten still yields no duplicate matches for events that are still buffer
 match carries a stable ``id`` (a hash of the query name and the bound event ids), so a reader
 can de-duplicate matches that reach it twice.
 
-Out-of-order input is handled by the engine (cep.disorder): a Retraction becomes a match
+Out-of-order input is handled by the engine (cep.store.disorder): a Retraction becomes a match
 record with ``"retracted": true`` (same ``id`` as the match it cancels); a late event becomes
 a record ``{"late": true, "id", "source", "reason", "score", "threshold", "watermark",
 "event"}``; both travel like matches (returned, or through the outbox).
@@ -43,11 +43,11 @@ import orjson
 
 from raycep.actors.handles import node_id
 from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
-from raycep.cep.codec import decode_batch
-from raycep.cep.disorder import DisorderSettings, LateEvent
-from raycep.cep.engine import Engine
 from raycep.cep.errors import OverloadedError, PlanningError
-from raycep.cep.output import MatchLines, match_json
+from raycep.cep.io.codec import decode_batch
+from raycep.cep.io.output import MatchLines, match_json
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings, LateEvent
 from raycep.planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
@@ -107,7 +107,7 @@ class PartitionWorker:
         """Register a query (text or Query AST) under ``name``. It sees the events after
         ``since``, the stream's latest event time at its registration (the gateway's: the
         largest ``clock()`` of the actors; None: this actor's), and the last ``retain``
-        seconds before it (cep.engine.Engine.add_query). ``mode``: optimistic or pessimistic
+        seconds before it (cep.runtime.engine.Engine.add_query). ``mode``: optimistic or pessimistic
         handling of out-of-order events (None: the worker's default)."""
         name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode,
                                      since=since)
@@ -149,7 +149,7 @@ class PartitionWorker:
     # ---------------------------------------------------------------- input
     def ingest(self, batch: bytes, after: str | None = None,
                clock: float | None = None) -> dict:
-        """Process one msgpack batch (cep.codec). A malformed header raises IngestError and
+        """Process one msgpack batch (cep.io.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
         ``clock``: the latest event time of the request the batch is this actor's part of
         (``observe``d after the rows).
@@ -243,7 +243,7 @@ class PartitionWorker:
 
     def observe(self, clock: float) -> list:
         """The stream's event time reached ``clock`` in events this actor was not sent
-        (cep.engine.Engine.observe): the matches that waited for it (records; queued with an
+        (cep.runtime.engine.Engine.observe): the matches that waited for it (records; queued with an
         outbox)."""
         out = self._records(self.engine.observe(clock))
         if self.engine.clock != self._evicted_at:
@@ -255,7 +255,7 @@ class PartitionWorker:
 
     def _records(self, matches: list) -> list:
         """Match and retraction records as JSON texts (bytes): ``match_record`` assembled
-        from the events' cached JSON (cep.output)."""
+        from the events' cached JSON (cep.io.output)."""
         lines = self._lines
         return [match_json(m, lines) for m in matches]
 

@@ -1,6 +1,6 @@
 """Producer: the bulk ingestion path shared by Spark jobs and ``raycep demo``.
 
-Events are routed with the cluster's RoutingTable, packed into msgpack batches (cep.codec) and
+Events are routed with the cluster's RoutingTable, packed into msgpack batches (cep.io.codec) and
 pushed straight to the partition actors (named ``raycep-p<i>`` / ``raycep-global`` in the Ray
 namespace ``raycep``), bypassing the gateway; the gateway drains the actors' match outboxes.
 Batch ids are ``<producer run>:<sequence>:<target>`` (the run is a random token per Producer),
@@ -21,8 +21,8 @@ import uuid
 from collections import deque
 
 from raycep.actors.handles import as_handle, result as _result
-from raycep.cep.codec import encode_batch
 from raycep.cep.errors import OverloadedError
+from raycep.cep.io.codec import encode_batch
 
 
 def _overloaded(exc: BaseException) -> OverloadedError | None:

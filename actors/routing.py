@@ -107,7 +107,7 @@ class RoutingTable:
         return out
 
     def route_rows(self, rows: list) -> dict | None:
-        """``route`` of wire rows ``[type, ts, attrs, key, id]`` (cep.codec) without building
+        """``route`` of wire rows ``[type, ts, attrs, key, id]`` (cep.io.codec) without building
         events: ``{target: (rows, their indexes in rows)}``; None when a row is not such an
         array with a string type and a map (or no) attrs, or its key cannot be hashed (the
         caller then decodes the rows, which names the problem)."""

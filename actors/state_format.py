@@ -26,7 +26,7 @@ An event row is ``[type, ts, key, attrs, id or nil]`` (nil: the id is derived fr
 content, as when it arrived). Values in ``state`` and WAL records are msgpack's own types plus
 these extension types (code: payload, itself msgpack): 1 tuple (array), 2 set, 3 frozenset
 (arrays), 4 Event (a row), 5 query AST node (``[class name, {field: value}]``, only the
-dataclasses of ``cep.ast``), 6 settings (``[class name, {field: value}]``, only
+dataclasses of ``cep.lang.ast``), 6 settings (``[class name, {field: value}]``, only
 ``DisorderSettings``), 7 LateEvent (``[event, source, reason, score, threshold,
 watermark]``). An unknown extension code is an error, never a guess.
 """
@@ -39,10 +39,10 @@ import zlib
 
 import msgpack
 
-from raycep.cep import ast as _ast
-from raycep.cep.disorder import DisorderSettings, LateEvent
 from raycep.cep.errors import RecoveryError
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as _ast
+from raycep.cep.store.disorder import DisorderSettings, LateEvent
 
 MAGIC = b"RAYCEP\x00\n"
 VERSION = 1

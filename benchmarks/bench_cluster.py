@@ -37,9 +37,9 @@ import msgpack
 
 from raycep.actors.partition import PartitionWorker, partition_actor
 from raycep.actors.routing import split_by_partition
-from raycep.cep.codec import encode_batch
 from raycep.cep.event import Event
-from raycep.cep.parser import parse_queries
+from raycep.cep.io.codec import encode_batch
+from raycep.cep.lang.parser import parse_queries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILE = os.path.join(ROOT, "examples", "queries.cep")
@@ -262,7 +262,7 @@ def bench_actors(cfg: Config, ray) -> dict:
           f"time (~{cfg.events / cfg.symbols / span * 30:.1f} ticks per symbol per 30 s), "
           f"seed {cfg.seed}")
     print(f"queries: {', '.join(n for n, _ in queries)} (examples/queries.cep, unchanged)")
-    print(f"batches: {cfg.batch:,} events, msgpack (cep.codec.encode_batch), encoded"
+    print(f"batches: {cfg.batch:,} events, msgpack (cep.io.codec.encode_batch), encoded"
           f"{' and ray.put' if cfg.put else ''} before timing: the producer side is NOT measured;"
           f" {'ObjectRefs' if cfg.put else 'bytes by value'} passed to ingest")
     print(f"timing : first ingest dispatch -> last ack of every actor read by the driver; "
@@ -346,7 +346,7 @@ def per_s(n: float, seconds: float) -> float:
 
 # --------------------------------------------------------------------------- part 2: queries
 
-INDEX_FILES = ("cep/index.py", "cep/event.py", "cep/codec.py")
+INDEX_FILES = ("cep/store/index.py", "cep/event.py", "cep/io/codec.py")
 
 
 def make_worker(queries: list, sharing: bool = True) -> PartitionWorker:
@@ -358,7 +358,7 @@ def make_worker(queries: list, sharing: bool = True) -> PartitionWorker:
 
 def run_worker(batches: list, queries: list, sharing: bool = True) -> dict:
     """Time ``ingest`` of every batch plus the final ``advance(inf)`` on a fresh worker
-    (``sharing``: query groups, see cep/groups.py)."""
+    (``sharing``: query groups, see cep/runtime/groups.py)."""
     worker = make_worker(queries, sharing)
     matches = 0
     t0 = time.perf_counter()
@@ -392,7 +392,7 @@ def index_memory(batches: list, queries: list) -> dict:
         by_file[name] = by_file.get(name, 0) + stat.size_diff
     index = sum(v for f, v in by_file.items() if f.replace(os.sep, "/").endswith(INDEX_FILES))
     # the JSON of events that took part in a match, cached on the event for output
-    # (cep.output): counted apart, it grows with the matches, not with the index
+    # (cep.io.output): counted apart, it grows with the matches, not with the index
     cache = sum(sys.getsizeof(e._json) for e in worker.engine.index.events()
                 if e._json is not None)
     index -= cache
@@ -441,10 +441,10 @@ def bench_queries(cfg: Config) -> dict:
               f"{r['evicted']:>9,}{r['index']:>13,}{per_s(r['index'], r['buffered']):>11,.0f}"
               f"{r['other']:>13,}{r['retained']:>12,}{r['background']:>7.2f}")
     print("buffered / evicted = events in / evicted from the shared index after the last batch "
-          "(worker.stats()); index bytes = retained allocations of cep/index.py, cep/event.py, "
-          "cep/codec.py (buffers, Event objects, decoded values); other = the rest (pattern "
-          "managers, rate tracker, remembered batch ids); retained = index + other; before = cores "
-          "busy in other processes just before the timed runs")
+          "(worker.stats()); index bytes = retained allocations of cep/store/index.py, "
+          "cep/event.py, cep/io/codec.py (buffers, Event objects, decoded values); other = the "
+          "rest (pattern managers, rate tracker, remembered batch ids); retained = index + other; "
+          "before = cores busy in other processes just before the timed runs")
     out = {"rows": rows}
     first, last = rows[0], rows[-1]
     if len({r["buffered"] for r in rows}) != 1:

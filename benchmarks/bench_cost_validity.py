@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 from benchmarks.workloads import StreamSpec, stream
 from raycep.cep import Engine, Event
-from raycep.cep.compiler import compile_query
-from raycep.cep.parser import parse_query
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.parser import parse_query
 from raycep.planner.cost import seq_probability, window_count
 from raycep.planner.plan import order_cost
 from raycep.planner.problem import problem_from_query

@@ -44,10 +44,10 @@ import time
 from dataclasses import dataclass, field
 
 from benchmarks.bench_cluster import ticks
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
 from raycep.cep.event import Event
 from raycep.cep.match import Retraction
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILE = os.path.join(ROOT, "examples", "queries.cep")
@@ -125,7 +125,7 @@ def log(msg: str):
 
 def queries() -> list:
     """``[(name, Query)]``: examples/queries.cep plus no_dip_rise."""
-    from raycep.cep.parser import parse_query
+    from raycep.cep.lang.parser import parse_query
     from raycep.gateway.cli import load_queries
 
     out = [(q.name, q) for _, q in load_queries([QUERY_FILE])]
@@ -190,7 +190,7 @@ def reference_without(qs: list, events: list, ref_all: dict, drop: frozenset) ->
 
 
 def check_partitioned(qs: list):
-    from raycep.cep.compiler import compile_query
+    from raycep.cep.lang.compiler import compile_query
 
     for name, q in qs:
         if KEY not in compile_query(q).equivalence:

@@ -1,4 +1,4 @@
-"""The index's time buffer (cep.index.TimeBuffer, flat sorted lists) against
+"""The index's time buffer (cep.store.index.TimeBuffer, flat sorted lists) against
 sortedcontainers.SortedKeyList on the operations the engine performs, to decide whether the
 design's ``sortedcontainers`` should replace the hand-rolled buffer (issue 16).
 
@@ -20,7 +20,7 @@ import time
 from operator import attrgetter
 
 from raycep.cep.event import Event
-from raycep.cep.index import TimeBuffer
+from raycep.cep.store.index import TimeBuffer
 
 WINDOW = 60.0
 BATCH = 1_000
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     batches = workload(args.events)
     ops = args.events * 2 + len(batches)                 # insert + lookup per event, evictions
     results = {}
-    for name, run in (("TimeBuffer (cep.index)", run_timebuffer),
+    for name, run in (("TimeBuffer (cep.store.index)", run_timebuffer),
                       ("sortedcontainers.SortedKeyList", run_sortedkeylist)):
         best = min((run(batches) for _ in range(args.repeat)), key=lambda r: r[0])
         results[name] = best

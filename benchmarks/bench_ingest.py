@@ -494,7 +494,7 @@ def run(cfg: Config) -> dict:
 def local_matches(path: str, queries: list) -> dict:
     """{query: matches} of ``raycep local --key symbol`` on ``path`` (one Engine)."""
     from raycep.cep import Engine
-    from raycep.cep.sources import iter_events
+    from raycep.cep.io.sources import iter_events
     engine = Engine(key_attr="symbol")
     counts = {}
     for name, text in queries:

@@ -35,7 +35,7 @@ Part ``worker``: one ``actors.partition.PartitionWorker`` in-process (no Ray), a
 bench_cluster's part 2: the same ticks as msgpack batches, ``ingest`` of every batch plus
 ``advance(inf)``, N = 1, 10, 100, sharing on and off (after an untimed warm-up on one batch).
 
-Part ``prefix``: shared sub-patterns (``cep/prefixes.py``) end to end: 8 queries of 4
+Part ``prefix``: shared sub-patterns (``cep/evaluation/prefixes.py``) end to end: 8 queries of 4
 structures that share no group but begin (in plan order, trigger first) with the same core
 ``SEQ(B b, C c, D d)`` and its conditions (``prefix_queries``), over 20,000 events of types A-G
 with D rare (``make_prefix_events``), ``raycep local`` with sharing on and ``--no-sharing``;
@@ -364,7 +364,7 @@ def bench_cluster_actors(events: list, counts: tuple) -> list:
 
 def expected_matches(events: list, n: int) -> int:
     """The matches of the n-query set over ``events`` (an in-process engine)."""
-    from raycep.cep.engine import Engine
+    from raycep.cep.runtime.engine import Engine
     eng = Engine(KEY)
     for name, text in query_variants(n):
         eng.add_query(text, name=name)

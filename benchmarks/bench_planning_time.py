@@ -31,8 +31,8 @@ import statistics
 import sys
 import time
 
-from raycep.cep.compiler import compile_query
-from raycep.cep.parser import parse_query
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.parser import parse_query
 from raycep.planner.algorithms import ALGORITHMS, DP_MAX_VARS
 from raycep.planner.plan import make_plan
 from raycep.planner.problem import problem_from_query

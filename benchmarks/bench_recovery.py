@@ -109,8 +109,8 @@ def checkpoint_cost(buffered: int, changes=(1_000, 10_000, 50_000)) -> list:
     import pickle
     import shutil
     from raycep.actors.partition import PartitionWorker
-    from raycep.cep.codec import encode_batch
     from raycep.cep.event import Event
+    from raycep.cep.io.codec import encode_batch
 
     def ticks(n: int, start: int) -> list:
         return [Event("Stock", (start + i) / 100.0,
@@ -172,9 +172,9 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from make_ticks import write_csv
-    from raycep.cep.engine import reference_match_ids
-    from raycep.cep.parser import parse_queries
-    from raycep.cep.sources import read_events
+    from raycep.cep.io.sources import read_events
+    from raycep.cep.lang.parser import parse_queries
+    from raycep.cep.runtime.engine import reference_match_ids
     path = os.path.join(tempfile.mkdtemp(), "ticks.csv")
     write_csv(path, args.rows)
     events = list(read_events(path, key_attr="symbol"))

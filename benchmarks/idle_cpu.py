@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     try:
         client = connect(url)
         if args.queries:
-            from raycep.cep.parser import parse_queries
+            from raycep.cep.lang.parser import parse_queries
             for q in parse_queries(open(os.path.join(ROOT, "examples", "queries.cep")).read()):
                 client.register(q.text, name=q.name)
         rows = ticks(args.rows)

@@ -72,6 +72,16 @@ def caret_excerpt(text: str | None, line: int | None, column: int | None) -> str
     return f"  {src}\n  {' ' * (col - 1)}^"
 
 
+def short_repr(value, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut at ``limit`` characters (a huge number or mapping
+    must not flood the message; an int too long for ``repr`` is described instead)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<{type(value).__name__} with too many digits>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class GatewayError(CepError):
     """A request the gateway (or a client talking to it) cannot complete; ``status`` is the
     HTTP status it maps to."""

@@ -20,8 +20,7 @@ from operator import attrgetter
 import msgpack
 import orjson
 
-from raycep.cep.errors import IngestError
-from raycep.cep.validate import short_repr
+from raycep.cep.errors import IngestError, short_repr
 
 #: attribute names that are fields of the event itself, not attributes
 RESERVED = ("type", "ts", "id", "key")
@@ -95,7 +94,7 @@ class Event:
 
     def json(self) -> bytes:
         """``to_dict()`` as compact JSON bytes, computed once per event: a match line is
-        assembled from these fragments (cep.output), so an event in many matches is serialised
+        assembled from these fragments (cep.io.output), so an event in many matches is serialised
         once. Values JSON cannot carry (bytes) are written as their ``str()``. Computed by
         ``prepare_json``, which does it for many events at once."""
         if self._json is None:
@@ -283,7 +282,7 @@ _LOCAL = _Local()
 _JSON_ERRORS = (TypeError, orjson.JSONEncodeError)     # e.g. an int orjson does not take
 
 
-#: numeric kinds of an attribute value (column-wise comparisons: cep.batch, cep.index)
+#: numeric kinds of an attribute value (column-wise comparisons: cep.store.batch, cep.store.index)
 ABSENT, EXACT, OTHER = 0, 1, 2
 #: ints up to this magnitude are exact in float64
 EXACT_INT = 2 ** 53
@@ -307,7 +306,7 @@ def derive_id(type: str, ts: float, key, attrs: dict, pack=None) -> str:
 def prepare_json(events) -> None:
     """Compute ``Event.json()`` (and the derived id, if not known yet) of every event of
     ``events`` that has no JSON yet, in one loop (one packer, no method or property call
-    per event besides the id and the record): cep.output calls it once per chunk of matches,
+    per event besides the id and the record): cep.io.output calls it once per chunk of matches,
     ~10 % less time per event than ``e.json()`` one by one."""
     pack, dumps, record = _LOCAL.pack, orjson.dumps, _record
     for e in events:

@@ -80,7 +80,7 @@ class Match(tuple):
     def to_dict(self) -> dict:
         """The record ``{"query": NAME, "events": {VAR: EVENT | [EVENT, ...]}, "start": T,
         "end": T}`` (``start``/``end``: its first and last event time; the lines of
-        cep.output are this record without them)."""
+        cep.io.output are this record without them)."""
         out = {}
         b = self.bindings
         for var in self.order or b:
@@ -123,13 +123,13 @@ class Retraction(Match):
 
 
 class MatchBlock:
-    """Many matches of one query as columns, as a bulk evaluation finds them (cep.bulk):
+    """Many matches of one query as columns, as a bulk evaluation finds them (cep.evaluation.bulk):
     ``heads[k]`` is the Event bound to variable ``names[k]`` in each prefix binding (all
     variables but the last), ``prefix`` the prefix binding of each match, ``lasts`` the
     distinct Events bound to the last variable and ``last`` the one of each match (numpy
     index arrays). Iterating or slicing gives the Match objects the evaluator gives, in the
     same order (``batch``: one ``Match.batch`` per prefix binding, else one bindings dict per
-    match); ``cep.output`` writes the lines of a block without making them (issue 14)."""
+    match); ``cep.io.output`` writes the lines of a block without making them (issue 14)."""
 
     __slots__ = ("query", "names", "order", "batch", "heads", "prefix", "lasts", "last")
 

@@ -312,8 +312,8 @@ def step_demo(image: str, work: pathlib.Path, report: dict) -> None:
 
 
 def step_client(image: str, work: pathlib.Path, report: dict) -> None:
-    from raycep.cep.parser import parse_queries
-    from raycep.cep.sources import read_events
+    from raycep.cep.io.sources import read_events
+    from raycep.cep.lang.parser import parse_queries
     objects = render(image, {"gateway": {"port": GATEWAY_PORT, "matchesJsonl": True,
                                          "queries": ""}})
     cluster = Cluster(image, objects, work / "client", workers=2)
@@ -452,7 +452,7 @@ def step_ingest(image: str, work: pathlib.Path, report: dict) -> None:
             print("\n".join(tail[-40:]), done.stderr[-3000:], file=sys.stderr)
         settle(client)
         queries_file = cluster.dirs["config"] / "queries.cep"
-        from raycep.cep.parser import parse_queries
+        from raycep.cep.lang.parser import parse_queries
         names = [q.name for q in parse_queries(queries_file.read_text())]
         got = read_back(client, names)
         want = local_matches(queries_file, TICKS, cluster.head_env["RAYCEP_KEY"])

@@ -39,14 +39,15 @@ from dataclasses import dataclass
 import msgpack
 import orjson
 
-from raycep.cep.ast import Query
-from raycep.cep.codec import encode_batch, encode_columns
 from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
                         IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
-                        QueryValidationError, UnavailableError, error_from_dict)
+                        QueryValidationError, UnavailableError, error_from_dict,
+                        short_repr)
 from raycep.cep.event import Event, make_event
-from raycep.cep.tables import is_table
-from raycep.cep.validate import finite, short_repr
+from raycep.cep.io.codec import encode_batch, encode_columns
+from raycep.cep.io.tables import is_table
+from raycep.cep.lang.ast import Query
+from raycep.cep.lang.validate import finite
 
 __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
            "IngestError", "MatchPage", "NotFoundError", "OverloadedError", "QuerySyntaxError",
@@ -157,7 +158,7 @@ class Client:
 
     def register(self, text, name: str | None = None, params: dict | None = None,
                  mode: str | None = None) -> str:
-        """Register one query, given as text or as a Query built with cep.builder (sent as
+        """Register one query, given as text or as a Query built with cep.lang.builder (sent as
         its text, ``str(query)``); returns its id (``name``, the query's ``NAME``, or
         ``q<n>``). ``mode``: ``optimistic`` (emit at once, retract when a late event changes
         a match) or ``pessimistic`` (wait for the watermark, never retract); None: the
@@ -165,7 +166,7 @@ class Client:
         if isinstance(text, Query):
             text = str(text)
         elif not isinstance(text, str):
-            raise TypeError(f"register() takes query text or a Query (cep.builder), got "
+            raise TypeError(f"register() takes query text or a Query (cep.lang.builder), got "
                             f"{type(text).__name__}")
         body = {"text": text, "name": name, "params": params or {}}
         if mode is not None:
@@ -198,8 +199,8 @@ class Client:
 
         A table (a pandas or polars DataFrame, a pyarrow Table, RecordBatch or
         RecordBatchReader, anything with ``__arrow_c_stream__``) is read as
-        ``Engine.process_table`` reads it (``ts``, ``type``, ``ts_format``: cep.tables) and
-        travels as columns (cep.codec schema version 2), in batches of at most
+        ``Engine.process_table`` reads it (``ts``, ``type``, ``ts_format``: cep.io.tables) and
+        travels as columns (cep.io.codec schema version 2), in batches of at most
         TABLE_BATCH_ROWS rows and about TABLE_BATCH_BYTES; their acknowledgements are added
         up (``bad_rows`` numbered from the table's first row). A column or event time that
         cannot be read raises IngestError before that batch is sent. Anything else than a
@@ -243,7 +244,7 @@ class Client:
 
     def _send_table(self, table, source, ts, type, ts_format) -> dict:
         """``send`` of a table: its column batches, one request each."""
-        from raycep.cep.tables import TableReader
+        from raycep.cep.io.tables import TableReader
         if self._key_attr is None:
             self.health()
         reader = TableReader(table, key_attr=self._key_attr[0], ts=ts, type=type,

@@ -19,8 +19,8 @@ from raycep.actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, Ray
 from raycep.actors.partition import PartitionWorker
 from raycep.actors.recovery import CheckpointSettings, claim
 from raycep.actors.routing import GLOBAL
-from raycep.cep.disorder import DisorderSettings, check_mode
-from raycep.cep.engine import check_retain
+from raycep.cep.runtime.engine import check_retain
+from raycep.cep.store.disorder import DisorderSettings, check_mode
 from raycep.gateway.server.http import GatewayServer
 from raycep.gateway.server.service import GatewaySettings
 from raycep.planner.service import PlannerService

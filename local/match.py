@@ -6,7 +6,7 @@ import os
 import warnings
 from collections.abc import Iterable
 
-from raycep.cep.ast import Query
+from raycep.cep.lang.ast import Query
 from raycep.local.queries import load_queries
 from raycep.local.run import build_engine, evaluate, few_collections
 
@@ -38,7 +38,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     Arguments:
 
     * ``queries``: query text (one or more queries separated by ``;``, each optionally
-      ``NAME n PATTERN ...``), the path of a query file, a Query built with cep.builder,
+      ``NAME n PATTERN ...``), the path of a query file, a Query built with cep.lang.builder,
       or a list of these. Unnamed queries are called ``q1``, ``q2``, ... in order.
     * ``events``: a pandas or polars DataFrame, a pyarrow Table, RecordBatch or
       RecordBatchReader, anything with the Arrow C stream interface, or the path of a
@@ -77,7 +77,7 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     of a type no attribute holds), TypeError for arguments of the wrong kind. Late events
     (out of order beyond the learnt lateness threshold) are not used and warned about.
     """
-    from raycep.cep.match_table import MatchTable
+    from raycep.cep.io.match_table import MatchTable
     if isinstance(queries, (str, os.PathLike, Query)) or not isinstance(queries, Iterable):
         queries = [queries]
     engine = build_engine(load_queries(list(queries)), key=key, params=params)
@@ -92,22 +92,22 @@ def match(queries, events, *, key: str | None = None, params: dict | None = None
     if late:
         warnings.warn(f"{late} late event(s) were not used: they came after the lateness "
                       f"threshold of the events before them (sort the input by its event "
-                      f"time, or see cep.disorder)", stacklevel=2)
+                      f"time, or see cep.store.disorder)", stacklevel=2)
     return result
 
 
 def _runs(events, key, ts, type, ts_format) -> tuple:
     """``(pieces to evaluate, the Arrow type of the times or None)`` of ``events``: a file
-    path read as raycep local reads it, or a table (cep.tables.TableReader)."""
-    from raycep.cep.tables import TableReader, time_type_of
-    from raycep.cep.timestamps import check_format
+    path read as raycep local reads it, or a table (cep.io.tables.TableReader)."""
+    from raycep.cep.io.tables import TableReader, time_type_of
+    from raycep.cep.io.timestamps import check_format
     if not isinstance(events, (str, os.PathLike)):
         reader = TableReader(events, key_attr=key, ts=ts, type=type, ts_format=ts_format)
         return reader, reader.time_type
     if ts != "ts" or type is not None:
         raise TypeError("ts= and type= name the columns of a table; an events file's columns "
                         "are named type and ts")
-    from raycep.cep.sources import iter_batch_runs
+    from raycep.cep.io.sources import iter_batch_runs
     path = os.fspath(events)
     runs = iter_batch_runs(path, key_attr=key, ts_unit=check_format(ts_format))
     time_type = None

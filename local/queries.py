@@ -1,13 +1,13 @@
 """Queries as ``raycep local`` and ``local.match`` take them: query files, query text or
-Query objects (cep.builder), each file or text holding one or more queries."""
+Query objects (cep.lang.builder), each file or text holding one or more queries."""
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
 
-from raycep.cep.ast import Query
 from raycep.cep.errors import CepError, QuerySyntaxError, QueryValidationError
+from raycep.cep.lang.ast import Query
 
 __all__ = ["QuerySourceError", "declares_name", "load_queries", "query_at"]
 
@@ -36,7 +36,7 @@ def load_queries(values, text_label: str = "query #{}") -> list:
 
     Unnamed queries are called ``q1``, ``q2``, ... by their position over all values; a
     name used twice is an error."""
-    from raycep.cep.parser import parse_queries
+    from raycep.cep.lang.parser import parse_queries
 
     out = []
     for position, value in enumerate(values, start=1):
@@ -45,7 +45,7 @@ def load_queries(values, text_label: str = "query #{}") -> list:
         else:
             if not isinstance(value, (str, os.PathLike)):
                 raise TypeError(f"a query is query text, a query file's path or a Query "
-                                f"(cep.builder), got {type(value).__name__}: {value!r}")
+                                f"(cep.lang.builder), got {type(value).__name__}: {value!r}")
             value = os.fspath(value)
             if os.path.isfile(value):
                 label = f"query file {value}"
@@ -83,7 +83,7 @@ def query_at(text: str, line: int) -> str | None:
     """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
     ``query #k`` (its position) when it has no NAME; None when the text has one query or
     does not tokenize."""
-    from raycep.cep.parser import tokenize
+    from raycep.cep.lang.parser import tokenize
     try:
         toks = tokenize(text)
     except CepError:

@@ -20,12 +20,12 @@ __all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "Chunks", "FIRST_PLAN
 
 GC_THRESHOLD = 50_000           # allocations between two young-generation collections
 #: raycep local hands the engine chunks of events: large ones amortise the per-chunk work
-#: (bulk evaluation, cep.bulk), small ones bound the matches held at once (Chunks)
+#: (bulk evaluation, cep.evaluation.bulk), small ones bound the matches held at once (Chunks)
 CHUNK_EVENTS = (512, 1024, 32_768)  # fewest, first, most
 CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
 #: events before the planner's first look at the statistics (then every --check-every): a
-#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.bulk), ~4x
-#: the time per match; 200 gave the plans 500 did on the peers' and the sample workloads
+#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.evaluation.bulk),
+#: ~4x the time per match; 200 gave the plans 500 did on the peers' and the sample workloads
 #: (benchmarks/PEERS_RESULTS.md)
 FIRST_PLAN_EVENTS = 200
 #: --check-every's default: the planner's look cuts the chunk it falls in, and a bulk
@@ -42,7 +42,7 @@ def build_engine(queries: list, *, key: str | None = None, params: dict | None =
     bound, ``orders``: query name -> a forced order), planned by ``planner`` first after
     min(check_every, FIRST_PLAN_EVENTS) events, then every ``check_every``.
     QuerySourceError names a query that cannot be added and where it came from."""
-    from raycep.cep.engine import Engine                   # imported late: `raycep --help` stays cheap
+    from raycep.cep.runtime.engine import (Engine)  # imported late: `raycep --help` stays cheap
     from raycep.planner.local import PlannedEngine
     engine = PlannedEngine(Engine(key_attr=key, disorder=disorder, mode=mode,
                                   sharing=sharing),
@@ -60,7 +60,7 @@ def build_engine(queries: list, *, key: str | None = None, params: dict | None =
 
 def evaluate(engine, runs, take, *, end=None, late=None, tick=None,
              sizes: tuple = CHUNK_EVENTS) -> tuple:
-    """Feed the pieces of ``runs`` (as cep.sources.iter_batch_runs gives them: lists of
+    """Feed the pieces of ``runs`` (as cep.io.sources.iter_batch_runs gives them: lists of
     Events or column batches) through ``engine`` (a PlannedEngine) in chunks (``sizes``, see
     Chunks); ``take(found)`` gets what each chunk found (matches, retractions and MatchBlocks,
     in order) and returns how many matches that is, ``end(found)`` (default: ``take``) what

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raycep.cep.compiler import CompiledQuery
 from raycep.cep.errors import PlanningError
+from raycep.cep.lang.compiler import CompiledQuery
 from raycep.planner.algorithms import ALGORITHMS
 from raycep.planner.plan import TREE_NFA, Plan, make_plan, order_cost
 from raycep.planner.stats import Statistics

@@ -59,9 +59,10 @@ def window_count(rate: float, kleene: bool, window: float) -> float:
 
 def executed_orders(branch, order) -> tuple:
     """The orders the engine runs for ``branch`` under the plan ``order``: one per trigger
-    ``t``, ``(t,) + (the branch's other variables in plan order)`` (cep.manager ``_steps_for``).
-    Variables of ``order`` outside the branch are dropped; so are branch variables missing from
-    ``order`` (a plan prefix), except the trigger, which its evaluation always binds first."""
+    ``t``, ``(t,) + (the branch's other variables in plan order)`` (cep.evaluation.manager
+    ``_steps_for``). Variables of ``order`` outside the branch are dropped; so are branch variables
+    missing from ``order`` (a plan prefix), except the trigger, which its evaluation always binds
+    first."""
     index = branch.index
     return tuple((t,) + tuple(n for n in order if n != t and n in index)
                  for t in branch.triggers)

@@ -4,14 +4,14 @@ the same for a cluster).
 Every ``check_every`` events it samples the statistics (arrival rates over a sliding horizon of
 event time, selectivities from the evaluator's counters), asks each query's AdaptivePolicy
 whether to re-plan, and installs a new plan between two events. Queries evaluated as one group
-(cep.groups) have one plan, from the group's statistics.
+(cep.runtime.groups) have one plan, from the group's statistics.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raycep.cep.engine import Engine
 from raycep.cep.errors import PlanningError
+from raycep.cep.runtime.engine import Engine
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.algorithms import ALGORITHMS
 from raycep.planner.plan import TREE_NFA
@@ -56,7 +56,7 @@ class PlannedEngine:
         self.check_every = check_every
         #: events before the first look at the statistics (then every ``check_every``): until
         #: a query has a plan its order is chosen per trigger, and only a planned query is
-        #: evaluated in bulk (cep.bulk)
+        #: evaluated in bulk (cep.evaluation.bulk)
         if check_every < 1 or (first_check is not None and first_check < 1):
             raise PlanningError(f"the planner looks at the statistics every {check_every} "
                                 f"events, first after {first_check}: both must be at least 1")

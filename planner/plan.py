@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from raycep.cep.compiler import CompiledQuery
 from raycep.cep.errors import PlanningError
+from raycep.cep.lang.compiler import CompiledQuery
 from raycep.planner.algorithms import ALGORITHMS
 from raycep.planner.algorithms.frequency_order import efreq
 from raycep.planner.cost import combined_cost

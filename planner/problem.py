@@ -33,10 +33,10 @@ test ``[attr]`` is not modelled: rates are expected per partition when a query i
 
 Execution model (``PlanProblem.executed``, default True). The engine evaluates lazily: for each
 event that can be a match's last event it binds that trigger variable ``t`` first, then the other
-positive variables of the branch in the plan's order (cep.manager ``_steps_for``). So where a
-plan puts ``t`` is ignored for ``t``'s own evaluations. In the executed mode the cost functions
-(planner.cost) price, per branch and per trigger ``t``, the order ``(t,) + (the others in plan
-order)``; a variable that is the only trigger of every branch it belongs to (the last variable
+positive variables of the branch in the plan's order (cep.evaluation.manager ``_steps_for``). So
+where a plan puts ``t`` is ignored for ``t``'s own evaluations. In the executed mode the cost
+functions (planner.cost) price, per branch and per trigger ``t``, the order ``(t,) + (the others in
+plan order)``; a variable that is the only trigger of every branch it belongs to (the last variable
 of a SEQ) is then ``fixed``: its position never matters, plans put it first and the search
 algorithms order only the other (``free``) variables. With ``executed=False`` the cost
 functions price the plan's full order as written, the paper's model, and every variable is free.
@@ -47,9 +47,9 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from raycep.cep import ast
-from raycep.cep.compiler import CompiledQuery
 from raycep.cep.errors import PlanningError
+from raycep.cep.lang import ast
+from raycep.cep.lang.compiler import CompiledQuery
 
 DEFAULT_RATE = 1.0
 DEFAULT_SELECTIVITY = 1.0

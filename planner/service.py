@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from raycep.cep.compiler import compile_query
 from raycep.cep.errors import PlanningError
+from raycep.cep.lang.compiler import compile_query
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.plan import Plan
 from raycep.planner.stats import SelectivityEstimator, Statistics, per_key

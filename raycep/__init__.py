@@ -30,17 +30,17 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from raycep import builder
-from raycep.cep.ast import Query
-from raycep.cep.builder import query
-from raycep.cep.compiler import CompiledQuery, compile_query
-from raycep.cep.engine import Engine
 from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, EvaluationError,
                                GatewayError, IngestError, NotFoundError, OverloadedError,
                                PlanningError, QuerySyntaxError, QueryValidationError,
                                RecoveryError, UnavailableError)
 from raycep.cep.event import Event
+from raycep.cep.lang.ast import Query
+from raycep.cep.lang.builder import query
+from raycep.cep.lang.compiler import CompiledQuery, compile_query
+from raycep.cep.lang.parser import parse_queries, parse_query
 from raycep.cep.match import Match, Retraction
-from raycep.cep.parser import parse_queries, parse_query
+from raycep.cep.runtime.engine import Engine
 from raycep.gateway.client import Client, connect
 from raycep.local.match import match
 

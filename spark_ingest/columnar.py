@@ -8,7 +8,7 @@ bulk path cannot type exactly like it (a nested, decimal or binary value, an int
 64 bits, a non-finite number, an event time that is not a plain number) and every row with an
 error is handed to ``to_event`` itself (a "slow row"): the events, their ids and the error
 messages are the reference's, only the cost differs. Text cells are typed by
-``cep.columns.typed_column`` (the rules of ``cep.sources.parse_cell``, in bulk); each
+``cep.io.columns.typed_column`` (the rules of ``cep.io.cells.parse_cell``, in bulk); each
 attribute travels through Spark as up to four typed columns (int, float, bool, text; null
 where the cell is of another kind or empty), since a Spark column has one type and CSV cells
 of one column may be of several kinds.
@@ -31,17 +31,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycep.actors.routing import partition_of
-from raycep.cep.codec import encode_columns, encode_rows
-from raycep.cep.arrow import true_mask
-from raycep.cep.columns import dense_union, strip_text, typed_column
 from raycep.cep.errors import CepError, IngestError
 from raycep.cep.event import derive_id
-from raycep.cep.timestamps import TS_UNITS, event_time
+from raycep.cep.io.codec import encode_columns, encode_rows
+from raycep.cep.io.columns import dense_union, strip_text, typed_column
+from raycep.cep.io.timestamps import TS_UNITS, event_time
+from raycep.cep.store.arrow import true_mask
 from raycep.spark_ingest.dead_letters import dead_record
 from raycep.spark_ingest.mapping import RESERVED, EventMapping
 
 #: value kinds of a typed column (int, float, bool, text), their Arrow types and the names of
-#: the children of a mixed-kind column on the wire (cep.columns: a dense union)
+#: the children of a mixed-kind column on the wire (cep.io.columns: a dense union)
 KINDS = ("i", "f", "b", "s")
 KIND_TYPES = {"i": pa.int64(), "f": pa.float64(), "b": pa.bool_(), "s": pa.string()}
 UNION_NAMES = {"i": "int", "f": "float", "b": "bool", "s": "str"}
@@ -362,7 +362,7 @@ class Plan:
         return out
 
     def columns_of(self, table: pa.Table) -> pa.Table | None:
-        """The wire table (cep.columns: type, ts, key, id, one column per attribute) of a
+        """The wire table (cep.io.columns: type, ts, key, id, one column per attribute) of a
         prepared table, or None when it has slow rows or an attribute named like a field
         (then it travels as msgpack rows)."""
         if not self.v2 or table.column(SLOW).null_count != table.num_rows:
@@ -554,7 +554,7 @@ def _typed_text(col, slow) -> dict:
 
 
 def _kinds(arr, slow) -> dict:
-    """A typed column (plain, or cep.columns' dense union of kinds) split into one array per
+    """A typed column (plain, or cep.io.columns' dense union of kinds) split into one array per
     kind; values of other kinds (beyond 64 bits, ...) and non-finite floats make the row
     slow."""
     n = len(arr)
@@ -588,7 +588,7 @@ def _kinds(arr, slow) -> dict:
 
 def _merged(columns: list, n: int):
     """One wire column from per-kind columns: the plain column when one kind has values,
-    a dense union (children named as cep.columns names them) when several do; None when
+    a dense union (children named as cep.io.columns names them) when several do; None when
     none has."""
     present = [(k, c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c)
                for k, c in columns if c.null_count != len(c)]

@@ -41,7 +41,7 @@ from raycep.actors.handles import (NAMESPACE, actor_name, connect_ray, connected
 from raycep.actors.producer import Lane
 from raycep.actors.routing import GLOBAL, RoutingTable
 from raycep.cep.errors import CepError, IngestError, OverloadedError
-from raycep.cep.timestamps import TS_UNITS
+from raycep.cep.io.timestamps import TS_UNITS
 from raycep.spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
                                    category_of, encode_chunk)
 from raycep.spark_ingest.dead_letters import Locator, local_path

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from raycep.cep.errors import IngestError
 from raycep.cep.event import Event, make_event
-from raycep.cep.sources import parse_cell
-from raycep.cep.timestamps import check_format, epoch, event_time
+from raycep.cep.io.cells import parse_cell
+from raycep.cep.io.timestamps import check_format, epoch, event_time
 
 RESERVED = ("type", "ts", "id", "key", "attrs")
 

@@ -21,9 +21,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from raycep.cep import ast as A
 from raycep.cep.errors import QueryValidationError
 from raycep.cep.event import Event, before
+from raycep.cep.lang import ast as A
 from raycep.cep.match import match_key
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from raycep.cep import ast as A
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
 
 TYPES = ("A", "B", "C")
 STREAM_TYPES = ("A", "B", "C", "D")
@@ -139,7 +139,7 @@ def _kleene_conjunct(draw, b: str, others: list):
 
 def _conjunct(draw, pos: list, neg: list, kleene: list, params: dict):
     """One random conjunct: at most one negated variable, no negated variable together with
-    the index i of a Kleene variable (cep.validate forbids it), at most one Kleene ``i``."""
+    the index i of a Kleene variable (cep.lang.validate forbids it), at most one Kleene ``i``."""
     allvars = pos + neg
     kind = draw(st.sampled_from(["const", "const", "pair", "pair", "arith", "eq_y", "bool",
                                  "kleene", "kleene", "neg", "ts", "str", "div", "param"]))

@@ -8,8 +8,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import bench_cluster as bc  # noqa: E402
-from raycep.cep.compiler import compile_query  # noqa: E402
-from raycep.cep.parser import parse_query  # noqa: E402
+from raycep.cep.lang.compiler import compile_query  # noqa: E402
+from raycep.cep.lang.parser import parse_query  # noqa: E402
 
 
 def total_matches(batches, queries):

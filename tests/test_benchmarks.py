@@ -113,6 +113,6 @@ def test_index_benchmark_runs_both_structures_on_the_same_lookups(capsys):
     from benchmarks import bench_index
     assert bench_index.main(["--events", "5000", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| TimeBuffer (cep.index) |" in out and "| sortedcontainers.SortedKeyList |" in out
+    assert "| TimeBuffer (cep.store.index) |" in out and "| sortedcontainers.SortedKeyList |" in out
     found = int(out.split("; ")[1].split(" events")[0].replace(",", ""))
     assert found > 5000 * 100          # each lookup returns a window's worth of events

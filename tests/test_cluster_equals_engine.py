@@ -30,12 +30,12 @@ from collections import Counter
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from raycep.cep import ast as A
-from raycep.cep.disorder import DisorderSettings
-from raycep.cep.engine import Engine
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
+from raycep.cep.lang.parser import parse_query
 from raycep.cep.match import match_id
-from raycep.cep.parser import parse_query
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
 from raycep.gateway.server.service import GatewaySettings

@@ -3,8 +3,8 @@ or JSON Lines file, not even numpy or pyarrow.
 
 pyarrow's ``pa.array``, ``pa.scalar`` and ``Array.to_numpy`` import pandas through its pandas
 shim (~0.25 s and tens of MB per process, in the timed region of ``raycep local``), so
-cep.columns builds and reads columns from buffers (``arrow_array``). A file of at most
-``raycep.cep.sources.ROW_READ_BYTES`` is read row by row. Each check runs in a fresh interpreter
+cep.io.columns builds and reads columns from buffers (``arrow_array``). A file of at most
+``raycep.cep.io.files.ROW_READ_BYTES`` is read row by row. Each check runs in a fresh interpreter
 (``bulk``: with ROW_READ_BYTES lowered so the small test file is read as a large one) and fails
 if any step of the path brings those modules in again.
 """
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raycep.cep.codec import encode_batch
 from raycep.cep.event import Event
+from raycep.cep.io.codec import encode_batch
 
 QUERY = "PATTERN SEQ(A a, B b) WHERE a.price < b.price WITHIN 60 seconds"
 
@@ -27,10 +27,10 @@ QUERY = "PATTERN SEQ(A a, B b) WHERE a.price < b.price WITHIN 60 seconds"
 #: status and which of the modules this test watches were imported
 _LOCAL = """
 import json, sys
-import raycep.cep.sources
+import raycep.cep.io.files
 from raycep.gateway.cli import main
 if sys.argv[1] == "bulk":
-    raycep.cep.sources.ROW_READ_BYTES = -1
+    raycep.cep.io.files.ROW_READ_BYTES = -1
 status = main(sys.argv[2:])
 print(json.dumps({"status": status,
                   "imported": [m for m in ("pandas", "numpy", "pyarrow") if m in sys.modules]}))
@@ -121,7 +121,7 @@ def test_local_parquet_never_imports_pandas(tmp_path):
 
 _DECODE = """
 import json, sys
-from raycep.cep.codec import decode_batch, encode_batch
+from raycep.cep.io.codec import decode_batch, encode_batch
 batch, problems = decode_batch(open(sys.argv[1], "rb").read(), errors="collect")
 events = batch.events
 again = decode_batch(encode_batch(events, "s", "b2", schema_version=2)).events
@@ -139,7 +139,7 @@ def test_wire_v2_decode_and_encode_never_import_pandas(tmp_path, mixed):
     data = encode_batch(events, "s", "b", schema_version=2)
     if mixed:                                        # a bad row: NaN event time, in column form
         table = pa.table({"type": ["A", "B"], "ts": [1.0, float("nan")]})
-        from raycep.cep.codec import encode_columns
+        from raycep.cep.io.codec import encode_columns
         (tmp_path / "bad.bin").write_bytes(encode_columns(table, "s", "bad"))
     path = tmp_path / "batch.bin"
     path.write_bytes(data)

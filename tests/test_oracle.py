@@ -6,8 +6,8 @@ import dataclasses
 
 from hypothesis import given, note, settings, HealthCheck
 
-from raycep.cep import ast as A
 from raycep.cep.event import Event
+from raycep.cep.lang import ast as A
 from raycep.cep.match import match_key
 
 from oracle import enumerate_matches, nfa_matches, oracle_matches

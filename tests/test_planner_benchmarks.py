@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import bench_adaptive, bench_cost_validity, bench_planning_time  # noqa: E402
-from raycep.cep.compiler import compile_query  # noqa: E402
-from raycep.cep.parser import parse_query  # noqa: E402
+from raycep.cep.lang.compiler import compile_query  # noqa: E402
+from raycep.cep.lang.parser import parse_query  # noqa: E402
 
 
 def quiet(*args, **kwargs):

@@ -149,7 +149,7 @@ def test_the_wheel_installs_one_import_name(wheel):
         names = z.namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"raycep"}, top
-    for path in ("raycep/py.typed", "raycep/__init__.py", "raycep/cep/engine.py",
+    for path in ("raycep/py.typed", "raycep/__init__.py", "raycep/cep/runtime/engine.py",
                  "raycep/gateway/cli/__init__.py", "raycep/local/match.py",
                  "raycep/planner/algorithms/__init__.py", "raycep/actors/partition.py",
                  "raycep/spark_ingest/__init__.py", "raycep/gateway/server/service.py"):

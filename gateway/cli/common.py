@@ -9,13 +9,13 @@ import os
 import sys
 
 from raycep.cep.errors import CepError
-from raycep.cep.sources import parse_cell
+from raycep.cep.io.cells import parse_cell
 from raycep.local.queries import QuerySourceError, declares_name, load_queries as load
 
 __all__ = ["DEFAULT_GATEWAY", "PROG", "Terminated", "UsageError", "add_disorder_arguments",
            "add_gateway_arguments", "client_for", "declares_name", "disorder_settings", "err",
-           "finite_float", "load_queries", "note", "parse_params", "require", "silence_stdout",
-           "terminable"]
+           "finite_float", "load_queries", "note", "parse_params", "peak_rss_mb", "require",
+           "silence_stdout", "terminable"]
 
 PROG = "raycep"
 DEFAULT_GATEWAY = "http://127.0.0.1:8470"
@@ -102,7 +102,7 @@ def parse_params(items) -> dict:
 
 def add_disorder_arguments(parser):
     """The out-of-order options shared by ``raycep local`` and ``raycep serve``."""
-    from raycep.cep.disorder import DEFAULT_MODE, MODES
+    from raycep.cep.store.disorder import DEFAULT_MODE, MODES
     parser.add_argument("--disorder-mode", choices=MODES, default=DEFAULT_MODE,
                         help="how queries handle out-of-order events: 'optimistic' (default: "
                              "report at once, retract a match a late event invalidates) or "
@@ -119,7 +119,7 @@ def add_disorder_arguments(parser):
 
 
 def disorder_settings(args):
-    from raycep.cep.disorder import DisorderSettings
+    from raycep.cep.store.disorder import DisorderSettings
     try:
         return DisorderSettings(alpha=args.alpha, min_slack=args.slack,
                                 max_slack=args.max_slack)
@@ -158,3 +158,14 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
+
+
+def peak_rss_mb():
+    """Peak resident set size of this process in MiB (None where unavailable)."""
+    try:
+        import resource
+    except ImportError:                             # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
+    return round(peak / divisor, 1)

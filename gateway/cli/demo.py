@@ -42,8 +42,8 @@ def run_demo(args) -> int:
     from raycep.actors.handles import named_handles
     from raycep.actors.producer import Producer
     from raycep.actors.routing import RoutingTable
-    from raycep.cep.compiler import compile_query
-    from raycep.cep.sources import iter_events
+    from raycep.cep.io.sources import iter_events
+    from raycep.cep.lang.compiler import compile_query
     from raycep.gateway.client import connect
     from raycep.gateway.runtime import RayCluster
     from raycep.gateway.server.service import GatewaySettings
@@ -153,7 +153,7 @@ def _printer(name: str, shown: dict, lock, limit: int):
 def _verify(client, queries, removed, events, key) -> bool:
     """Run the kept queries over the same events in one in-process Engine and compare the
     match ids with what the cluster stored."""
-    from raycep.cep.engine import reference_match_ids
+    from raycep.cep.runtime.engine import reference_match_ids
     kept = [q for _, q in queries if q.name != removed]
     expected = reference_match_ids(kept, events, key)
     ok = True

@@ -9,7 +9,7 @@ import threading
 import time
 
 from raycep.cep.errors import IngestError
-from raycep.cep.timestamps import FORMAT_HELP
+from raycep.cep.io.timestamps import FORMAT_HELP
 from raycep.gateway.cli.common import add_gateway_arguments, client_for, err, note, require
 
 

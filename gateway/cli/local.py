@@ -10,7 +10,7 @@ never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdou
 a JSON summary (docs/local.md). Progress goes to stderr every ~2 s.
 
 The engine and the loop that feeds it are ``local.run``'s (``local.match`` runs them too);
-this module reads the arguments, writes the lines and the summary.
+this module reads the arguments and writes the summary, ``gateway.cli.lines`` the lines.
 """
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ import sys
 import time
 
 from raycep.cep.errors import CepError
-from raycep.cep.output import MatchLines
-from raycep.cep.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
-from raycep.cep.timestamps import FORMAT_HELP, check_format
+from raycep.cep.io.output import MatchLines
+from raycep.cep.io.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
+from raycep.cep.io.timestamps import FORMAT_HELP, check_format
 from raycep.gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
-                                load_queries, parse_params)
+                                load_queries, parse_params, peak_rss_mb)
+from raycep.gateway.cli.lines import evaluate, open_output
 from raycep.gateway.cli.slices import run_slices, slice_cuts
 from raycep.gateway.cli.writer import BackgroundWriter
 from raycep.local.queries import QuerySourceError
 from raycep.local.run import (CHECK_EVERY, CHUNK_EVENTS, CHUNK_MATCHES, FIRST_PLAN_EVENTS, Chunks,
-                       build_engine, evaluate as evaluate_runs, few_collections)
+                       build_engine, few_collections)
 
 __all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "FIRST_PLAN_EVENTS", "Chunks",
            "add_parser", "evaluate", "run_local"]
@@ -98,7 +99,7 @@ def run_local(args) -> int:
     entered = time.perf_counter()
     # pyarrow's own memory pool keeps ~17 MB it has freed; glibc's returns it (no slower here)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from raycep.planner.local import settings_for           # imported late: `raycep --help` stays cheap
+    from raycep.planner.local import (settings_for)  # imported late: `raycep --help` stays cheap
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
@@ -136,9 +137,9 @@ def run_local(args) -> int:
     parts = slice_cuts(args, engine)
     runs = iter_batch_runs(args.events, key_attr=args.key,
                            on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
-    if "raycep.cep.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
-        import raycep.cep.bulk  # noqa: F401   (loaded now, not in the timed loop)
-    late_out, close_late = _open_output(args.late_out) if args.late_out else (sys.stderr, False)
+    if "raycep.cep.store.batch" in sys.modules:     # the reader makes column batches: in bulk
+        import raycep.cep.evaluation.bulk  # noqa: F401   (loaded now, not in the timed loop)
+    late_out, close_late = open_output(args.late_out) if args.late_out else (sys.stderr, False)
     # start-up objects are frozen out of the collector's passes (local.run.few_collections)
     with few_collections():
         started = time.perf_counter()
@@ -153,7 +154,7 @@ def run_local(args) -> int:
                 if parts:
                     engine, lines = build(), MatchLines()
                     counts, retracted = lines.counts, lines.retractions
-                out = BackgroundWriter(*_open_output(args.out, binary=True),
+                out = BackgroundWriter(*open_output(args.out, binary=True),
                                        name=f"matches to {args.out}" if args.out
                                        else "matches to stdout")
                 try:
@@ -241,33 +242,6 @@ def run_local(args) -> int:
     return 0
 
 
-def evaluate(engine, runs, lines: MatchLines, write, late_out, progress=None,
-             keep=None, gather: bool = False) -> tuple:
-    """Feed the pieces of ``runs`` (as iter_batch_runs gives them) through ``engine`` in
-    chunks (``local.run.evaluate``, this module's CHUNK_EVENTS), writing the lines of what
-    it finds (``keep``: the part of it to write; ``gather``: ``write`` takes
-    cep.output.Fragments too) and late events to ``late_out``; ``(events, the IngestError it
-    stopped at or None)``. The matches found before a bad row are written."""
-    def take(found) -> int:
-        if keep is not None:
-            found = keep(found)
-        before = lines.written
-        for piece in lines.pieces(found, gather) if found else ():
-            write(piece)
-        return lines.written - before
-
-    def end(found) -> None:
-        write(lines.lines(keep(found) if keep is not None else found))
-
-    def late(events) -> None:
-        for event in events:
-            late_out.write(json.dumps(event.to_dict(), default=str) + "\n")
-
-    tick = (lambda n: progress.tick(n, lines.counts)) if progress is not None else None
-    return evaluate_runs(engine, runs, take, end=end, late=late if late_out is not None
-                         else None, tick=tick, sizes=CHUNK_EVENTS)
-
-
 def parse_orders(values, names) -> dict:
     """``--order [QUERY=]VAR,VAR,...`` values -> {query name: (var, ...)}."""
     out = {}
@@ -322,48 +296,3 @@ class Progress:
         self.next_at = now + PROGRESS_EVERY_S
         rate = events / (now - self.started)
         err(f"{self.label}{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
-
-
-class _StdoutBytes:
-    """Writes bytes to standard output (``sys.stdout.buffer``, or the text stream when it has
-    none, e.g. under a test's capture)."""
-
-    def write(self, data) -> None:
-        """``data``: bytes or another bytes-like object (the writer's memoryview pieces)."""
-        buffer = getattr(sys.stdout, "buffer", None)
-        if buffer is None:
-            sys.stdout.write(str(data, "utf-8"))
-        else:
-            buffer.write(data)
-
-    def flush(self) -> None:
-        buffer = getattr(sys.stdout, "buffer", None)
-        (buffer or sys.stdout).flush()
-
-
-def _open_output(path, binary: bool = False):
-    """(stream, must_close) for --out, creating parent directories; stdout when None.
-    ``binary``: a bytes stream (stdout's buffer, flushed when the caller closes nothing)."""
-    if path is None:
-        if binary:
-            sys.stdout.flush()
-            return _StdoutBytes(), False
-        return sys.stdout, False
-    parent = os.path.dirname(path)
-    try:
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        return open(path, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})), True
-    except OSError as exc:
-        raise UsageError(f"error: cannot write {path}: {exc.strerror or exc}") from None
-
-
-def peak_rss_mb():
-    """Peak resident set size of this process in MiB (None where unavailable)."""
-    try:
-        import resource
-    except ImportError:                             # not on Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
-    return round(peak / divisor, 1)

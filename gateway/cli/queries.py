@@ -73,7 +73,7 @@ def add_queries(client, args) -> int:
     the parameters; its name is neither registered on the gateway nor used twice in the
     file), then they are registered; when a registration fails, the queries this command
     registered are removed again. Errors name a query by its NAME, unnamed ones ``query #k``."""
-    from raycep.cep.compiler import compile_query
+    from raycep.cep.lang.compiler import compile_query
     params = parse_params(args.param)
     queries = load_queries([args.query], text_label="the query text")
     if args.name and len(queries) > 1:

@@ -7,8 +7,8 @@ import signal
 import threading
 
 from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
-from raycep.cep.engine import check_retain
 from raycep.cep.errors import CepError
+from raycep.cep.runtime.engine import check_retain
 from raycep.gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
 
 
@@ -96,9 +96,9 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 
 def run_serve(args) -> int:
-    from raycep.gateway.server.registry import default_registry_path
     from raycep.actors.recovery import CheckpointSettings, claim
     from raycep.gateway.runtime import RayCluster
+    from raycep.gateway.server.registry import default_registry_path
     from raycep.gateway.server.service import GatewaySettings
     args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
     try:

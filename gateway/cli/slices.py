@@ -2,7 +2,7 @@
 
 Slice 0 runs in this process, the others in forked children (after the queries are compiled,
 before anything is read); each writes the lines of what its engine emits while it processes
-its own part (cep.slices) to its own file, and this process appends them to the output in
+its own part (cep.io.slices) to its own file, and this process appends them to the output in
 slice order, each while its slice still writes it (``_follow``). A slice that finds the file
 out of time order, a copy of an event, a late event, a bad row, a condition that could not be
 evaluated or a trigger with more matches than the cap makes the run start again in one piece,
@@ -20,9 +20,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from raycep.cep.output import MatchLines
-from raycep.cep.slices import Slice, Unsliceable, cuts
-from raycep.gateway.cli.common import UsageError, err, terminable
+from raycep.cep.io.output import MatchLines
+from raycep.cep.io.slices import Slice, Unsliceable, cuts
+from raycep.gateway.cli.common import UsageError, err, peak_rss_mb, terminable
+from raycep.gateway.cli.lines import evaluate, open_output
 from raycep.gateway.cli.writer import WRITE_BYTES, BackgroundWriter
 
 
@@ -39,7 +40,7 @@ def default_workers() -> int:
 
 
 def slice_cuts(args, engine) -> list | None:
-    """Where ``args.events`` is cut for ``args.workers`` slices (cep.slices.cuts), or None:
+    """Where ``args.events`` is cut for ``args.workers`` slices (cep.io.slices.cuts), or None:
     one worker, or a file that is not cut."""
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 2 or not hasattr(os, "fork"):
@@ -56,7 +57,7 @@ class Sliced:
 
 
 def _reach(engine, args) -> float:
-    """Event time a slice reads before its part (cep.slices): two of the longest window or
+    """Event time a slice reads before its part (cep.io.slices): two of the longest window or
     SLIDE period, and the slack."""
     span = max(max(m.cq.window, m.cq.slide or 0.0) for m in engine.engine.managers.values())
     return 2 * span + (args.slack or 0.0)
@@ -78,7 +79,6 @@ def _clean(engine, stopped) -> str | None:
 
 def _run_slice(engine, slice_: Slice, write, lines: MatchLines, progress=None,
                others=None) -> str | None:
-    from raycep.gateway.cli.local import evaluate
     try:
         _, stopped = evaluate(engine, _watched(engine, slice_, others), lines, write, None,
                               progress, keep=slice_.keep, gather=True)
@@ -111,7 +111,6 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             why = _run_slice(engine, slice_, out.write, lines)
         finally:
             out.close()
-        from raycep.gateway.cli.local import peak_rss_mb
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
                   "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
                   "warnings": engine.engine.warnings()}
@@ -158,8 +157,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
             children.add(pid, read_fd)
         first = Slice(args.events, parts, 0, reach, args.key, args.ts_format)
         if direct:
-            from raycep.gateway.cli.local import _open_output
-            handle = _open_output(args.out, binary=True)[0]
+            handle = open_output(args.out, binary=True)[0]
             os.unlink(files[0])
             files[0] = None
         else:
@@ -339,8 +337,7 @@ def _copy(part, out, at: int, end: int) -> int:
 
 def _append(files: list, out_path) -> None:
     """The slices' files, in order, to ``out_path`` (stdout when None)."""
-    from raycep.gateway.cli.local import _open_output
-    out, close = _open_output(out_path, binary=True)
+    out, close = open_output(out_path, binary=True)
     target = out if close else getattr(sys.stdout, "buffer", None)
     try:
         for path in files:

@@ -4,7 +4,7 @@ the next chunk on the second core. Pieces wait in a bounded queue, so a slow dis
 holds the producer back instead of filling memory; a failed write (disk full, closed pipe) is
 raised in the producer at its next write, flush or close, after which nothing more is taken.
 
-A piece is bytes, or cep.output.Fragments: lines left as the fragments they are made of, joined
+A piece is bytes, or cep.io.output.Fragments: lines left as the fragments they are made of, joined
 here and written WRITE_BYTES at a time. Joining them in the producer cost it ~18 ms of its ~90
 on the W = 600 s workload; handing them to ``os.writev`` (the kernel gathers, ~430 calls of
 1,024 fragments) made that run 0.065 s where a join per 8,192 lines here makes it 0.052 s
@@ -15,10 +15,10 @@ from __future__ import annotations
 import queue
 import threading
 
-from raycep.cep.output import Fragments
+from raycep.cep.io.output import Fragments
 from raycep.gateway.cli.common import UsageError
 
-#: pieces waiting at most (raycep local: Fragments of up to 8,192 lines, cep.output)
+#: pieces waiting at most (raycep local: Fragments of up to 8,192 lines, cep.io.output)
 QUEUE_PIECES = 8
 #: bytes per write call at most. Writing the W = 600 s workload's 71 MB of matches 2.5 MB a
 #: call took the kernel 0.013-0.16 s on this VM, 1 MiB a call 0.013 s every time (16 MB a

@@ -14,7 +14,7 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
   GET    /late                        ?since=CURSOR&limit=N -> late events, paged like matches
 
 A retraction is the record of the match it cancels (same ``id``) plus ``"retracted": true``.
-  POST   /events                      a msgpack batch (cep.codec) or JSON rows
+  POST   /events                      a msgpack batch (cep.io.codec) or JSON rows
   POST   /advance                     {"watermark": w, "force"?: bool}
   GET    /routing                     the routing table producers use
   GET    /stats                       gateway and actor counters

@@ -25,15 +25,15 @@ import orjson
 
 from raycep.actors.handles import as_handle
 from raycep.actors.routing import GLOBAL, RoutingTable
-from raycep.cep.codec import decode_batch, encode_batch, encode_rows, read_header
-from raycep.cep.compiler import compile_query
-from raycep.cep.disorder import check_mode
 from raycep.cep.errors import (CepError, ConflictError, IngestError, NotFoundError,
                         OverloadedError, QuerySyntaxError, QueryValidationError,
-                        UnavailableError)
+                        UnavailableError, short_repr)
 from raycep.cep.event import make_event
-from raycep.cep.parser import parse_queries, parse_query
-from raycep.cep.validate import finite, short_repr
+from raycep.cep.io.codec import decode_batch, encode_batch, encode_rows, read_header
+from raycep.cep.lang.compiler import compile_query
+from raycep.cep.lang.parser import parse_queries, parse_query
+from raycep.cep.lang.validate import finite
+from raycep.cep.store.disorder import check_mode
 
 log = logging.getLogger("raycep.gateway")
 
@@ -386,7 +386,7 @@ class GatewayService:
             actor_stats = await self._actor_stats(self._scope_targets(scope or "keyed"))
         merged: dict = {}
         plans = []
-        warned = None        # warnings every actor that has seen input gives (cep.unseen)
+        warned = None        # warnings every actor that has seen input gives (cep.runtime.unseen)
         for st in actor_stats:
             q = st.get("queries", {}).get(qid)
             if q is None:
@@ -420,7 +420,7 @@ class GatewayService:
 
     # ---------------------------------------------------------------- events
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
-        """Events from the HTTP API: a msgpack batch (cep.codec: bytes, or with ``batch`` its
+        """Events from the HTTP API: a msgpack batch (cep.io.codec: bytes, or with ``batch`` its
         unpacked map) or JSON-like rows (a list of mappings, or ``{"events": [...]}``). Bad
         rows are reported and skipped.
 

@@ -3,7 +3,7 @@ time with the variable that minimises the cost of the extended prefix.
 
 The plan starts with the fixed variables (executed mode, planner.problem) and extends over the
 free ones. Being myopic it can end above the pattern order (a rare pair that only pays off once
-a third variable joins; see tests/test_planner_algorithms.py), so it returns the cheaper of its
+a third variable joins; see tests/planner/test_planner_algorithms.py), so it returns the cheaper of its
 own order and TRIVIAL: the planner never does worse than the query as written.
 """
 from __future__ import annotations

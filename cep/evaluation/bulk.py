@@ -1,0 +1,495 @@
+"""Bulk evaluation: all the triggers of a chunk of in-order rows at once, over columns (issue 14).
+
+The lazy join of ``cep.evaluation.evaluator`` (the Lazy Chain NFA of "Efficient Detection of Complex
+Event Patterns Using Lazy Chain Automata", section 4) binds the variables of one trigger in plan
+order, a candidate range per step found by bisection and each separable comparison applied to
+the whole range. For a sequence pattern under skip-till-any-match with no Kleene variable, whose
+conditions are order comparisons of an attribute (or ``attribute OP number``) with a number or
+with such a term of a variable bound before, the same steps run for every trigger of a chunk
+together: each step's candidate ranges by ``searchsorted`` over the buffer's times, each
+comparison one numpy mask over the candidates of all bindings, each negation between two bound
+variables decided per binding over its range (its minimum or maximum, or each filter counted, as
+the evaluator does it). Variables of one type are allowed when each is ordered against the
+others (a bound event is then a range's end, never a candidate). The bindings come out in the
+evaluator's enumeration order (trigger, then each step's candidates in time order), the matches
+are made as the evaluator makes them (``Match.batch`` per prefix binding, or one bindings dict
+per match), and each condition's counters are summed per trigger, so plans, statistics and
+output stay identical; the one difference is that a bulk evaluation neither reads nor stores
+shared plan prefixes (``cep.evaluation.prefixes``), so their reuse counts differ.
+
+A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator: a
+range or a compared value holding something float64 does not hold exactly (a string, a
+boolean, a missing attribute, an int beyond 2**53, NaN, an arithmetic result from 2**53 on
+or a division by 0: the evaluator counts failures or compares in Python); an event at the
+time of a range's end that is not the bound event there (ordered by id); a trigger that
+reaches the per-trigger match cap.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+
+from raycep.cep.event import EXACT, EXACT_INT, kind_of
+from raycep.cep.lang import ast
+from raycep.cep.lang.expressions import FIELDS
+from raycep.cep.match import MatchBlock
+
+
+@dataclass(frozen=True)
+class _Filter:
+    """``candidate OP value``: ``candidate`` is ``attr`` of the step's variable (through
+    ``arith``), ``value`` the number ``const`` or ``other`` of the variable bound at step
+    ``var`` (through ``other_arith``); an arithmetic is ``(op, number, number on the
+    left)``."""
+    conj: object                 # the Conjunct (its counters are summed)
+    attr: str
+    op: object                   # operator.lt, le, gt or ge
+    const: float | None = None
+    var: int = -1
+    other: str = ""
+    arith: tuple | None = None
+    other_arith: tuple | None = None
+
+
+@dataclass(frozen=True)
+class BulkPlan:
+    """What ``evaluate`` needs of a branch's steps (``plan_for``)."""
+    names: tuple                 # the variables in step order (the trigger's first)
+    types: tuple
+    after: tuple                 # per step: the steps whose events precede its event
+    before: tuple                # per step: the steps whose events follow it (trigger aside)
+    same: tuple                  # per step: the earlier steps of its event type
+    filters: tuple               # per step: its _Filters, in the evaluator's order
+    negations: tuple = ()        # per step: the _Negations decided after it
+    batch: bool = True           # matches share the prefix binding (Match.batch), as the
+    #                              evaluator makes them when the last step checks nothing else
+
+
+@dataclass(frozen=True)
+class _Negation:
+    """No event of ``type`` strictly between the steps ``before`` and ``after`` for which
+    every one of ``filters`` holds. ``extreme``: decided by the range's minimum or maximum
+    without counting (``Negation.extreme``); else the evaluator counts each filter over the
+    range's events (``Evaluation.witness``)."""
+    type: str
+    before: tuple
+    after: tuple
+    same: tuple                  # the steps of that type (bounds, never witnesses)
+    filters: tuple
+    extreme: bool
+
+
+def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
+    """The bulk plan of ``steps`` (cep.evaluation.steps.build_steps, the trigger's variable first),
+    or None when the pattern is not one bulk evaluation reproduces (module docstring).
+    ``opaque``: id(condition) of conditions whose expression is not what they evaluate (a
+    query group's, cep.runtime.groups)."""
+    if cq.strategy != "skip_till_any_match" or cq.slide or len(steps) < 2:
+        return None
+    names = tuple(s.var.name for s in steps)
+    types = tuple(s.var.type for s in steps)
+    if None in types:
+        return None
+    pos = {n: k for k, n in enumerate(names)}
+    filters, same, negations = [], [], []
+    for k, s in enumerate(steps):
+        if s.var.kleene or s.var.negated or s.conjuncts or (s.negations and not k):
+            return None
+        negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations)
+        if None in negs:
+            return None
+        negations.append(negs)
+        # an event of the type bound before is a bound of the range: never a candidate
+        ordered = set(s.after_of) | set(s.before_of)
+        same.append(tuple(j for j in range(k) if types[j] == types[k]))
+        if any(names[j] not in ordered for j in same[-1]):
+            return None
+        step_filters = []
+        for c in s.filters:
+            if id(c) in opaque:
+                return None
+            f = _filter(c, s.var.name, pos, k)
+            if f is None:
+                return None
+            step_filters.append(f)
+        filters.append(tuple(step_filters))
+    last = steps[-1]
+    return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
+                    tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
+                    tuple(filters), tuple(negations),
+                    not (last.negations or last.check_used))
+
+
+def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
+    """``neg`` (decided after step ``k``) as a _Negation, or None."""
+    if neg.var.type is None or neg.checks or neg.deferred or \
+            any(id(c) in opaque for c in neg.filters):
+        return None
+    before, after = tuple(pos[n] for n in neg.before), tuple(pos[n] for n in neg.after)
+    same = tuple(j for j in range(k + 1) if types[j] == neg.var.type)
+    if any(j not in before and j not in after for j in same):
+        return None
+    filters = tuple(_filter(c, neg.var.name, pos, k + 1) for c in neg.filters)
+    if None in filters:
+        return None
+    extreme = neg.extreme is not None
+    if extreme and filters[0].arith is not None:
+        return None
+    return _Negation(neg.var.type, before, after, same, filters, extreme)
+
+
+def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
+    """``c`` as a _Filter on variable ``name`` (bound at step ``k``), or None."""
+    attr, getter, op, ordering, _ = c.separable[name]
+    expr = c.expr
+    if not ordering or expr.__class__ is not ast.Compare:
+        return None
+    arith = None
+    if attr is None:
+        spec = getattr(getter, "attr_arith", None)      # x.attr OP number (expressions)
+        if spec is None:
+            return None
+        attr, arith = spec[0], _arith_spec(spec[1], spec[2], spec[3])
+        if arith is None:
+            return None
+    if attr in FIELDS:
+        return None
+    other = expr.right if name in _names(expr.left) else expr.left
+    if other.__class__ is ast.Literal:
+        if not _exact(other.value):
+            return None
+        return _Filter(c, attr, op, float(other.value), arith=arith)
+    other_arith = None
+    if other.__class__ is ast.BinOp:
+        for side, const, left in ((other.left, other.right, False),
+                                  (other.right, other.left, True)):
+            if side.__class__ is ast.Attr and const.__class__ is ast.Literal:
+                other_arith = _arith_spec(other.op, const.value, left)
+                other = side
+                break
+        if other_arith is None:
+            return None
+    if other.__class__ is ast.Attr and other.index is None and other.attr not in FIELDS \
+            and pos.get(other.var, k) < k:
+        return _Filter(c, attr, op, None, pos[other.var], other.attr, arith, other_arith)
+    return None
+
+
+def _arith_spec(op: str, const, left: bool) -> tuple | None:
+    """``(numpy function, number, number on the left)`` for ``x OP number`` (``number OP x``
+    when ``left``), or None (a number float64 does not hold exactly, a division by 0)."""
+    if op not in _ARITH or not _exact(const) or (op == "/" and not left and const == 0):
+        return None
+    return _ARITH[op], float(const), left
+
+
+def _exact(value) -> bool:
+    return value.__class__ is not bool and kind_of(value) == EXACT
+
+
+def _names(expr) -> set:
+    return {n.var for n in ast.walk_expr(expr) if n.__class__ is ast.Attr}
+
+
+_ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+
+class _Columns:
+    """One buffer's events in a time span as numpy: times, and per attribute the values and
+    whether each is not an exact number (TimeBuffer.numeric)."""
+
+    def __init__(self, buf, lo: float, hi: float):
+        self.buf = buf
+        self.p0, self.p1 = buf.span(lo, hi) if buf is not None else (0, 0)
+        self.ts = np.array(buf.times(self.p0, self.p1) if buf is not None else (),
+                           dtype=np.float64)
+        self._cols: dict = {}
+
+    def column(self, attr: str) -> tuple:
+        """``(values, odd)``: odd also where a value is NaN (an Event made in Python may
+        hold one; the evaluator's comparisons and extremes treat it their own way)."""
+        col = self._cols.get(attr)
+        if col is None:
+            if self.buf is None:
+                col = (np.zeros(0), np.zeros(0, dtype=bool))
+            else:
+                values, odd = self.buf.numeric(self.p0, self.p1, attr)
+                col = (values, odd | np.isnan(values))
+            self._cols[attr] = col
+        return col
+
+    def events(self, rows) -> list:
+        """The Events of ``rows`` (numpy, positions in the span), one per entry."""
+        return self.buf.events_at(self.p0, rows)
+
+
+class _Triggers:
+    """The triggers' attributes as numpy, like _Columns: values (NaN where not an exact
+    number) and that mask, per attribute once."""
+
+    def __init__(self, triggers: list):
+        self.triggers = triggers
+        self._cols: dict = {}
+
+    def column(self, attr: str) -> tuple:
+        col = self._cols.get(attr)
+        if col is None:
+            values = np.array([_value(t.attrs.get(attr)) for t in self.triggers],
+                              dtype=np.float64)
+            col = self._cols[attr] = (values, np.isnan(values))
+        return col
+
+
+def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
+             order: tuple, cap: int | None) -> tuple:
+    """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
+    ``partition``). Returns ``(matches, bounds, good, tallies)``: the matches of the
+    ``good`` triggers as the evaluator would give them, trigger ``i``'s being
+    ``matches[bounds[i]:bounds[i + 1]]``; the others are left to the evaluator. The
+    conditions' counters of the good triggers are added already; ``tallies``
+    (``[(conjunct, tested, passed)]``, lists per trigger) says what to take back for a
+    result not used (``untally``)."""
+    n = len(triggers)
+    tts = np.array([t.ts for t in triggers], dtype=np.float64)
+    tlow_all = tts - window
+    bad = np.zeros(n, dtype=bool)
+    spans: dict = {}
+    cols = [_Triggers(triggers)] + [spans.get(typ) or spans.setdefault(typ, _Columns(
+        index.buffer(partition, typ), float(tlow_all.min()), float(tts.max())))
+        for typ in plan.types[1:]]
+    trig = np.arange(n)                  # per binding: its trigger
+    rows = [trig]                        # per bound step: the row of each binding
+    times = [tts]                        # per bound step: the event time of each binding
+    tallies = []                         # (conjunct, trigger per tested candidate, passed)
+    last = len(plan.filters) - 1
+    parent = cand = trig
+    for f in plan.filters[0]:
+        values = cols[0].column(f.attr)[0]
+        if f.arith is not None:
+            values = _apply(f.arith, values)
+        bad |= np.isnan(values)
+        passed = f.op(values[cand], f.const)
+        tallies.append((f.conj, cand, passed))
+        cand = cand[passed]
+    trig = rows[0] = cand
+    times[0] = tts[cand]
+    for k in range(1, last + 1):
+        filters, col, same = plan.filters[k], cols[k], plan.same[k]
+        ts = col.ts
+        # the range: after the latest event bound before (from the window's start) and before
+        # the earliest bound after; a row at a bound's time that is not a bound event itself
+        # is ordered by id there: such a trigger is left to the evaluator
+        start, end, tie, first, stop = _span(
+            ts, tlow_all[trig], [times[j] for j in plan.after[k]],
+            [times[0]] + [times[j] for j in plan.before[k]], [times[j] for j in same])
+        bad[trig[tie]] = True
+        # the evaluator's first comparison of a plain attribute counts the range with the
+        # bound events at its ends (TimeBuffer.select), the rest the events between them
+        whole = bool(filters) and filters[0].arith is None
+        if not whole:
+            first, stop = start, end
+        some = first < stop
+        count = np.where(some, stop - first, 0)
+        for f in filters:
+            # the evaluator fails such rows, or compares them row by row: any in a range
+            odd = col.column(f.attr)[1]
+            if odd.any():
+                cum = np.concatenate(([0], np.cumsum(odd)))
+                bad[trig[some & (cum[stop] - cum[first] > 0)]] = True
+        parent = np.repeat(np.arange(len(trig)), count)
+        cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - first, count)
+        for f in filters:
+            values = col.column(f.attr)[0][cand]
+            if f.arith is not None:
+                values = _apply(f.arith, values)
+                bad[trig[parent[np.isnan(values)]]] = True
+            if f.const is not None:
+                value = f.const
+            else:
+                value = _bound(cols, rows, f, parent)
+                bad[trig[parent[np.isnan(value)]]] = True
+            passed = f.op(values, value)
+            tallies.append((f.conj, trig[parent], passed))
+            if whole:
+                whole = False
+                passed = passed & (cand >= start[parent]) & (cand < end[parent])
+            cand, parent = cand[passed], parent[passed]
+        for g in plan.negations[k]:
+            held = _absent(g, spans, index, partition, tlow_all, tts, trig, parent, cand, k,
+                           times, rows, cols, bad, tallies)
+            cand, parent = cand[held], parent[held]
+        if k < last:
+            trig = trig[parent]
+            rows = [r[parent] for r in rows] + [cand]
+            times = [t[parent] for t in times] + [ts[cand]]
+    owner = trig[parent]                 # per match: its trigger
+    if cap is not None:
+        bad |= np.bincount(owner, minlength=n) >= cap
+    good = ~bad
+    counts = []
+    for conj, tested, passed in tallies:
+        t = np.bincount(tested, minlength=n)
+        p = np.bincount(tested[passed], minlength=n)
+        conj.tested += int(t[good].sum())
+        conj.passed += int(p[good].sum())
+        counts.append((conj, t.tolist(), p.tolist()))
+    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order),
+            good.tolist(), counts)
+
+
+def untally(counts: list, i: int) -> None:
+    """Take back the counters ``evaluate`` added for trigger ``i``."""
+    for conj, tested, passed in counts:
+        conj.tested -= tested[i]
+        conj.passed -= passed[i]
+
+
+def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
+    """``(start, end, tie, first, stop)`` per binding: ``start`` to ``end - 1`` are the rows
+    of ``ts`` from ``tlow`` on, strictly after the latest time of ``after`` and strictly
+    before the earliest of ``before`` (the evaluator's candidates, cep.evaluation.evaluator),
+    ``first`` to ``stop - 1`` the same with the rows at those two times (the range
+    ``TimeBuffer.select`` counts); ``tie``: a row at one of those times is not one of the
+    bound events of that type (``same``), so the evaluator orders it by id: left to the
+    evaluator."""
+    hi = before[0]
+    for t in before[1:]:
+        hi = np.minimum(hi, t)
+    end, stop = np.searchsorted(ts, hi, "left"), np.searchsorted(ts, hi, "right")
+    extra = stop - end
+    for t in same:
+        extra -= t == hi
+    start = first = np.searchsorted(ts, tlow, "left")
+    if after:
+        latest = after[0]
+        for t in after[1:]:
+            latest = np.maximum(latest, t)
+        inside = latest >= tlow
+        left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
+        start, first = np.where(inside, right, start), np.where(inside, left, start)
+        over = right - left
+        for t in same:
+            over -= t == latest
+        extra += np.where(inside, over, 0)
+    return start, end, extra > 0, first, stop
+
+
+def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, parent, cand,
+            k: int, times: list, rows: list, cols: list, bad, tallies: list):
+    """Per candidate of step ``k`` (``parent``: its binding): whether negation ``g`` holds,
+    i.e. no event between its bounds satisfies its filters: with ``g.extreme`` the range's
+    minimum or maximum compared once (the evaluator's suffix extremes,
+    ``Evaluation.violated``), else each filter over the range's events, counted."""
+    col = spans.get(g.type)
+    if col is None:
+        col = spans[g.type] = _Columns(index.buffer(partition, g.type), float(tlow_all.min()),
+                                       float(tts.max()))
+    owner = trig[parent]
+
+    def bound(j):
+        return cols[k].ts[cand] if j == k else times[j][parent]
+    start, end, tie, _, _ = _span(col.ts, tlow_all[owner], [bound(j) for j in g.before],
+                                  [bound(j) for j in g.after], [bound(j) for j in g.same])
+    some = start < end
+    for f in g.filters:
+        odd = col.column(f.attr)[1]
+        if odd.any():                     # a number float64 does not hold, or no number
+            cum = np.concatenate(([0], np.cumsum(odd)))
+            tie |= some & (cum[end] - cum[start] > 0)
+    values = [_other(f, k, cols, rows, parent, cand) for f in g.filters]
+    for value in values:
+        if value.__class__ is not float:
+            tie |= np.isnan(value)
+    bad[owner[tie]] = True
+    if not g.filters:
+        return ~some
+    if g.extreme:
+        f, value = g.filters[0], values[0]
+        low = f.op in (operator.lt, operator.le)
+        padded = np.append(col.column(f.attr)[0], np.inf if low else -np.inf)
+        at = np.empty(2 * len(start), dtype=np.intp)
+        at[0::2], at[1::2] = start, np.maximum(start, end)
+        if not len(at):
+            return some
+        extreme = (np.minimum if low else np.maximum).reduceat(padded, at)[0::2]
+        return ~(some & f.op(extreme, value))
+    count = np.where(some, end - start, 0)
+    which = np.repeat(np.arange(len(cand)), count)
+    witness = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+    for f, value in zip(g.filters, values):
+        got = col.column(f.attr)[0][witness]
+        if f.arith is not None:
+            got = _apply(f.arith, got)
+            bad[owner[which[np.isnan(got)]]] = True
+        passed = f.op(got, value if value.__class__ is float else value[which])
+        tallies.append((f.conj, owner[which], passed))
+        which, witness = which[passed], witness[passed]
+    return np.bincount(which, minlength=len(cand)) == 0
+
+
+def _other(f: _Filter, k: int, cols, rows, parent, cand):
+    """The value ``f`` compares with per candidate of step ``k``: its number, or the other
+    side from the binding (NaN where not an exact number)."""
+    if f.const is not None:
+        return f.const
+    if f.var == k:
+        got, odd = cols[k].column(f.other)
+        value = np.where(odd[cand], np.nan, got[cand])
+        return _apply(f.other_arith, value) if f.other_arith is not None else value
+    return _bound(cols, rows, f, parent)
+
+
+def _value(value) -> float:
+    """``value`` as a float when it is an exact number, else NaN (see ``_apply``)."""
+    if value is not None and value.__class__ is not bool and kind_of(value) == EXACT:
+        return float(value)
+    return np.nan
+
+
+def _apply(spec: tuple, values):
+    """The arithmetic ``spec`` (_Filter) over float64 ``values``: what the evaluator computes
+    where both are exact (IEEE arithmetic is what Python's float does; an int result is
+    exact below 2**53); NaN where that is not sure (from 2**53 on, a division by 0)."""
+    fn, const, left = spec
+    with np.errstate(all="ignore"):
+        out = fn(const, values) if left else fn(values, const)
+    out[~(np.abs(out) < EXACT_INT)] = np.nan
+    return out
+
+
+def _bound(cols, rows, f: _Filter, parent):
+    """The value of ``f``'s other side for each candidate (``parent``: its binding), NaN
+    where it is not an exact number."""
+    got, odd = cols[f.var].column(f.other)
+    at = rows[f.var][parent]
+    values = np.where(odd[at], np.nan, got[at])
+    return _apply(f.other_arith, values) if f.other_arith is not None else values
+
+
+def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> tuple:
+    """``(matches, bounds)``: the matches of the ``good`` triggers as a MatchBlock (one
+    Match.batch per prefix binding, in enumeration order, as cep.evaluation.evaluator makes them;
+    the Events of the bound rows made in bulk), trigger ``i``'s being
+    ``matches[bounds[i]:bounds[i + 1]]``."""
+    n = len(triggers)
+    keep = good[owner]
+    if not keep.all():
+        parent, cand, owner = parent[keep], cand[keep], owner[keep]
+    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
+    if not len(owner):
+        return [], bounds
+    last = len(plan.names) - 1
+    # each prefix binding with a match, and its events
+    cut = np.flatnonzero(parent[1:] != parent[:-1]) + 1
+    firsts = parent[np.concatenate(([0], cut))]
+    heads = [list(map(triggers.__getitem__, rows[0][firsts].tolist()))]
+    heads += [cols[k].events(rows[k][firsts]) for k in range(1, last)]
+    prefix = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate(([0], cut,
+                                                                       [len(parent)]))))
+    present = np.flatnonzero(np.bincount(cand))     # the distinct last events
+    at = np.zeros(len(present) and int(present[-1]) + 1, dtype=np.intp)
+    at[present] = np.arange(len(present))
+    return MatchBlock(label, tuple(plan.names), order, plan.batch, heads[:last], prefix,
+                      cols[last].events(present), at[cand]), bounds

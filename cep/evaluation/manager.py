@@ -1,0 +1,571 @@
+"""PatternManager: one query's lazy evaluator over the shared index.
+
+It keeps no partial matches. For an event that can be a match's last event it evaluates every
+DNF branch in the current plan order, or, without a plan, in the Tree-NFA ad hoc order
+(ascending number of buffered events of each variable's type in the window; "Efficient Detection of Complex Event Patterns Using Lazy Chain Automata", section 7).
+Matches that need the window to close (trailing negation, AND with negation) wait in a heap
+until the event-time clock passes ``min(ts) + window``. With ``SLIDE s`` triggers are collected
+and evaluated at slide boundaries (RCEP section 2).
+
+Out-of-order input (cep.store.disorder; LimeCEP section 4.4). A *pessimistic* manager holds every
+trigger until the engine's watermark passes it, and deferred matches until the watermark passes
+their window: the events it reads are then complete, it never corrects itself. An *optimistic*
+manager evaluates at the trigger and the clock; when an accepted out-of-order event ``e``
+arrives it re-evaluates the triggers whose result can depend on ``e`` (those within one window
+after ``e``, or on either side of it for deferred negation) before and after ``e`` is indexed,
+and reports the difference: a Retraction for each match that no longer holds, a Match for each
+new one. Where ``e`` can only add matches (skip-till-any-match, ``e`` not of a negated type) the
+"before" pass is skipped: the new matches are those that bind ``e``.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from dataclasses import dataclass
+
+from raycep.cep.errors import PlanningError
+from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
+from raycep.cep.evaluation.prefixes import prefix_keys
+from raycep.cep.evaluation.steps import build_steps
+from raycep.cep.event import Event
+from raycep.cep.lang.compiler import CompiledQuery
+from raycep.cep.match import Match, MatchBlock, Retraction
+from raycep.cep.store.disorder import check_mode
+from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex
+
+log = logging.getLogger("raycep")
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    #: stop enumerating a trigger's matches after this many (None: no cap); reported, not silent
+    max_matches_per_trigger: int | None = 100_000
+
+
+class PatternManager:
+    def __init__(self, name: str, cq: CompiledQuery, index: SharedEventIndex,
+                 order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
+                 mode: str | None = None):
+        self.name = name
+        self._label = name               # the query name its Match objects carry
+        self.cq = cq
+        self.mode = check_mode(mode)
+        self.pessimistic = self.mode == "pessimistic"
+        self.index = index
+        self.settings = settings
+        self._steps: dict = {}           # (branch, trigger var, order) -> join steps
+        self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
+        self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
+        self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
+        #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
+        #: (else None)
+        self.prefixes = None
+        #: id(condition) -> token (see cep.evaluation.prefixes.prefix_keys)
+        self._opaque: dict = {}
+        self.order = None
+        self.version = 0
+        self.set_order(order)
+        self.partitioned = index.key_attr is not None and index.key_attr in cq.equivalence
+        self._triggers: dict = {}        # type -> [(branch_no, var_name)]
+        for b, branch in enumerate(cq.branches):
+            for name in branch.triggers:
+                var = cq.variables[name]
+                self._triggers.setdefault(var.type, []).append((b, name))
+        self._any_triggers = self._triggers.pop(None, [])
+        #: event types that can complete a match (None in the set: every type)
+        self.trigger_types = frozenset(self._triggers) | ({None} if self._any_triggers else set())
+        self._var_order = tuple(cq.variables)
+        self._deferred: list = []        # heap of (deadline, seq, branch_no, env, trigger)
+        self._slide: list = []           # triggers waiting for their slide boundary
+        self._held: list = []            # pessimistic: heap of (ts, seq, trigger)
+        self._seq = itertools.count()
+        self.has_deferred = any(n.deferred for b in cq.branches for n in b.negations)
+        #: types whose late events can only add matches (no "before" pass needed)
+        self._monotone = frozenset() if cq.strategy != "skip_till_any_match" or \
+            None in cq.negated_types else cq.positive_types - cq.negated_types
+        self.clock = -math.inf
+        #: registered mid-stream (Engine.add_query): the query reads no event at or before
+        #: ``floor`` and evaluates no trigger at or before ``since`` (>= floor)
+        self.floor = self.since = -math.inf
+        self._closed = -math.inf         # advance(): deferred matches up to here were released
+        self.triggers_evaluated = 0
+        self.matches = 0
+        self.truncated = 0               # triggers whose enumeration hit the cap
+        self.late_events = 0             # events older than the clock (out of order)
+        self.retractions = 0
+        self.revisions = 0               # out-of-order events that made it re-evaluate
+
+    # ---------------------------------------------------------------- plan
+    def set_order(self, order: tuple | None, version: int | None = None):
+        """Use a static order of the positive variables (None: Tree-NFA ad hoc order)."""
+        if order is not None:
+            order = tuple(order)
+            names = set(self.cq.positive_names)
+            if set(order) != names or len(order) != len(names):
+                raise PlanningError(
+                    f"plan order {list(order)} of query {self.name!r} must list each positive "
+                    f"variable exactly once: {sorted(names)}")
+        self.order = order
+        self.version = self.version + 1 if version is None else version
+        self._forget_steps()
+
+    def _forget_steps(self):
+        """Drop the join steps built for the old order or compiled query (and their shared
+        prefix keys)."""
+        self._steps.clear()
+        self._shared.clear()
+        self._bulk.clear()
+
+    # ---------------------------------------------------------------- input
+    def process(self, event: Event) -> list:
+        """Matches completed by ``event`` (already inserted in the shared index)."""
+        if self.pessimistic:
+            if (event.type in self._triggers or self._any_triggers) and event.ts > self.since:
+                heapq.heappush(self._held, (event.ts, next(self._seq), event))
+            return []
+        if event.ts > self.clock:
+            out = self.tick(event.ts)
+        else:
+            out = []
+            if event.ts < self.clock:
+                self.late_events += 1
+        targets = self._triggers.get(event.type)
+        if self._any_triggers:
+            targets = (targets or []) + self._any_triggers
+        if not targets or event.ts <= self.since:
+            return out
+        if self.cq.slide:
+            self._slide.append(event)
+            return out
+        out.extend(self._evaluate(event, targets))
+        return out
+
+    def tick(self, now: float) -> list:
+        """The event-time clock reached ``now`` (an event with that ts arrived)."""
+        if now <= self.clock:
+            return []
+        self.clock = now
+        return self._release(now, inclusive=False) if self.busy else []
+
+    @property
+    def busy(self) -> bool:
+        """Whether matches or triggers are waiting for the clock."""
+        return bool(self._deferred or self._slide)
+
+    def advance(self, watermark: float) -> list:
+        """No event with ``ts <= watermark`` will come any more: release what waited for it."""
+        if self.pessimistic:
+            return self.release(math.nextafter(watermark, math.inf)
+                                if math.isfinite(watermark) else watermark)
+        if watermark > self.clock:
+            self.clock = watermark
+        if watermark > self._closed:
+            self._closed = watermark
+        return self._release(watermark, inclusive=True)
+
+    def release(self, watermark: float) -> list:
+        """Pessimistic: every event before ``watermark`` has arrived; evaluate the held triggers
+        before it (in (ts, id) order) and release the deferred matches whose window closed."""
+        out: list = []
+        held = self._held
+        if held and held[0][0] < watermark:
+            due = []
+            while held and held[0][0] < watermark:
+                _, seq, t = heapq.heappop(held)
+                due.append((t, seq))
+            due.sort(key=lambda item: item[0].order)
+            for t, seq in due:
+                if t.ts > self.clock:
+                    self.clock = t.ts
+                out.extend(self._evaluate(t, self._targets(t), seq))
+                self._done(seq)
+        if self._deferred and self._deferred[0][0] < watermark:
+            out.extend(self._release(watermark, inclusive=False))
+        return out
+
+    def expire_floor(self, kept_from: float) -> bool:
+        """No event before ``kept_from`` is processed any more: drop the floors once no
+        evaluation can reach back to them (a correction re-reads a window on either side of
+        a late event); whether one is left."""
+        if kept_from - 2 * (self.cq.window + (self.cq.slide or 0.0)) > self.since:
+            self.floor = self.since = -math.inf
+        return self.since > -math.inf
+
+    def retention_floor(self) -> float | None:
+        """The oldest event time that pending work may still read."""
+        times = [t.ts for t in self._slide] + [item[4].ts for item in self._deferred]
+        if self._held:
+            times.append(self._held[0][0])
+        return min(times) - self.cq.window if times else None
+
+    # ---------------------------------------------------------------- corrections
+    def relevant(self, event: Event) -> bool:
+        """Whether an out-of-order ``event`` can change this (optimistic) query's results."""
+        types = self.cq.types
+        return event.type in types or None in types
+
+    def monotone(self, event: Event) -> bool:
+        """Whether ``event`` can only add matches (no retraction possible)."""
+        return event.type in self._monotone
+
+    def emitted_around(self, event: Event) -> dict:
+        """The reported matches of the triggers ``event`` can affect (before it is indexed),
+        as the keys of a dict, in the order they are found."""
+        return self._results(self._affected(event), update=False)
+
+    def revise(self, event: Event, before: dict | None) -> list:
+        """``event`` (out of order, now indexed) was accepted: re-evaluate the triggers it can
+        affect; Retractions for matches in ``before`` that no longer hold, the new Matches
+        (``before`` None: ``event`` is monotone, the new matches are those that bind it)."""
+        self.revisions += 1
+        after = self._results(self._affected(event), update=True)
+        if before is None:
+            added = [m for m in after if any(e is event for e in m.events())]
+            removed = []
+        else:
+            added = [m for m in after if m not in before]
+            removed = [Retraction.of(m) for m in before if m not in after]
+        self.matches += len(added)
+        self.retractions += len(removed)
+        return removed + added
+
+    def _affected(self, event: Event) -> list:
+        """Evaluated triggers whose result may depend on ``event``, in (ts, id) order."""
+        w = self.cq.window
+        lo, hi = event.ts - (w if self.has_deferred else 0.0), event.ts + w
+        part = ALL
+        if self.partitioned and event.key is not None and self.cq.strategy in (
+                "skip_till_any_match", "skip_till_next_match"):
+            part = event.key
+        types = [ANY_TYPE] if self._any_triggers else list(self._triggers)
+        pending = {id(t) for t in self._slide}
+        out = []
+        for t in types:
+            buf = self.index.buffer(part, t)
+            if buf is not None:
+                out.extend(e for e in buf.range(lo, hi)
+                           if e is not event and id(e) not in pending and e.ts > self.since)
+        out.sort(key=lambda e: e.order)
+        return out
+
+    def _results(self, triggers: list, update: bool) -> dict:
+        """The matches reported for ``triggers`` given the index now: immediate ones and
+        deferred ones whose window closed before the clock, as the keys of a dict in the
+        order they are found (a set's order would change from run to run with the string
+        hashes). With ``update`` the deferred matches still waiting replace those triggers'
+        entries in the heap."""
+        out: dict = {}
+        waiting = []
+        for t in triggers:
+            for b, name in self._targets(t):
+                ev = self._run(b, name, t, count=update)
+                if not ev.deferred:
+                    out.update(dict.fromkeys(self._fan(ev.results, count=False)))
+                    continue
+                for env in ev.results:
+                    deadline = _first_ts(env) + self.cq.window
+                    if self._due(deadline):
+                        if _confirmed(ev, env):
+                            out.update(dict.fromkeys(self._matches(env, count=False)))
+                    else:
+                        waiting.append((deadline, next(self._seq), b, env, t))
+        if update:
+            ids = {id(t) for t in triggers}
+            self._dropped([item[1] for item in self._deferred if id(item[4]) in ids])
+            self._deferred = [item for item in self._deferred if id(item[4]) not in ids]
+            self._deferred.extend(waiting)
+            heapq.heapify(self._deferred)
+        return out
+
+    def _due(self, deadline: float) -> bool:
+        """Whether a deferred binding with this deadline is released already. Invariant the
+        corrections rely on: every binding that is due has been confirmed and reported (an
+        out-of-order trigger's binding may be due at once: it is confirmed at once, never
+        left in the heap for the next clock tick)."""
+        return deadline < self.clock or deadline <= self._closed
+
+    def _targets(self, trigger: Event) -> list:
+        if trigger.ts <= self.since:
+            return []
+        return self._triggers.get(trigger.type, []) + self._any_triggers
+
+    # ---------------------------------------------------------------- evaluation
+    def _release(self, now: float, inclusive: bool) -> list:
+        out: list = []
+        if self._slide:
+            size = self.cq.slide
+            due = [t for t in self._slide
+                   if (math.floor(t.ts / size) + 1) * size <= now or (inclusive and now >= t.ts)]
+            if due:
+                ids = {id(t) for t in due}
+                self._slide = [t for t in self._slide if id(t) not in ids]
+                for t in due:
+                    out.extend(self._evaluate(t, self._targets(t)))
+        heap = self._deferred
+        while heap and (heap[0][0] < now or (inclusive and heap[0][0] <= now)):
+            _, seq, b, env, trigger = heapq.heappop(heap)
+            if _confirmed(self._evaluation(b, trigger), env):
+                out.extend(self._matches(env, seq))
+            else:
+                self._dropped((seq,))
+        return out
+
+    def _evaluation(self, b: int, trigger: Event) -> Evaluation:
+        part = trigger.key if self.partitioned and trigger.key is not None else ALL
+        return Evaluation(self.cq, self.cq.branches[b], self.index, trigger, part,
+                          self.settings.max_matches_per_trigger, self._label, self._var_order,
+                          self.floor)
+
+    def _run(self, b: int, name: str, trigger: Event, count: bool = True) -> Evaluation:
+        """Evaluate branch ``b`` with ``trigger`` bound to ``name``; a trigger that hits the
+        match cap is counted and logged (``count``), its matches so far kept."""
+        ev = self._evaluation(b, trigger)
+        try:
+            steps = self._steps_for(b, name, ev)
+            # a floor cuts the events a prefix holds: neither read nor store shared ones
+            prefixes = self.prefixes if self.floor == -math.inf else None
+            if prefixes is None:
+                ev.run(steps)
+            else:
+                keys = self._shared.get(id(steps))
+                if keys is None:
+                    keys = self._shared[id(steps)] = (steps, prefixes.intern(
+                        prefix_keys(self.cq, steps, self._opaque)))
+                ev.run(steps, (prefixes, keys[1]) if keys[1] else None)
+        except TooManyMatches:
+            if count:
+                self.truncated += 1
+                log.warning("query %s: trigger %s hit the cap of %d matches; the rest of its "
+                            "matches were not enumerated (%d truncated triggers so far)",
+                            self.name, trigger.id, self.settings.max_matches_per_trigger,
+                            self.truncated)
+        return ev
+
+    def can_prepare(self, types) -> bool:
+        """Whether some trigger of these types would be evaluated in bulk (``prepare``)."""
+        if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
+                or self.cq.slide:
+            return False
+        return any(self._bulk_plan(b, name) is not None
+                   for t in types for b, name in self._triggers.get(t, ()))
+
+    def prepare(self, triggers: list) -> None:
+        """Evaluate in bulk (cep.evaluation.bulk) the triggers among ``triggers`` that this manager
+        can (``can_prepare``): in-order events the engine processes next, in time order, every
+        row up to the last of them indexed already (the triggers too). ``_evaluate`` takes
+        each result when the engine processes its trigger (or ``take_prepared`` all at once);
+        ``unprepare`` drops the rest."""
+        by_target: dict = {}
+        reach = self.floor + self.cq.window
+        for t in triggers:
+            if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
+                continue
+            for target in self._triggers.get(t.type, ()):
+                by_target.setdefault(target, []).append(t)
+        from raycep.cep.evaluation import bulk                    # numpy: only for column batches
+        ready = self._ready
+        cap = self.settings.max_matches_per_trigger
+        for (b, name), group in by_target.items():
+            plan = self._bulk_plan(b, name)
+            if plan is None:
+                continue
+            for part, ts in self._partitions(group):
+                got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
+                                    self._var_order, cap)
+                for i, (t, ok) in enumerate(zip(ts, got[2])):
+                    if ok:
+                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+
+    def take_prepared(self, triggers: list) -> list | None:
+        """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
+        has one target, evaluated in bulk, and this manager's output keeps their order
+        (counted as ``_evaluate`` counts them): one MatchBlock where they are of one kind,
+        else a list; None, and nothing taken, otherwise."""
+        ready = self._ready
+        if len(ready) != len(triggers) or not self._in_order() or \
+                any(len(self._triggers[t.type]) != 1 for t in triggers):
+            return None
+        pieces = []
+        for t in triggers:
+            ((matches, bounds, _, _), i), = ready[id(t)][1].values()
+            if bounds[i + 1] > bounds[i]:
+                pieces.append((matches, bounds[i], bounds[i + 1]))
+        ready.clear()
+        if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
+            found = MatchBlock.joined(pieces)
+        else:
+            found = [m for block, a, b in pieces for m in block[a:b]]
+        self.triggers_evaluated += len(triggers)
+        if triggers[-1].ts > self.clock:
+            self.clock = triggers[-1].ts
+        return self._fan(found)
+
+    def _in_order(self) -> bool:
+        """Whether ``_fan`` of the matches of many triggers gives what it gives for each
+        trigger's matches in turn."""
+        return True
+
+    def unprepare(self) -> None:
+        """Drop the bulk results not taken, with their counters (their triggers will be
+        evaluated one by one)."""
+        if self._ready:
+            from raycep.cep.evaluation.bulk import untally
+            for _, results in self._ready.values():
+                for got, i in results.values():
+                    untally(got[3], i)
+            self._ready.clear()
+
+    def _bulk_plan(self, b: int, name: str):
+        """The cep.evaluation.bulk plan of branch ``b`` triggered at ``name`` in the static order
+        (None when bulk evaluation does not apply). A bulk evaluation neither reads nor stores
+        shared prefixes (cep.evaluation.prefixes): another query materialises its own."""
+        steps = self._steps_for(b, name, None)
+        got = self._bulk.get(id(steps))
+        if got is None:
+            from raycep.cep.evaluation.bulk import plan_for
+            got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque))
+        return got[1]
+
+    def _partitions(self, triggers: list) -> list:
+        """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,
+        those whose evaluation would filter on an equivalence attribute left out."""
+        equiv = self.cq.equivalence
+        if not self.partitioned:
+            return [] if equiv else [(ALL, triggers)]
+        key_attr = self.index.key_attr
+        if any(a != key_attr for a in equiv):
+            return []
+        parts: dict = {}
+        for t in triggers:
+            if t.key is not None:
+                parts.setdefault(t.key, []).append(t)
+        return list(parts.items())
+
+    def _evaluate(self, trigger: Event, targets, origin: int | None = None) -> list:
+        """``origin``: the sequence number of the held trigger (pessimistic)."""
+        self.triggers_evaluated += 1
+        out = []
+        ready = self._ready.pop(id(trigger), None) if self._ready else None
+        for b, name in targets:
+            got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
+                else None
+            if got is not None:
+                (matches, bounds, _, _), i = got
+                if bounds[i + 1] > bounds[i]:
+                    out.extend(self._fan(matches[bounds[i]:bounds[i + 1]], origin))
+                continue
+            ev = self._run(b, name, trigger)
+            if ev.deferred:
+                for env in ev.results:
+                    deadline = _first_ts(env) + self.cq.window
+                    if self._due(deadline):    # an out-of-order trigger whose window closed
+                        if _confirmed(ev, env):
+                            out.extend(self._matches(env, origin, keep=True))
+                    else:
+                        seq = next(self._seq)
+                        heapq.heappush(self._deferred, (deadline, seq, b, env, trigger))
+                        self._inherit(seq, origin)
+            elif ev.results:
+                out.extend(self._fan(ev.results, origin))
+        return out
+
+    def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:
+        branch = self.cq.branches[b]
+        if self.order is not None:
+            rest = tuple(n for n in self.order if n != trigger_var and n in branch.before)
+        else:
+            rest = self._adhoc_order(branch, trigger_var, ev)
+        key = (b, trigger_var, rest)
+        steps = self._steps.get(key)
+        if steps is None:
+            steps = self._steps[key] = build_steps(branch, (trigger_var,) + rest)
+        return steps
+
+    def _adhoc_order(self, branch, trigger_var: str, ev: Evaluation) -> tuple:
+        """Tree NFA: ascending count of buffered candidates in the window (ties: text order)."""
+        lo, hi = ev.tlow, ev.trigger.ts
+        counts = []
+        for k, var in enumerate(branch.positives):
+            if var.name == trigger_var:
+                continue
+            buf = self.index.buffer(ev.partition, var.type)
+            counts.append((buf.count(lo, hi) if buf is not None else 0, k, var.name))
+        counts.sort()
+        return tuple(name for _, _, name in counts)
+
+    # ---------------------------------------------------------------- output (GroupManager
+    # fans a binding out to the members of a group; ``origin``/``seq``: the pending item it
+    # came from, whose members it is for)
+    def _fan(self, results: list, origin: int | None = None, count: bool = True) -> list:
+        """The matches of a trigger's evaluation (Match objects made by Evaluation)."""
+        if count:
+            self.matches += len(results)
+        return results
+
+    def _matches(self, env: dict, seq: int | None = None, count: bool = True,
+                 keep: bool = False) -> list:
+        """The matches of one confirmed binding (deferred negation)."""
+        if count:
+            self.matches += 1
+        return [Match(self._label, env, self._var_order)]
+
+    def _inherit(self, seq: int, origin: int | None):
+        """A deferred binding ``seq`` came from the held trigger ``origin``."""
+
+    def _done(self, origin: int | None):
+        """The held trigger ``origin`` has been evaluated."""
+
+    def _dropped(self, seqs):
+        """These deferred bindings are gone without a match."""
+
+    # ---------------------------------------------------------------- state
+    def stats(self) -> dict:
+        return {
+            "triggers": self.triggers_evaluated, "matches": self.matches,
+            "truncated_triggers": self.truncated, "late_events": self.late_events,
+            "mode": self.mode, "retractions": self.retractions, "revisions": self.revisions,
+            "pending": len(self._deferred) + len(self._slide) + len(self._held),
+            "plan": list(self.order) if self.order else None, "plan_version": self.version,
+            "conjuncts": [{"text": c.text, "tested": c.tested, "passed": c.passed,
+                           "failed": c.failed, "last_error": c.last_error}
+                          for c in self.cq.conjuncts],
+        }
+
+    def snapshot(self) -> dict:
+        """Pending work and counters; events are referenced by object (the engine saves them)."""
+        return {
+            "clock": self.clock, "order": self.order, "version": self.version,
+            "floor": self.floor, "since": self.since,
+            # the heaps with their sequence numbers: equal deadlines keep their order
+            "deferred": list(self._deferred), "held": list(self._held),
+            "seq": next(self._seq), "slide": list(self._slide),
+            "counters": (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
+                         self.retractions, self.revisions),
+        }
+
+    def restore(self, state: dict):
+        self.clock = state["clock"]
+        self.floor = state.get("floor", self.floor)
+        self.since = state.get("since", self.since)
+        self.set_order(state["order"], state["version"])
+        self._deferred = list(state["deferred"])
+        self._held = list(state["held"])
+        self._seq = itertools.count(state["seq"])
+        self._slide = list(state["slide"])
+        (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
+         self.retractions, self.revisions) = state["counters"]
+
+
+def _first_ts(env: dict) -> float:
+    """The earliest event time of a binding (var -> Event | tuple of Events)."""
+    return min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())
+
+
+def _confirmed(ev: Evaluation, env: dict) -> bool:
+    """Whether no event violates a deferred negation of the binding ``env`` (its window has
+    closed, so the index holds every event that could)."""
+    ev.env = dict(env)
+    tmin = _first_ts(env)
+    return all(ev.witness(n, tmin) is None for n in ev.deferred)

@@ -1,0 +1,230 @@
+"""Steps: the description of one branch's evaluation in a given plan order (what each step
+binds, which conjuncts and negations it checks, and how a skip-till-next-match Kleene block is
+run), built once per (branch, order) and executed by ``cep.evaluation.evaluator.Evaluation``."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from math import ceil, floor, isnan
+
+from raycep.cep.lang import ast
+from raycep.cep.lang.compiler import Branch, Negation
+from raycep.cep.lang.expressions import FIELDS, kleene_offset_shift
+
+@dataclass(frozen=True)
+class Step:
+    var: object                  # compiled Var
+    after_of: tuple              # bound names whose events precede this variable's
+    before_of: tuple             # bound names whose events follow this variable's
+    check_used: bool             # an earlier variable may hold the same event
+    conjuncts: tuple             # checked on the full binding after this step
+    incremental: tuple           # Kleene: element-wise conjuncts checked as elements are added
+    unary: tuple                 # Kleene: conjuncts on one element only (candidate filter)
+    negations: tuple             # first-chance negations decidable after this step
+    take_complete: bool = False  # Kleene: unary + incremental are its whole take condition
+    filters: tuple = ()          # separable comparisons: filter all candidates at once
+    chained: bool = False        # Kleene: deterministic runs shared per trigger (see _runs)
+    local: bool = False          # Kleene: the take condition reads only b[i-1] and b[i]
+    begin: tuple | None = None   # Kleene: begin condition of b[1], ((conjunct, at_0, jump), ...)
+    min_len: int = 1             # Kleene: conjuncts[0] is ``b.LEN >= min_len`` (or the like):
+                                 # a shorter sequence fails it, and nothing else is checked
+
+
+NUMERIC_KINDS = frozenset((int, float))
+_TS = operator.attrgetter("ts")
+
+
+# One comprehension per order operator (no call per candidate). Python raises on a missing
+# attribute or a string/number mix; a boolean would compare as a number, so it is excluded
+# (a failed comparison is false).
+def _lt(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) < value and x.__class__ is not bool]
+
+
+def _le(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) <= value and x.__class__ is not bool]
+
+
+def _gt(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) > value and x.__class__ is not bool]
+
+
+def _ge(cands, attr, value):
+    return [e for e in cands if (x := e.attrs[attr]) >= value and x.__class__ is not bool]
+
+
+ORDER_FILTERS = {operator.lt: _lt, operator.le: _le, operator.gt: _gt, operator.ge: _ge}
+
+
+class _Span:
+    """A chained Kleene step's candidates up to one upper bound, for one trigger: their
+    times, the runs and next elements found so far, and skip tables (see ``skip``)."""
+
+    __slots__ = ("_skips", "events", "nexts", "runs", "times")
+
+    def __init__(self, events: list):
+        self.events = events
+        self.times = [e.ts for e in events]
+        self.runs: dict = {}
+        self.nexts: dict = {}
+        self._skips: dict = {}
+
+    def skip(self, jump: tuple) -> list:
+        """For each candidate ``k`` with a number ``w`` as ``attr``: the next candidate whose
+        ``attr`` is not a number at most ``w`` (``up``) or at least ``w`` (len when none)."""
+        table = self._skips.get(jump)
+        if table is None:
+            attr, up = jump
+            events = self.events
+            n = len(events)
+            table = self._skips[jump] = [n] * n
+            stack: list = []            # candidates still waiting for their next, as (k, w)
+            for k, e in enumerate(events):
+                w = e.attrs.get(attr)
+                if w.__class__ not in NUMERIC_KINDS or isnan(w):   # NaN compares with nothing
+                    for j, _ in stack:
+                        table[j] = k
+                    stack.clear()
+                    table[k] = k + 1
+                    continue
+                while stack and (stack[-1][1] < w if up else stack[-1][1] > w):
+                    table[stack.pop()[0]] = k
+                stack.append((k, w))
+        return table
+
+
+def build_steps(branch: Branch, order: tuple) -> tuple:
+    """The join steps for ``order`` (the trigger variable first)."""
+    steps, bound = [], set()
+    pending_conj = list(branch.conjuncts)
+    pending_neg = [n for n in branch.negations if not n.deferred]
+    variables = {v.name: v for v in branch.positives}
+    for name in order:
+        var = variables[name]
+        same = any(variables[b].type == var.type or variables[b].type is None or var.type is None
+                   for b in bound)
+        bound.add(name)
+        ready = [c for c in pending_conj if c.vars <= bound]
+        pending_conj = [c for c in pending_conj if c not in ready]
+        incremental, unary, inc = (), (), []
+        if var.kleene:
+            inc = [c for c in ready if c.kleene_i == name and name not in c.set_level
+                   and c.max_first.get(name, 0) == 0]
+            unary = tuple(c for c in inc if c.unary)
+            incremental = tuple(c for c in inc if not c.unary)
+            ready = [c for c in ready if c not in inc]
+        filters = ()
+        if not var.kleene:
+            filters = tuple(c for c in ready if name in c.separable)
+            ready = [c for c in ready if c not in filters]
+        take_complete = var.kleene and all(
+            c in inc for c in branch.conjuncts
+            if name in c.vars and name not in c.set_level
+            and (c.kleene_i == name or c.max_first.get(name, 0) > 0))
+        negs = [n for n in pending_neg if _negation_ready(n, bound, variables)]
+        pending_neg = [n for n in pending_neg if n not in negs]
+        chained, local, begin = False, False, None
+        around = branch.before[name] | branch.after[name]
+        if take_complete and all(c.vars == {name} for c in inc) and bound - {name} <= around:
+            # the run's candidates and take condition do not depend on the other variables
+            chained = True
+            local = all(_local(c, name) for c in incremental)
+            if branch.before[name] and branch.before[name] <= bound and all(
+                    v in around for v in variables if v != name):
+                begin = _begin_condition(branch, name)
+        steps.append(Step(
+            var=var,
+            after_of=tuple(b for b in branch.before[name] if b in bound and b != name),
+            before_of=tuple(a for a in branch.after[name] if a in bound and a != name),
+            check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
+            negations=tuple(negs), take_complete=take_complete, filters=filters,
+            chained=chained, local=local, begin=begin,
+            min_len=_min_len(ready[0], name) if var.kleene and ready else 1))
+    return tuple(steps)
+
+
+_FLIPPED = {">=": "<=", ">": "<", "=": "=", "<=": ">=", "<": ">"}
+
+
+def _min_len(c, name: str) -> int:
+    """``K`` when conjunct ``c`` is ``name.LEN >= K`` (``> K - 1``, ``= K``, or the same with
+    the sides swapped) for a literal number: a sequence shorter than ``K`` fails it (without
+    an evaluation error); 1 otherwise."""
+    e = c.expr
+    if c.vars != {name} or not isinstance(e, ast.Compare):
+        return 1
+    op, left, right = e.op, e.left, e.right
+    if isinstance(right, ast.Len) and isinstance(left, ast.Literal):
+        op, left, right = _FLIPPED[op], right, left
+    if not (isinstance(left, ast.Len) and left.var == name and isinstance(right, ast.Literal)):
+        return 1
+    value = right.value
+    if value.__class__ not in (int, float) or isnan(value) or abs(value) > 2 ** 31:
+        return 1
+    if op in (">=", "="):
+        return max(1, ceil(value))
+    if op == ">":
+        return max(1, floor(value) + 1)
+    return 1
+
+
+def _local(c, name: str) -> bool:
+    """Whether element-wise conjunct ``c`` reads only the elements ``i-1`` and ``i`` of
+    ``name`` (then the next element of a run depends only on the current one)."""
+    shift = kleene_offset_shift(c.expr)
+    for node in ast.walk_expr(c.expr):
+        if isinstance(node, (ast.Len, ast.Aggregate)) and node.var == name:
+            return False
+        if node.__class__ is ast.Attr and node.var == name:
+            idx = node.index
+            if idx is not None and idx.base != "i" or (
+                    idx.offset if idx is not None else 0) - shift not in (-1, 0):
+                return False
+    return True
+
+
+def _begin_condition(branch: Branch, name: str) -> tuple:
+    """The conjuncts of the begin condition of Kleene variable ``name`` when every variable
+    before it is in the run's buffer (strategies._condition at p = 0): (conjunct, checked at
+    position 0, jump), where jump is ``(attr, up)`` when the conjunct is ``name[1].attr > T``
+    (up) or ``< T`` with T not reading ``name``: a failure at value w then also fails every
+    candidate whose value is not past w."""
+    buffer = branch.before[name] | {name}
+    out = []
+    for c in branch.conjuncts:
+        if name not in c.vars or not c.vars <= buffer or name in c.set_level:
+            continue
+        if c.kleene_i == name:
+            if c.max_first.get(name, 0) <= 0:
+                out.append((c, True, _jump(c, name)))
+        elif c.max_first.get(name, 0) == 0:
+            out.append((c, False, _jump(c, name)))
+    return tuple(out)
+
+
+def _jump(c, name: str):
+    """``(attr, up)`` for ``name[1].attr > T`` / ``< T`` (see _begin_condition), else None."""
+    expr = c.expr
+    if expr.__class__ is not ast.Compare or expr.op not in ("<", "<=", ">", ">="):
+        return None
+    shift = kleene_offset_shift(expr)
+    for side, other, up in ((expr.left, expr.right, expr.op in (">", ">=")),
+                            (expr.right, expr.left, expr.op in ("<", "<="))):
+        idx = getattr(side, "index", None)
+        if (side.__class__ is ast.Attr and side.var == name and side.attr not in FIELDS
+                and (idx is None and shift == 0 or idx is not None and (
+                    idx.base == "first" and idx.offset == 0
+                    or idx.base == "i" and idx.offset == shift))
+                and not any(getattr(n, "var", None) == name for n in ast.walk_expr(other))):
+            return side.attr, up
+    return None
+
+
+def _negation_ready(neg: Negation, bound: set, variables: dict) -> bool:
+    needed = set(neg.before) | set(neg.after)
+    for c in neg.conjuncts:
+        needed |= c.vars - {neg.var.name}
+    # a positive variable of the negated type could still take the witness event
+    needed |= {n for n, v in variables.items()
+               if v.type is None or neg.var.type is None or v.type == neg.var.type}
+    return needed <= bound

@@ -1,0 +1,686 @@
+"""Query groups: queries of one structure that differ only in constants, evaluated as one.
+
+Multi-query sharing (issue 15). Queries with the same pattern, variable names and types,
+strategy, equivalence attributes, disorder mode and forced plan whose WHERE conjuncts have the
+same shape form a group: one trigger detection, one candidate range lookup per variable and one
+join enumeration per trigger (Lazy Chain NFA, "Efficient Detection of Complex Event Patterns Using Lazy Chain Automata", sections 3-5) over the group's *loosest*
+conditions, then each binding is tested against the members' constants through an index, as
+Esper's filter service indexes the constants of many statements rather than testing each:
+
+- an ordering comparison whose only differing constant sits under ``+``, ``-``, ``*``, unary
+  minus, or a ``/`` (as a divisor only when every member's value has one sign): its truth is
+  monotone in the constant, so the accepting members are a prefix or a suffix of the members
+  sorted by it, found by bisection (O(log k) evaluations for k distinct constants);
+- an equality ``expr = constant``: a hash map from the constant to its members;
+- anything else: each distinct constant once (members with equal constants share the result).
+
+Constants that change which events a query takes rather than which bindings it keeps are part
+of the group key instead (conjuncts of negated or Kleene variables, SLIDE, every constant of a
+strategy other than skip-till-any-match). Different windows share a group when the pattern has
+no negation: the join runs over the largest and each member keeps the bindings within its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import operator
+from bisect import bisect_left
+from itertools import repeat
+from operator import itemgetter
+
+from raycep.cep.evaluation.manager import PatternManager
+from raycep.cep.event import Event
+from raycep.cep.lang import ast
+from raycep.cep.lang.compiler import CompiledQuery, compile_query
+from raycep.cep.lang.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
+from raycep.cep.lang.validate import conjuncts as split_conjuncts
+from raycep.cep.match import Match
+
+_new = tuple.__new__
+_BASE, _VAR, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
+_SKIP = frozenset(("pos", "text"))
+_MONOTONE_OPS = frozenset(("+", "-", "*"))
+_TOKENS = itertools.count()           # unique tokens of group conditions (cep.evaluation.prefixes)
+_SAFE = 2 ** 53                       # larger ints may overflow float arithmetic (a failure)
+
+
+# --------------------------------------------------------------------------- signatures
+
+def _kind(value) -> str:
+    if value.__class__ is bool:
+        return "bool"
+    if value.__class__ in (int, float):
+        return "number"
+    return type(value).__name__
+
+
+def _shape(node, lits: list):
+    """A hashable description of an AST node without its literal values (appended to
+    ``lits`` in traversal order) and source positions."""
+    if node.__class__ is ast.Literal:
+        lits.append(node.value)
+        return ("lit", _kind(node.value))
+    if isinstance(node, tuple):
+        return tuple(_shape(x, lits) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return (node.__class__.__name__,) + tuple(
+            _shape(getattr(node, f.name), lits) for f in dataclasses.fields(node)
+            if f.name not in _SKIP)
+    return node
+
+
+def _bind(node, params: dict):
+    """``node`` with every parameter that has a value replaced by a literal."""
+    if node.__class__ is ast.Param:
+        return ast.Literal(params[node.name], node.pos) if node.name in params else node
+    if isinstance(node, tuple):
+        return tuple(_bind(x, params) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        changes = {f.name: _bind(getattr(node, f.name), params)
+                   for f in dataclasses.fields(node) if f.init and f.name not in _SKIP}
+        return dataclasses.replace(node, **changes)
+    return node
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One query of a group: its name, compiled query, the literal values of each conjunct
+    that may differ within the group (() for one that may not) and its window."""
+    name: str
+    cq: CompiledQuery
+    params: dict
+    values: tuple
+    window: float
+    floor: float = -math.inf            # registered mid-stream: reads no event up to floor,
+    since: float = -math.inf            # and evaluates no trigger up to since
+
+
+def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, order,
+              name: str, start: tuple = (-math.inf, -math.inf)) -> tuple:
+    """``(key, member)``: queries with equal keys can be evaluated as one group. Members
+    registered at different times (``start``: Engine.add_query's floor and since) share a group unless the
+    query has a leading negation (its events, before the first bound one, would be read from
+    the group's floor, not the member's)."""
+    if params:
+        query = _bind(query, params)
+    special = {n for n, v in cq.variables.items() if v.kleene or v.negated}
+    loose = query.strategy == "skip_till_any_match"
+    negation = any(v.negated for v in cq.variables.values())
+    key: list = [_shape(query.pattern, []), tuple(query.equivalence), query.strategy, mode,
+                 tuple(order) if order is not None else None]
+    values = []
+    for expr, c in zip(split_conjuncts(query.where), cq.conjuncts):
+        lits: list = []
+        shape = _shape(expr, lits)
+        if loose and not (c.vars & special):
+            key.append(shape)
+            values.append(tuple(lits))
+        else:                               # the constants decide which events are taken
+            key.append((shape, tuple(lits)))
+            values.append(())
+    if cq.slide is not None:
+        key.append(("slide", object()))     # slides batch triggers: never shared
+    key.append(("within", None) if loose and not negation else ("within", cq.window))
+    if any(not n.before for b in cq.branches for n in b.negations):
+        key.append(("floor", start[0]))
+    return tuple(key), Member(name, cq, dict(params or {}), tuple(values), cq.window, *start)
+
+
+# --------------------------------------------------------------------------- constant indexes
+
+def _failing(fn):
+    def check(env):
+        try:
+            return bool(fn(env, None))
+        except EvalFailure:
+            return False
+    return check
+
+
+def _literal_path(node, k: int):
+    """The chain of nodes from ``node`` down to its ``k``-th literal (traversal order of
+    ``_shape``), or None."""
+    count = [0]
+
+    def walk(n, path):
+        if n.__class__ is ast.Literal:
+            if count[0] == k:
+                return path + [n]
+            count[0] += 1
+            return None
+        children = n if isinstance(n, tuple) else (
+            [getattr(n, f.name) for f in dataclasses.fields(n) if f.name not in _SKIP]
+            if dataclasses.is_dataclass(n) and not isinstance(n, type) else [])
+        for child in children:
+            found = walk(child, path + ([n] if not isinstance(n, tuple) else []))
+            if found is not None:
+                return found
+        return None
+    return walk(node, [])
+
+
+def _monotone(expr, k: int, values: list) -> bool:
+    """Whether the truth of conjunct ``expr`` is monotone in its ``k``-th literal over
+    ``values`` (an ordering comparison; the literal under +, -, *, unary minus, or /)."""
+    if expr.__class__ is not ast.Compare or expr.op not in ORDERING:
+        return False
+    if not all(v.__class__ in (int, float) and abs(v) < _SAFE for v in values):
+        return False
+    path = _literal_path(expr, k)
+    if path is None:
+        return False
+    for parent, child in zip(path[1:-1], path[2:]):
+        if parent.__class__ is ast.Neg:
+            continue
+        if parent.__class__ is not ast.BinOp:
+            return False
+        if parent.op in _MONOTONE_OPS:
+            continue
+        if parent.op == "/":
+            if parent.left is child:
+                continue
+            if all(v > 0 for v in values) or all(v < 0 for v in values):
+                continue
+        return False
+    return True
+
+
+class Variants:
+    """The distinct constants of one conjunct among a group's members: which members accept a
+    binding (``mask``, bit k = member k) and whether any does (``any``)."""
+
+    def __init__(self, expr, entries: list, kind: str, other=None, separable=None,
+                 variables=frozenset()):
+        self.expr = expr
+        self.vars = variables               # a binding without them: the conjunct's DNF
+                                            # branch is another one (it does not apply)
+        self.kind = kind                    # "ordered", "equal" or "scan"
+        #: ordered: {var: (attr, getter, op, ordering, loosest value)} for the variables whose
+        #: candidates can be filtered against the loosest of the members' values at once
+        self.separable = separable or {}
+        self.entries = entries              # [(value, check(env), member mask)], sorted if ordered
+        self.checks = [e[1] for e in entries]
+        self.all = 0
+        for e in entries:
+            self.all |= e[2]
+        self.prefix = [0]
+        for e in entries:
+            self.prefix.append(self.prefix[-1] | e[2])
+        self.other = other                  # equal: the other side's closure
+        self.by_value = {}
+        if kind == "equal":
+            try:
+                self.by_value = {e[0]: e for e in entries}
+            except TypeError:
+                self.kind = "scan"
+
+    def any(self, env, p=None) -> bool:
+        if self.kind == "ordered":
+            return self.checks[0](env) or self.checks[-1](env)
+        if self.kind == "equal":
+            entry = self._entry(env)
+            return entry is not None and entry[1](env)
+        return any(check(env) for check in self.checks)
+
+    def mask(self, env) -> int:
+        kind = self.kind
+        if kind == "ordered":
+            checks = self.checks
+            first, last = checks[0](env), checks[-1](env)
+            if first == last:
+                return self.all if first else 0
+            lo, hi = 1, len(checks) - 1     # the first index whose truth differs from first's
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if checks[mid](env) == first:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return self.prefix[lo] if first else self.all ^ self.prefix[lo]
+        if kind == "equal":
+            entry = self._entry(env)
+            return entry[2] if entry is not None and entry[1](env) else 0
+        out = 0
+        for _, check, m in self.entries:
+            if check(env):
+                out |= m
+        return out
+
+    def _entry(self, env):
+        try:
+            return self.by_value.get(self.other(env, None))
+        except (EvalFailure, TypeError):
+            return None
+
+
+def _loosest(op, low, high):
+    """The value of the other side that lets the most candidates pass ``candidate OP value``
+    (truth is monotone in the constant, so it is the value of one of the extreme constants)."""
+    pick = max if op in (operator.lt, operator.le) else min
+
+    def value(env, p):
+        return pick(low(env, p), high(env, p))
+    return value
+
+
+def _loosest_getter(op, low, high):
+    """The candidate's side of ``candidate OP value`` that passes most often, when the
+    constant is in it (the value of one of the extreme constants)."""
+    pick = min if op in (operator.lt, operator.le) else max
+    a, b = getattr(low, "attr_arith", None), getattr(high, "attr_arith", None)
+    if a is not None and b is not None and (a[0], a[1], a[3]) == (b[0], b[1], b[3]):
+        return arith_getter(a[0], a[1], (a[2], b[2]), a[3], pick)   # the attribute read once
+
+    def value(ev):
+        return pick(low(ev), high(ev))
+    return value
+
+
+def variants(k: int, members: list) -> Variants:
+    """The Variants of conjunct ``k`` over ``members`` (their values differ)."""
+    table = _variants(k, members)
+    table.vars = members[0].cq.conjuncts[k].vars
+    return table
+
+
+def _variants(k: int, members: list) -> Variants:
+    expr = split_conjuncts(members[0].cq.query.where)[k]
+    groups: dict = {}
+    for bit, m in enumerate(members):
+        entry = groups.get(m.values[k])
+        if entry is None:
+            groups[m.values[k]] = [m.cq.conjuncts[k], 1 << bit]
+        else:
+            entry[1] |= 1 << bit
+    values = list(groups)
+    differ = [i for i in range(len(values[0])) if len({v[i] for v in values}) > 1]
+    if len(differ) == 1:
+        i = differ[0]
+        consts = [v[i] for v in values]
+        if _monotone(expr, i, consts):
+            ends = sorted(values, key=lambda v: v[i])
+            low, high = groups[ends[0]][0].separable, groups[ends[-1]][0].separable
+            inside = _literal_path(expr, i)[1]       # the comparison's side with the constant
+            separable = {}
+            for x, (attr, getter, op, ordering, other) in low.items():
+                if x not in high:
+                    continue
+                side = expr.left if x in _side_vars(expr.left) else expr.right
+                if side is not inside:      # the constant is in the value compared with
+                    separable[x] = (attr, getter, op, ordering,
+                                    _loosest(op, other, high[x][4]))
+                elif attr is None:          # ... in what is computed from the candidate
+                    separable[x] = (None, _loosest_getter(op, getter, high[x][1]), op,
+                                    ordering, other)
+            entries = sorted(((v[i], _failing(groups[v][0].fn), groups[v][1]) for v in values),
+                             key=lambda e: e[0])
+            return Variants(expr, entries, "ordered", separable=separable)
+        if expr.__class__ is ast.Compare and expr.op == "=":
+            for side, other in ((expr.left, expr.right), (expr.right, expr.left)):
+                if side.__class__ is ast.Literal and _literal_path(expr, i)[-1] is side:
+                    entries = [(v[i], _failing(groups[v][0].fn), groups[v][1])
+                               for v in values]
+                    return Variants(expr, entries, "equal",
+                                    compile_expr(other, frozenset(), {}))
+    entries = [(v, _failing(groups[v][0].fn), groups[v][1]) for v in values]
+    return Variants(expr, entries, "scan")
+
+
+def _side_vars(expr) -> set:
+    return {n.var for n in ast.walk_expr(expr)
+            if isinstance(n, (ast.Attr, ast.Len, ast.Aggregate))}
+
+
+class Windows:
+    """Members' windows: those that keep a binding are a suffix of the sorted windows."""
+
+    def __init__(self, members: list):
+        by: dict = {}
+        for bit, m in enumerate(members):
+            by[m.window] = by.get(m.window, 0) | 1 << bit
+        self.windows = sorted(by)
+        self.prefix = [0]
+        for w in self.windows:
+            self.prefix.append(self.prefix[-1] | by[w])
+        self.all = self.prefix[-1]
+
+    def mask(self, env) -> int:
+        first, last = _span(env)
+        ws = self.windows
+        lo, hi = 0, len(ws)                 # the first window that keeps the binding
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if first >= last - ws[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.all ^ self.prefix[lo]
+
+
+class Floors:
+    """Members registered mid-stream: those that keep a binding (its first event after their
+    floor, its last after their since) are a prefix of the sorted floors and of the sorted
+    sinces."""
+
+    def __init__(self, members: list):
+        self.floors, self.by_floor = self._prefixes(members, "floor")
+        self.sinces, self.by_since = self._prefixes(members, "since")
+
+    @staticmethod
+    def _prefixes(members: list, field: str) -> tuple:
+        by: dict = {}
+        for bit, m in enumerate(members):
+            value = getattr(m, field)
+            by[value] = by.get(value, 0) | 1 << bit
+        keys, prefix = sorted(by), [0]
+        for k in keys:
+            prefix.append(prefix[-1] | by[k])
+        return keys, prefix
+
+    def mask(self, env) -> int:
+        first, last = _span(env)
+        return self.by_floor[bisect_left(self.floors, first)] & \
+            self.by_since[bisect_left(self.sinces, last)]
+
+
+def _span(env) -> tuple:
+    lo = hi = None
+    for v in env.values():
+        for e in ((v,) if v.__class__ is Event else v):
+            if lo is None or e.ts < lo:
+                lo = e.ts
+            if hi is None or e.ts > hi:
+                hi = e.ts
+    return lo, hi
+
+
+# --------------------------------------------------------------------------- the manager
+
+class GroupManager(PatternManager):
+    """A PatternManager that evaluates the queries of one group: the join of the group's
+    compiled query (loosest conditions, largest window), then each binding fanned out to the
+    members that accept it. With one member it is that query's own manager."""
+
+    def __init__(self, name: str, index, settings, mode, order, member: Member):
+        self.members: list = [member]
+        self._restricted: dict = {}         # seq -> names of the members a pending item is for
+        self._recheck: set = set()          # deferred bindings found with an older compiled query
+        self._mask_counts: dict = {}        # member mask -> matches (folded into member_matches)
+        self.member_matches: dict = {member.name: 0}
+        self._tables: list = []             # Variants of the conjuncts whose constants differ
+        self._windows = None
+        self._names_of: dict = {}
+        self._shape = None                  # what the group's compiled query was built for
+        self.stale = True
+        super().__init__(name, member.cq, index, order, settings, mode)
+        self.refresh()
+
+    # ------------------------------------------------------------ membership
+    def join(self, member: Member):
+        """Add a member between two events: pending work stays with the members it was for.
+        The constant indexes are rebuilt at the next ``refresh`` (once for many joins)."""
+        current = frozenset(m.name for m in self.members)
+        for item in self._deferred:
+            self._restrict(item[1], current)
+        for item in self._held:
+            self._restrict(item[1], current)
+        self.members.append(member)
+        self.member_matches[member.name] = 0
+        self.stale = True
+
+    def leave(self, name: str) -> bool:
+        """Remove a member; True when none is left."""
+        self.refresh()
+        self._fold_counts()
+        self.members = [m for m in self.members if m.name != name]
+        self.member_matches.pop(name, None)
+        for seq, names in list(self._restricted.items()):
+            self._restricted[seq] = names - {name}
+        if self.members:
+            self.stale = True
+        return not self.members
+
+    def _restrict(self, seq: int, names: frozenset):
+        old = self._restricted.get(seq)
+        self._restricted[seq] = names if old is None else old & names
+
+    def refresh(self):
+        """Rebuild the constant indexes, and the group's compiled query if its shape changed,
+        after members joined or left (between two events)."""
+        if not self.stale:
+            return
+        self._fold_counts()
+        members = self.members
+        first = members[0]
+        self.single = len(members) == 1
+        self._label = first.name if self.single else self.name
+        varying = tuple(k for k in range(len(first.values))
+                        if len({m.values[k] for m in members}) > 1)
+        tables = [variants(k, members) for k in varying]
+        windows = {m.window for m in members}
+        self._windows = Windows(members) if len(windows) > 1 else None
+        self.floor = min(m.floor for m in members)
+        self.since = min(m.since for m in members)
+        self._floors = Floors(members) \
+            if len({(m.floor, m.since) for m in members}) > 1 else None
+        self._all = (1 << len(members)) - 1
+        self._names_of = {}
+        self.varying_texts = [f"{first.cq.conjuncts[k].text} ({len(t.entries)} constants, "
+                              f"{t.kind})" for k, t in zip(varying, tables)] + \
+            ([f"WITHIN ({len(windows)} windows)"] if self._windows is not None else [])
+        # a separable filter whose constant sits on the candidate's side reads the candidate
+        # through a getter built from the extreme constants (_loosest_getter): the compiled
+        # query is rebuilt when they change, or a member looser than the old extremes loses
+        # the candidates only it accepts
+        shape = (varying, max(windows), tuple(tuple(t.separable) for t in tables),
+                 tuple((t.entries[0][0], t.entries[-1][0]) if t.kind == "ordered" else None
+                       for t in tables),
+                 first.name if self.single else None)
+        self._tables[:] = tables
+        if shape != self._shape:
+            self._shape = shape
+            self._restructure(varying, max(windows))
+        self.stale = False
+
+    def _restructure(self, varying: tuple, window: float):
+        """The group's compiled query: the members' shared conjuncts; at each position whose
+        constants differ, one that holds when any member's does (``Variants.any``, filtering
+        candidates against the loosest value where it can); the largest window."""
+        first = self.members[0]
+        if self.single:
+            cq = first.cq
+        else:
+            cq = compile_query(first.cq.query, first.params or None)
+            swap = {}
+            conjuncts = list(cq.conjuncts)
+            for j, k in enumerate(varying):
+                c = conjuncts[k]
+                conjuncts[k] = swap[id(c)] = dataclasses.replace(
+                    c, fn=self._any_of(j), separable=self._separable_of(j), tested=0,
+                    passed=0, failed=0, text=f"{c.text} [differs]")
+            branches = tuple(dataclasses.replace(
+                b, conjuncts=tuple(swap.get(id(c), c) for c in b.conjuncts))
+                for b in cq.branches)
+            cq = dataclasses.replace(cq, window=window, branches=branches,
+                                     conjuncts=tuple(conjuncts))
+        if cq is not self.cq:
+            self.cq = cq
+            self._forget_steps()
+            self._opaque = {id(cq.conjuncts[k]): ("differs", next(_TOKENS), k)
+                            for k in varying} if not self.single else {}
+            # a binding waiting for its window was found with the conditions of then: those
+            # that no longer vary are checked again when it is released
+            self._recheck.update(item[1] for item in self._deferred)
+
+    def _any_of(self, j: int):
+        tables = self._tables
+
+        def any_member(env, p=None):
+            return tables[j].any(env)
+        return any_member
+
+    def _separable_of(self, j: int) -> dict:
+        tables = self._tables
+        out = {}
+        for x, (attr, getter, op, ordering, _) in tables[j].separable.items():
+            def loosest(env, p, x=x):
+                return tables[j].separable[x][4](env, p)
+            out[x] = (attr, getter, op, ordering, loosest)
+        return out
+
+    def _fold_counts(self):
+        counts = getattr(self, "_mask_counts", None)
+        if not counts:
+            return
+        for mask, n in counts.items():
+            for name in self._member_names(mask):
+                self.member_matches[name] += n
+        counts.clear()
+
+    def _member_names(self, mask: int) -> tuple:
+        names = self._names_of.get(mask)
+        if names is None:
+            names = tuple(m.name for bit, m in enumerate(self.members) if mask >> bit & 1)
+            if len(self._names_of) < 4096:
+                self._names_of[mask] = names
+        return names
+
+    def _mask(self, env) -> int:
+        mask = self._all
+        for v in self._tables:
+            if v.vars <= env.keys():
+                mask &= v.mask(env)
+                if not mask:
+                    return 0
+        if self._windows is not None:
+            mask &= self._windows.mask(env)
+        if self._floors is not None:
+            mask &= self._floors.mask(env)
+        return mask
+
+    # ------------------------------------------------------------ fan-out (manager hooks)
+    def _in_order(self) -> bool:
+        return self.single
+
+    def _fan(self, results: list, origin=None, count: bool = True) -> list:
+        allowed = self._restricted.get(origin) if origin is not None else None
+        if self.single and allowed is None:
+            if count:
+                self.matches += len(results)
+                self.member_matches[self._label] += len(results)
+            return results
+        by_mask: dict = {}                  # the members' matches come out member by member
+        for m in results:
+            _, base, var, event, _ = m
+            mask = self._mask(base if var is None else {**base, var: event})
+            if mask:
+                group = by_mask.get(mask)
+                if group is None:
+                    by_mask[mask] = [m]
+                else:
+                    group.append(m)
+        out: list = []
+        for mask, found in by_mask.items():
+            names = self._member_names(mask)
+            if allowed is not None:
+                names = tuple(n for n in names if n in allowed)
+                if count:
+                    for n in names:
+                        self.member_matches[n] += len(found)
+            elif count:
+                self._mask_counts[mask] = self._mask_counts.get(mask, 0) + len(found)
+                if len(self._mask_counts) > 4096:
+                    self._fold_counts()
+            bases, variables, events = (list(map(_BASE, found)), list(map(_VAR, found)),
+                                        list(map(_EVENT, found)))
+            order = found[0][4]
+            for n in names:
+                out.extend(map(_new, repeat(Match), zip(repeat(n), bases, variables, events,
+                                                        repeat(order))))
+        if count:
+            self.matches += len(out)
+        return out
+
+    def _matches(self, env: dict, seq=None, count: bool = True, keep: bool = False) -> list:
+        allowed = None
+        if seq is not None:
+            allowed = self._restricted.get(seq) if keep else self._restricted.pop(seq, None)
+            if seq in self._recheck and not keep:
+                self._recheck.discard(seq)
+                if not self._holds(env):
+                    return []
+        if self.single and allowed is None:
+            names = (self._label,)
+        else:
+            mask = self._mask(env)
+            names = self._member_names(mask) if mask else ()
+            if allowed is not None:
+                names = tuple(n for n in names if n in allowed)
+        if count:
+            self.matches += len(names)
+            for n in names:
+                self.member_matches[n] += 1
+        return [Match(n, env, self._var_order) for n in names]
+
+    def revise(self, event, before):
+        out = super().revise(event, before)
+        for m in out:
+            if not m.retracted:
+                self.member_matches[m.query] = self.member_matches.get(m.query, 0) + 1
+        return out
+
+    def _holds(self, env: dict) -> bool:
+        """Whether ``env`` satisfies the group's shared positive conjuncts that apply to it
+        (those whose constants differ are the members' masks)."""
+        varying = {id(c) for k, c in enumerate(self.cq.conjuncts) if k in self._shape[0]}
+        return all(c.check(env) for c in self.cq.conjuncts
+                   if c.negated is None and id(c) not in varying and c.vars <= env.keys())
+
+    def _inherit(self, seq: int, origin):
+        if origin is not None and origin in self._restricted:
+            self._restricted[seq] = self._restricted[origin]
+
+    def _done(self, origin):
+        if origin is not None:
+            self._restricted.pop(origin, None)
+
+    def _dropped(self, seqs):
+        for seq in seqs:
+            self._restricted.pop(seq, None)
+            self._recheck.discard(seq)
+
+    def expire_floor(self, kept_from: float) -> bool:
+        changed = False
+        for k, m in enumerate(self.members):
+            if m.since > -math.inf and \
+                    kept_from - 2 * (m.window + (self.cq.slide or 0.0)) > m.since:
+                self.members[k] = dataclasses.replace(m, floor=-math.inf, since=-math.inf)
+                changed = True
+        if changed:
+            self.stale = True
+            self.refresh()
+        return self.since > -math.inf
+
+    # ------------------------------------------------------------ state
+    def stats(self) -> dict:
+        self._fold_counts()
+        return super().stats()
+
+    def group_info(self) -> dict:
+        return {"name": self.name, "queries": [m.name for m in self.members],
+                "varying": list(self.varying_texts)}
+
+    def snapshot(self) -> dict:
+        self._fold_counts()
+        state = super().snapshot()
+        state["restricted"] = dict(self._restricted)
+        state["recheck"] = set(self._recheck)
+        state["member_matches"] = dict(self.member_matches)
+        return state
+
+    def restore(self, state: dict):
+        super().restore(state)
+        self._restricted = dict(state.get("restricted", {}))
+        self._recheck = set(state.get("recheck", ()))
+        self.member_matches.update(state.get("member_matches", {}))
