@@ -123,7 +123,7 @@ class RayCluster:
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
                 disorder=self.disorder, mode=self.mode, retain=self.retain, **durable))
         # the planner's state is soft (statistics, current plans): a restarted planner is
-        # given the queries again by the gateway (GatewayService._converge_planner)
+        # given the queries again by the gateway (gateway.server.planning: Planning.converge)
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
             name=PLANNER, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
             max_task_retries=-1).remote())
