@@ -1,5 +1,5 @@
-"""Queries: the query lifecycle. Register (check, persist, install on the query's actors, all or
-nothing), remove, describe (the actors' statistics merged), and at start-up converge the
+"""Queries: the query lifecycle. Register (check, persist, install on the query's actors, all
+or nothing), remove, describe (the actors' statistics merged), and at start-up converge the
 actors to the persisted registry; each change replaces the routing table."""
 from __future__ import annotations
 
