@@ -6,8 +6,8 @@ place ray is imported). The planner pushes plans with ``set_plan(query, order, v
 reads ``report()`` (the arguments of ``PlannerService.report``).
 
 Delivery is at-least-once and idempotent: a batch whose ``(source, batch_id)`` was seen among
-the last ``remember_batches`` batches is acknowledged (``"redelivered": True``) and not
-processed again; events are also deduplicated by id in the index, so a redelivered batch that
+the last ``WorkerSettings.remember_batches`` batches is acknowledged (``"redelivered":
+True``) and not processed again; events are also deduplicated by id in the index, so a redelivered batch that
 was forgotten still yields no duplicate matches for events that are still buffered. Each
 match carries a stable ``id`` (a hash of the query name and the bound event ids), so a reader
 can de-duplicate matches that reach it twice.
@@ -17,11 +17,11 @@ record with ``"retracted": true`` (same ``id`` as the match it cancels); a late 
 a record ``{"late": true, "id", "source", "reason", "score", "threshold", "watermark",
 "event"}``; both travel like matches (returned, or through the outbox).
 
-With ``outbox=True`` (how the cluster runs it) matches are not returned by ``ingest`` but kept
-in an outbox that the gateway drains with ``drain(ack)``: a record stays until a later
-``drain`` acknowledges its sequence number, so a gateway that dies between two drains loses
-nothing (the next gateway receives the unacknowledged records again; match ids de-duplicate).
-Producers (the gateway's ``/events``, Spark jobs) then never handle matches themselves.
+With ``WorkerSettings(outbox=True)`` (how the cluster runs it) matches are not returned by
+``ingest`` but kept in an outbox that the gateway drains with ``drain(ack)``: a record stays
+until a later ``drain`` acknowledges its sequence number, so a gateway that dies between two
+drains loses nothing (the next gateway receives the unacknowledged records again; match ids
+de-duplicate). Producers (the gateway's ``/events``, Spark jobs) then never handle matches themselves.
 
 The outbox never drops a record. Backpressure instead: while it holds ``outbox_capacity``
 undelivered records or more, ``ingest`` refuses new batches with OverloadedError before it
@@ -37,12 +37,13 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from itertools import islice
 
 import orjson
 
 from raycep.actors.handles import node_id
-from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, DurableLog
+from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
 from raycep.cep.io.output import MatchLines, match_json
@@ -60,23 +61,42 @@ def late_record(late: LateEvent) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a partition actor runs, beside its engine's ManagerSettings and DisorderSettings
+    and its CheckpointSettings."""
+    #: matches kept in an outbox the gateway drains (how the cluster runs it), not returned
+    #: by ``ingest``
+    outbox: bool = False
+    #: undelivered records the outbox may hold before ``ingest`` refuses batches
+    outbox_capacity: int = 100_000
+    #: (source, batch_id) pairs remembered to recognise a batch delivered again
+    remember_batches: int = 10_000
+    #: seconds of event time the planner's rates are measured over
+    rate_horizon: float = 60.0
+    #: optimistic or pessimistic handling of out-of-order events (None: the engine's default)
+    mode: str | None = None
+    #: evaluate variants of a query together (cep.groups)
+    sharing: bool = True
+    #: seconds of event time kept for queries registered later (cep.engine.Engine)
+    retain: float = 0.0
+
+
 class PartitionWorker:
     def __init__(self, partition: str = "p0", key_attr: str | None = None, settings=None,
-                 rate_horizon: float = 60.0, remember_batches: int = 10_000,
-                 outbox: bool = False, outbox_capacity: int = 100_000,
-                 disorder: DisorderSettings | None = None, mode: str | None = None,
-                 sharing: bool = True, checkpoint_dir: str | None = None,
-                 checkpoint_every: int = CHECKPOINT_EVERY,
-                 checkpoint_seconds: float = CHECKPOINT_SECONDS,
-                 fsync: bool = False, retain: float = 0.0):
+                 worker: WorkerSettings = WorkerSettings(),
+                 disorder: DisorderSettings | None = None,
+                 checkpoint: CheckpointSettings | None = None):
+        """``settings``: the engine's ManagerSettings; ``checkpoint``: where the worker saves
+        its state and restores it from (None: nowhere, a restart starts empty)."""
         self.partition = partition
-        self.engine = Engine(key_attr, settings, disorder=disorder, mode=mode, sharing=sharing,
-                             retain=retain)
+        self.engine = Engine(key_attr, settings, disorder=disorder, mode=worker.mode,
+                             sharing=worker.sharing, retain=worker.retain)
         self.retain = self.engine.retain
         self._evicted_at = None                      # the engine clock of the last eviction
         self._lines = MatchLines()
-        self.rates = RateTracker(rate_horizon)
-        self.remember_batches = remember_batches
+        self.rates = RateTracker(worker.rate_horizon)
+        self.remember_batches = worker.remember_batches
         self._recent: OrderedDict = OrderedDict()   # (source, batch_id) -> None, oldest first
         self._recent_added = 0                      # batch ids ever added to _recent
         self._recent_saved = 0                      # ... when the last checkpoint was written
@@ -84,8 +104,8 @@ class PartitionWorker:
         self.batches = 0
         self.redelivered = 0
         self.bad_rows = 0
-        self.outbox = deque() if outbox else None    # (seq, record), oldest first
-        self.outbox_capacity = outbox_capacity
+        self.outbox = deque() if worker.outbox else None    # (seq, record), oldest first
+        self.outbox_capacity = worker.outbox_capacity
         self.outbox_seq = 0
         self.refused = 0                             # batches refused (outbox over its limit)
         self._refusing = False                       # since the last batch accepted
@@ -94,9 +114,9 @@ class PartitionWorker:
         self._replay = None                          # outputs of a logged change being replayed
         self._replaying = False                      # (while recovering: nothing is logged)
         self.durable = None
-        if checkpoint_dir is not None:
-            self.durable = DurableLog(checkpoint_dir, partition, checkpoint_every,
-                                      checkpoint_seconds, fsync)
+        if checkpoint is not None:
+            self.durable = DurableLog(checkpoint.directory, partition, checkpoint.every_events,
+                                      checkpoint.every_seconds, checkpoint.fsync)
             self.engine.journal = []                # what a checkpoint saves: the changes
             self._recover()
 
@@ -332,10 +352,10 @@ class PartitionWorker:
 
     @classmethod
     def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
-        worker = cls(snap["partition"], snap["engine"]["key_attr"], settings,
-                     outbox=snap["outbox"] is not None,
-                     outbox_capacity=snap.get("outbox_capacity", 100_000),
-                     retain=snap["engine"].get("retain", 0.0))
+        worker = cls(snap["partition"], snap["engine"]["key_attr"], settings, WorkerSettings(
+            outbox=snap["outbox"] is not None,
+            outbox_capacity=snap.get("outbox_capacity", 100_000),
+            retain=snap["engine"].get("retain", 0.0)))
         worker._adopt(snap, settings)
         return worker
 

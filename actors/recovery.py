@@ -74,11 +74,6 @@ class CheckpointSettings:
     every_seconds: float = CHECKPOINT_SECONDS
     fsync: bool = False
 
-    def worker_options(self) -> dict:
-        """The PartitionWorker arguments of these settings."""
-        return {"checkpoint_dir": self.directory, "checkpoint_every": self.every_events,
-                "checkpoint_seconds": self.every_seconds, "fsync": self.fsync}
-
 
 def claim(directory: str, partitions: int, key_attr) -> None:
     """Check that ``directory`` holds no other cluster's state (another number of partitions

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 
 import msgpack
 
-from raycep.actors.partition import PartitionWorker, partition_actor
+from raycep.actors.partition import PartitionWorker, WorkerSettings, partition_actor
 from raycep.actors.routing import split_by_partition
 from raycep.cep.event import Event
 from raycep.cep.io.codec import encode_batch
@@ -350,7 +350,7 @@ INDEX_FILES = ("cep/store/index.py", "cep/event.py", "cep/io/codec.py")
 
 
 def make_worker(queries: list, sharing: bool = True) -> PartitionWorker:
-    worker = PartitionWorker("p0", KEY, sharing=sharing)
+    worker = PartitionWorker("p0", KEY, worker=WorkerSettings(sharing=sharing))
     for name, text in queries:
         worker.add_query(name, text)
     return worker

@@ -108,7 +108,8 @@ def checkpoint_cost(buffered: int, changes=(1_000, 10_000, 50_000)) -> list:
     """``[(label, events saved, seconds, bytes)]`` of a worker holding ``buffered`` events."""
     import pickle
     import shutil
-    from raycep.actors.partition import PartitionWorker
+    from raycep.actors.partition import PartitionWorker, WorkerSettings
+    from raycep.actors.recovery import CheckpointSettings
     from raycep.cep.event import Event
     from raycep.cep.io.codec import encode_batch
 
@@ -120,8 +121,9 @@ def checkpoint_cost(buffered: int, changes=(1_000, 10_000, 50_000)) -> list:
 
     workdir = tempfile.mkdtemp(prefix="raycep-bench-checkpoint-")
     try:
-        w = PartitionWorker("p0", "symbol", outbox=True, checkpoint_dir=workdir,
-                            checkpoint_every=10**9, checkpoint_seconds=10**9, retain=10**9)
+        w = PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=True, retain=10**9),
+                            checkpoint=CheckpointSettings(workdir, every_events=10**9,
+                                                          every_seconds=10**9))
         w.add_query("dip", "PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND "
                            "b.price < a.price * 0.5 WITHIN 10 seconds")
         for i in range(0, buffered, 2000):

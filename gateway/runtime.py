@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from raycep.actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
                             actor_name, connect_ray, node_id)
-from raycep.actors.partition import PartitionWorker
+from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.recovery import CheckpointSettings, claim
 from raycep.actors.routing import GLOBAL
 from raycep.cep.runtime.engine import check_retain
@@ -106,12 +106,12 @@ class RayCluster:
         wait_for_nodes(min_nodes, nodes_timeout, progress or (lambda text: None))
         if self.checkpoint is not None:
             claim(self.checkpoint.directory, self.partitions, self.key_attr)
-        durable = self.checkpoint.worker_options() if self.checkpoint is not None else {}
         # with saved state an actor that dies comes back (Ray re-runs its constructor, which
         # restores the checkpoint and replays the log) and the calls made meanwhile are
         # retried on it (batch ids make them idempotent); without, it stays dead and callers
         # get UnavailableError rather than an actor that silently lost its queries and events
-        restarts = {"max_restarts": -1, "max_task_retries": -1} if durable else {}
+        restarts = {"max_restarts": -1, "max_task_retries": -1} \
+            if self.checkpoint is not None else {}
         # no CPU (Spark executors and tasks keep every core), but 1 MiB of memory: Ray places
         # an actor that asks for nothing at all on a random node, ignoring a soft affinity
         Worker = actor_class(PartitionWorker, num_cpus=0, memory=2**20)
@@ -120,10 +120,11 @@ class RayCluster:
             self.handles[t] = RayHandle(Worker.options(
                 name=actor_name(t), namespace=NAMESPACE, get_if_exists=True,
                 scheduling_strategy=place, **restarts).remote(
-                f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr, outbox=True,
-                disorder=self.disorder, mode=self.mode, retain=self.retain, **durable))
+                f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr,
+                worker=WorkerSettings(outbox=True, mode=self.mode, retain=self.retain),
+                disorder=self.disorder, checkpoint=self.checkpoint))
         # the planner's state is soft (statistics, current plans): a restarted planner is
-        # given the queries again by the gateway (GatewayService._converge_planner)
+        # given the queries again by the gateway (gateway.server.planning: Planning.converge)
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
             name=PLANNER, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
             max_task_retries=-1).remote())
@@ -203,9 +204,9 @@ class InProcessCluster:
         self.settings = settings
         if checkpoint is not None:
             claim(checkpoint.directory, partitions, key_attr)
-        self._worker_args = dict(outbox=True, disorder=disorder, mode=mode,
-                                 retain=check_retain(retain),
-                                 **(checkpoint.worker_options() if checkpoint else {}))
+        self._worker_args = dict(
+            worker=WorkerSettings(outbox=True, mode=mode, retain=check_retain(retain)),
+            disorder=disorder, checkpoint=checkpoint)
         self.workers = {t: PartitionWorker(f"p{t}" if t != GLOBAL else GLOBAL, key_attr,
                                            **self._worker_args)
                         for t in list(range(partitions)) + [GLOBAL]}

@@ -230,3 +230,24 @@ def test_a_package_importing_one_above_it_is_found(tmp_path):
                                                "    from raycep.actors.routing import route\n",
                             "actors/routing.py": "from raycep.cep.errors import IngestError\n"})
     assert upward_packages(root) == [("raycep.planner.plan", "raycep.actors.routing")]
+
+
+#: gateway/server's modules, each importing only those before it (GatewayService is a facade
+#: over one manager per concern; the managers share ``actors``)
+GATEWAY_SERVER = ("messages", "settings", "checks", "actors", "drain", "planning", "queries",
+                  "ingest", "service", "registry", "store", "http")
+
+
+def test_gateway_server_modules_import_one_way():
+    folder = ROOT / "gateway" / "server"
+    assert {p.stem for p in folder.glob("*.py")} - {"__init__"} == set(GATEWAY_SERVER)
+    rank = {m: k for k, m in enumerate(GATEWAY_SERVER)}
+    later = []
+    for module in GATEWAY_SERVER:
+        for node in ast.walk(ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module \
+                    and node.module.startswith("raycep.gateway.server."):
+                name = node.module.rpartition(".")[2]
+                if rank[name] >= rank[module]:
+                    later.append((module, name))
+    assert later == []

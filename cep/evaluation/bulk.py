@@ -263,6 +263,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     rows = [trig]                        # per bound step: the row of each binding
     times = [tts]                        # per bound step: the event time of each binding
     tallies = []                         # (conjunct, trigger per tested candidate, passed)
+    block = _Block(index, partition, tts, tlow_all, spans, cols, bad, tallies)
     last = len(plan.filters) - 1
     parent = cand = trig
     for f in plan.filters[0]:
@@ -317,8 +318,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
                 passed = passed & (cand >= start[parent]) & (cand < end[parent])
             cand, parent = cand[passed], parent[passed]
         for g in plan.negations[k]:
-            held = _absent(g, spans, index, partition, tlow_all, tts, trig, parent, cand, k,
-                           times, rows, cols, bad, tallies)
+            held = _absent(g, block, k, trig, rows, times, parent, cand)
             cand, parent = cand[held], parent[held]
         if k < last:
             trig = trig[parent]
@@ -376,21 +376,44 @@ def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
     return start, end, extra > 0, first, stop
 
 
-def _absent(g: _Negation, spans: dict, index, partition, tlow_all, tts, trig, parent, cand,
-            k: int, times: list, rows: list, cols: list, bad, tallies: list):
-    """Per candidate of step ``k`` (``parent``: its binding): whether negation ``g`` holds,
-    i.e. no event between its bounds satisfies its filters: with ``g.extreme`` the range's
-    minimum or maximum compared once (the evaluator's suffix extremes,
-    ``Evaluation.violated``), else each filter over the range's events, counted."""
-    col = spans.get(g.type)
-    if col is None:
-        col = spans[g.type] = _Columns(index.buffer(partition, g.type), float(tlow_all.min()),
-                                       float(tts.max()))
+@dataclass(frozen=True)
+class _Block:
+    """What one ``evaluate`` call shares with its negations: where the buffers are, the
+    triggers' times and window starts, the columns (``spans`` per type, ``cols`` per step),
+    and what they report: ``bad`` (the triggers left to the evaluator) and ``tallies``."""
+    index: object
+    partition: object
+    tts: np.ndarray
+    tlow_all: np.ndarray
+    spans: dict
+    cols: list
+    bad: np.ndarray
+    tallies: list
+
+    def columns(self, typ) -> _Columns:
+        """The buffer of ``typ`` over the triggers' time span, made once per type."""
+        col = self.spans.get(typ)
+        if col is None:
+            col = self.spans[typ] = _Columns(self.index.buffer(self.partition, typ),
+                                             float(self.tlow_all.min()), float(self.tts.max()))
+        return col
+
+
+def _absent(g: _Negation, block: _Block, k: int, trig, rows: list, times: list, parent,
+            cand):
+    """Per candidate of step ``k`` (``trig``, ``rows``, ``times``: the bindings so far,
+    ``parent``: each candidate's binding): whether negation ``g`` holds, i.e. no event
+    between its bounds satisfies its filters: with ``g.extreme`` the range's minimum or
+    maximum compared once (the evaluator's suffix extremes, ``Evaluation.violated``), else
+    each filter over the range's events, counted."""
+    col = block.columns(g.type)
+    cols, bad, tallies = block.cols, block.bad, block.tallies
     owner = trig[parent]
 
     def bound(j):
         return cols[k].ts[cand] if j == k else times[j][parent]
-    start, end, tie, _, _ = _span(col.ts, tlow_all[owner], [bound(j) for j in g.before],
+    start, end, tie, _, _ = _span(col.ts, block.tlow_all[owner],
+                                  [bound(j) for j in g.before],
                                   [bound(j) for j in g.after], [bound(j) for j in g.same])
     some = start < end
     for f in g.filters:

@@ -10,7 +10,7 @@ never used) go to ``--late-out`` (default: stderr) as JSON lines. The last stdou
 a JSON summary (docs/local.md). Progress goes to stderr every ~2 s.
 
 The engine and the loop that feeds it are ``local.run``'s (``local.match`` runs them too);
-this module reads the arguments and writes the summary, ``gateway.cli.lines`` the lines.
+this module reads the arguments, writes the lines and the summary.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 from raycep.cep.errors import CepError
 from raycep.cep.io.output import MatchLines
@@ -30,7 +31,7 @@ from raycep.gateway.cli.slices import run_slices, slice_cuts
 from raycep.gateway.cli.writer import BackgroundWriter
 from raycep.local.queries import QuerySourceError
 from raycep.local.run import (CHECK_EVERY, CHUNK_EVENTS, CHUNK_MATCHES, FIRST_PLAN_EVENTS, Chunks,
-                       build_engine, few_collections)
+                       build_engine, evaluate as evaluate_runs, few_collections)
 
 __all__ = ["CHECK_EVERY", "CHUNK_EVENTS", "CHUNK_MATCHES", "FIRST_PLAN_EVENTS", "Chunks",
            "add_parser", "evaluate", "run_local"]
@@ -99,7 +100,45 @@ def run_local(args) -> int:
     entered = time.perf_counter()
     # pyarrow's own memory pool keeps ~17 MB it has freed; glibc's returns it (no slower here)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from raycep.planner.local import (settings_for)  # imported late: `raycep --help` stays cheap
+    options = engine_options(args)
+    try:
+        engine = new_engine(options)
+    except UsageError as exc:
+        err(str(exc))
+        return 2
+
+    bad = BadRows()
+    parts = slice_cuts(args, engine)
+    runs = iter_batch_runs(args.events, key_attr=args.key,
+                           on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
+    if "raycep.cep.store.batch" in sys.modules:     # the reader makes column batches: evaluated in bulk
+        import raycep.cep.evaluation.bulk  # noqa: F401   (loaded now, not in the timed loop)
+    late_out, close_late = open_output(args.late_out) if args.late_out else (sys.stderr, False)
+    # start-up objects are frozen out of the collector's passes (local.run.few_collections)
+    with few_collections():
+        started = time.perf_counter()
+        try:
+            run = _evaluate_file(args, options, engine, parts, runs, late_out, started)
+        finally:                # (the collector's first pass over the unfrozen heap comes
+            if close_late:      # after the writer's close, never on the writer's thread)
+                late_out.close()
+    seconds = time.perf_counter() - started
+    bad.report()
+    stats = run.engine.engine.stats()
+    warnings = _report(args, run, stats)
+    summary = _summary(run, stats, warnings, seconds, started - entered)
+    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.flush()
+    if run.stopped is not None:
+        err(_stopped_message(run.stopped, run.events))
+        return 2
+    return 0
+
+
+def engine_options(args) -> dict:
+    """``build_engine``'s arguments from the command line, each checked first (a bad one is
+    a UsageError that names its option)."""
+    from raycep.planner.local import settings_for           # imported late: `raycep --help` stays cheap
 
     params = parse_params(args.param)
     queries = load_queries(args.query)
@@ -117,66 +156,86 @@ def run_local(args) -> int:
     except CepError as exc:
         raise UsageError(f"error: --planner: {exc}") from None
     disorder = disorder_settings(args)
+    return dict(key=args.key, params=params, orders=orders, planner=args.planner,
+                check_every=args.check_every, sharing=not args.no_sharing, disorder=disorder,
+                mode=args.disorder_mode, queries=queries)
 
-    def build():
-        try:
-            return build_engine(queries, key=args.key, params=params, orders=orders,
-                                planner=args.planner, check_every=args.check_every,
-                                sharing=not args.no_sharing, disorder=disorder,
-                                mode=args.disorder_mode)
-        except QuerySourceError as exc:
-            raise UsageError(str(exc)) from None
 
+def new_engine(options: dict):
+    """A new engine of ``engine_options``; a query it cannot take is a UsageError."""
     try:
-        engine = build()
-    except UsageError as exc:
-        err(str(exc))
-        return 2
+        return build_engine(**options)
+    except QuerySourceError as exc:
+        raise UsageError(str(exc)) from None
 
-    bad = BadRows()
-    parts = slice_cuts(args, engine)
-    runs = iter_batch_runs(args.events, key_attr=args.key,
-                           on_error=bad if args.skip_bad_rows else None, ts_unit=args.ts_format)
-    if "raycep.cep.store.batch" in sys.modules:     # the reader makes column batches: in bulk
-        import raycep.cep.evaluation.bulk  # noqa: F401   (loaded now, not in the timed loop)
-    late_out, close_late = open_output(args.late_out) if args.late_out else (sys.stderr, False)
-    # start-up objects are frozen out of the collector's passes (local.run.few_collections)
-    with few_collections():
-        started = time.perf_counter()
-        lines = MatchLines()
-        counts, retracted = lines.counts, lines.retractions
-        sliced = None
-        try:
-            if parts:
-                sliced = run_slices(engine, parts, args, lines,
-                                    Progress(started, f"slice 1 of {len(parts) - 1}: "))
-            if sliced is None:                  # in one piece (or again so: see run_slices)
-                if parts:
-                    engine, lines = build(), MatchLines()
-                    counts, retracted = lines.counts, lines.retractions
-                out = BackgroundWriter(*open_output(args.out, binary=True),
-                                       name=f"matches to {args.out}" if args.out
-                                       else "matches to stdout")
-                try:
-                    n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
-                                                 Progress(started), gather=True)
-                finally:
-                    out.close()     # what is queued is written (stdout: flushed, kept open)
-            else:
-                n_events, stopped = sliced.events, None
-        finally:                # (the collector's first pass over the unfrozen heap comes
-            if close_late:      # after the writer's close, never on the writer's thread)
-                late_out.close()
-    core = engine.engine
-    seconds = time.perf_counter() - started
-    bad.report()
-    if sliced is not None:
-        err(f"evaluated in {sliced.workers} time slices, one process each (--workers)")
-    for change in engine.history:
+
+@dataclass
+class _Run:
+    """What evaluating the file gave: the engine (a new one when the slices gave up), the
+    lines written (their counts per query), the events read, the bad row it stopped at
+    (None: none) and the slices' result (None: evaluated in one piece)."""
+    engine: object
+    lines: MatchLines
+    events: int
+    stopped: object = None
+    sliced: object = None
+
+
+def _evaluate_file(args, options: dict, engine, parts, runs, late_out, started) -> _Run:
+    """Evaluate the events file in time slices (``parts``, run_slices), else, or when the
+    slices gave up, in one piece with a new engine, the matches written to --out."""
+    lines = MatchLines()
+    if parts:
+        sliced = run_slices(engine, parts, args, lines,
+                            Progress(started, f"slice 1 of {len(parts) - 1}: "))
+        if sliced is not None:
+            return _Run(engine, lines, sliced.events, None, sliced)
+        engine, lines = new_engine(options), MatchLines()   # in one piece (again so)
+    out = BackgroundWriter(*open_output(args.out, binary=True),
+                           name=f"matches to {args.out}" if args.out else "matches to stdout")
+    try:
+        n_events, stopped = evaluate(engine, runs, lines, out.write, late_out,
+                                     Progress(started), gather=True)
+    finally:
+        out.close()     # what is queued is written (stdout: flushed, kept open)
+    return _Run(engine, lines, n_events, stopped)
+
+
+def _report(args, run: _Run, stats: dict) -> dict:
+    """Tell stderr how the run went: the slices, the plans, what was shared, the matches per
+    query, out-of-order input, the queries' warnings and failed conditions; returns the
+    warnings (for the summary)."""
+    if run.sliced is not None:
+        err(f"evaluated in {run.sliced.workers} time slices, one process each (--workers)")
+    for change in run.engine.history:
         order = ",".join(change.order) if change.order else "per trigger (tree-nfa)"
         err(f"plan: query {change.query} v{change.version} after {change.events} events: "
              f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
-    n_matches = sum(counts.values())
+    _report_sharing(run.engine.engine, stats["prefixes"])
+    counts, retracted = run.lines.counts, run.lines.retractions
+    for name, count in counts.items():
+        extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
+        err(f"query {name}: {count} matches{extra}")
+    if stats["late_events"] or stats["out_of_order"]:
+        d = stats["disorder"]
+        err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
+             f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
+             f"slack {d['slack']:g}")
+    warnings = run.engine.engine.warnings() if run.sliced is None else run.sliced.warnings
+    for name, found in warnings.items():
+        for text in found:
+            err(f"warning: query {name}: {text}")
+    for name, qstats in stats["queries"].items():
+        for c in qstats["conjuncts"]:
+            if c["failed"]:
+                err(f"warning: query {name}: condition `{c['text']}` could not be evaluated "
+                     f"{c['failed']} times out of {c['tested']} (counted as false): "
+                     f"{c['last_error']}")
+    return warnings
+
+
+def _report_sharing(core, prefixes: dict) -> None:
+    """The groups of queries evaluated as one and the plan prefixes shared, on stderr."""
     shared = [g for g in core.groups() if len(g["queries"]) > 1]
     if shared:
         err(f"sharing: {len(core.managers)} queries evaluated by {len(core.evaluators)} "
@@ -184,62 +243,47 @@ def run_local(args) -> int:
                  f"{g['name']} ({len(g['queries'])} queries, constants differ in "
                  f"{', '.join(g['varying']) or 'nothing'})" for g in shared[:5])
              + (f"; ... {len(shared) - 5} more" if len(shared) > 5 else ""))
-    prefixes = core.stats()["prefixes"]
     if prefixes["reused"]:
         err(f"sharing: {prefixes['shared_prefixes']} plan prefixes shared between queries "
              f"(materialised {prefixes['materialised']} times, reused "
              f"{prefixes['reused']} times)")
-    for name, count in counts.items():
-        extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
-        err(f"query {name}: {count} matches{extra}")
-    stats = core.stats()
-    if stats["late_events"] or stats["out_of_order"]:
-        d = stats["disorder"]
-        err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
-             f"(not used; {'in ' + args.late_out if args.late_out else 'above'}); learnt "
-             f"slack {d['slack']:g}")
-    warnings = engine.engine.warnings() if sliced is None else sliced.warnings
-    for name, found in warnings.items():
-        for text in found:
-            err(f"warning: query {name}: {text}")
-    for name, qstats in engine.engine.stats()["queries"].items():
-        for c in qstats["conjuncts"]:
-            if c["failed"]:
-                err(f"warning: query {name}: condition `{c['text']}` could not be evaluated "
-                     f"{c['failed']} times out of {c['tested']} (counted as false): "
-                     f"{c['last_error']}")
+
+
+def _summary(run: _Run, stats: dict, warnings: dict, seconds: float, startup: float) -> dict:
+    """The JSON summary, the last stdout line (docs/local.md)."""
+    core, sliced = run.engine.engine, run.sliced
     summary = {
-        "events": n_events,
-        "matches": n_matches,
-        "retractions": sum(retracted.values()),
+        "events": run.events,
+        "matches": sum(run.lines.counts.values()),
+        "retractions": sum(run.lines.retractions.values()),
         "late_events": stats["late_events"],
         "duplicates": stats["duplicates"],
         "seconds": round(seconds, 3),
-        "events_per_s": round(n_events / seconds, 1) if seconds > 0 else None,
+        "events_per_s": round(run.events / seconds, 1) if seconds > 0 else None,
         "peak_rss_mb": peak_rss_mb() if sliced is None else  # (slices: all processes)
         round(peak_rss_mb() + sliced.children_rss_mb, 1),
-        "startup_seconds": round(started - entered, 3),
+        "startup_seconds": round(startup, 3),
         "queries": len(core.managers),
         "groups": len(core.evaluators),
-        "prefixes_reused": prefixes["reused"],
+        "prefixes_reused": stats["prefixes"]["reused"],
         "workers": sliced.workers if sliced is not None else 1,
     }
     if warnings:
         summary["warnings"] = warnings
-    if stopped is not None:
-        summary["stopped"] = str(stopped)
-    sys.stdout.write(json.dumps(summary) + "\n")
-    sys.stdout.flush()
-    if stopped is not None:
-        hint = ""
-        if "event time must be a number (seconds), got '" in str(stopped):
-            hint = ("; event times written as dates or in ms: --ts-format iso, ms, or a "
-                    "pattern such as '%Y-%m-%d %H:%M:%S'")
-        err(f"bad input: {stopped}; stopped there after {n_events} events (the matches "
-             f"found up to there are written; matches still waiting for a window to close "
-             f"are not); --skip-bad-rows skips such rows and goes on{hint}")
-        return 2
-    return 0
+    if run.stopped is not None:
+        summary["stopped"] = str(run.stopped)
+    return summary
+
+
+def _stopped_message(stopped, events: int) -> str:
+    """What stderr says when a bad row stopped the run (with a hint for dates or ms)."""
+    hint = ""
+    if "event time must be a number (seconds), got '" in str(stopped):
+        hint = ("; event times written as dates or in ms: --ts-format iso, ms, or a "
+                "pattern such as '%Y-%m-%d %H:%M:%S'")
+    return (f"bad input: {stopped}; stopped there after {events} events (the matches "
+            f"found up to there are written; matches still waiting for a window to close "
+            f"are not); --skip-bad-rows skips such rows and goes on{hint}")
 
 
 def parse_orders(values, names) -> dict:
@@ -296,3 +340,22 @@ class Progress:
         self.next_at = now + PROGRESS_EVERY_S
         rate = events / (now - self.started)
         err(f"{self.label}{events} events, {sum(counts.values())} matches, {rate:.0f} events/s")
+
+
+class _StdoutBytes:
+    """Writes bytes to standard output (``sys.stdout.buffer``, or the text stream when it has
+    none, e.g. under a test's capture)."""
+
+    def write(self, data) -> None:
+        """``data``: bytes or another bytes-like object (the writer's memoryview pieces)."""
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(str(data, "utf-8"))
+        else:
+            buffer.write(data)
+
+    def flush(self) -> None:
+        buffer = getattr(sys.stdout, "buffer", None)
+        (buffer or sys.stdout).flush()
+
+

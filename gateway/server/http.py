@@ -45,8 +45,9 @@ from aiohttp import web
 from raycep.cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
                         NotFoundError, error_to_dict, http_status)
 from raycep.gateway.client import strict_json as dumps
+from raycep.gateway.server.messages import plain_text, type_name
 from raycep.gateway.server.registry import QueryRegistry
-from raycep.gateway.server.service import GatewayService, GatewaySettings, plain_text, type_name
+from raycep.gateway.server.service import GatewayService, GatewaySettings
 from raycep.gateway.server.store import MatchStore
 
 log = logging.getLogger("raycep.gateway")

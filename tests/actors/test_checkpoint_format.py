@@ -10,7 +10,8 @@ import msgpack
 import pytest
 
 from raycep.actors import state_format as fmt
-from raycep.actors.partition import PartitionWorker
+from raycep.actors.partition import PartitionWorker, WorkerSettings
+from raycep.actors.recovery import CheckpointSettings
 from raycep.actors.recovery import CHECKPOINT, EVICTED, SEGMENTS, WAL
 from raycep.cep.errors import RecoveryError
 from raycep.cep.event import Event
@@ -24,10 +25,10 @@ def ticks(n: int, start: int = 0) -> list:
                   key=f"S{i % 7}") for i in range(n)]
 
 
-def worker(directory, retain=0.0, **opts) -> PartitionWorker:
-    return PartitionWorker("p0", "symbol", outbox=True, checkpoint_dir=str(directory),
-                           checkpoint_every=10**9, checkpoint_seconds=3600.0, retain=retain,
-                           **opts)
+def worker(directory, retain=0.0) -> PartitionWorker:
+    return PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=True, retain=retain),
+                           checkpoint=CheckpointSettings(str(directory), every_events=10**9,
+                                                         every_seconds=3600.0))
 
 
 def send(w, events, name):

@@ -7,7 +7,7 @@ import msgpack
 import orjson
 import pytest
 
-from raycep.actors.partition import PartitionWorker, partition_actor
+from raycep.actors.partition import PartitionWorker, WorkerSettings, partition_actor
 from raycep.actors.routing import split_by_partition
 from raycep.cep import Engine, Event
 from raycep.cep.errors import CepError, IngestError, OverloadedError
@@ -128,7 +128,7 @@ def test_redelivered_batch_gives_no_duplicate_matches():
 
 
 def test_forgotten_batch_ids_are_bounded():
-    w = PartitionWorker(remember_batches=3)
+    w = PartitionWorker(worker=WorkerSettings(remember_batches=3))
     for i in range(10):
         w.ingest(encode_batch([], "s", f"b{i}"))
     assert len(w._recent) == 3
@@ -214,7 +214,7 @@ def test_two_partition_actors_find_the_engine_matches():
 
 def test_outbox_keeps_matches_until_acknowledged():
     events = stream(300)
-    w = PartitionWorker("p0", key_attr="k", outbox=True)
+    w = PartitionWorker("p0", key_attr="k", worker=WorkerSettings(outbox=True))
     w.add_query("seq", SEQ3)
     ack = w.ingest(encode_batch(events, "s", "b"))
     assert ack["matches"] == [] and ack["queued"] > 0
@@ -247,7 +247,8 @@ def test_outbox_never_drops_and_a_full_one_refuses_batches_unchanged(caplog):
     match reaches the reader exactly once."""
     events = [Event(t, float(i), {"k": "x"}, key="x") for i, t in enumerate("AAAABBBB")]
     more = [Event("B", 8.0 + i, {"k": "x"}, key="x") for i in range(3)]
-    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=4)
+    w = PartitionWorker("p0", key_attr="k",
+                        worker=WorkerSettings(outbox=True, outbox_capacity=4))
     w.add_query("pair", "PATTERN SEQ(A a, B b) WHERE [k] WITHIN 100 seconds")
     ack = w.ingest(encode_batch(events, "s", "b1"))
     assert ack["queued"] == 16 and ack["outbox"] == 16       # 4 x 4 pairs, none dropped
@@ -272,7 +273,8 @@ def test_outbox_never_drops_and_a_full_one_refuses_batches_unchanged(caplog):
 def test_a_batch_whose_predecessor_was_refused_is_refused_too():
     """``after`` keeps a pipelining sender's order: once batch 2 is refused, batch 3 (sent
     behind it) is refused even when the outbox has room again."""
-    w = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=1)
+    w = PartitionWorker("p0", key_attr="k",
+                        worker=WorkerSettings(outbox=True, outbox_capacity=1))
     w.add_query("pair", PAIR)
     b = [encode_batch([Event(t, float(i), {"k": "x"}, key="x")], "s", f"b{i}")
          for i, t in enumerate("ABAB")]
@@ -302,7 +304,7 @@ def test_ack_reports_triggers_that_hit_the_match_cap():
 
 def test_snapshot_restore_continues_with_the_same_matches():
     events = stream(400, seed=5)
-    w = PartitionWorker("p0", key_attr="k", outbox=True)
+    w = PartitionWorker("p0", key_attr="k", worker=WorkerSettings(outbox=True))
     w.add_query("seq", SEQ3)
     w.ingest(encode_batch(events[:200], "s", "b1"))
     snap = w.snapshot()

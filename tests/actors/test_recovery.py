@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from raycep.actors.partition import PartitionWorker
+from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.recovery import CheckpointSettings, DurableLog, claim
 from raycep.cep.errors import RecoveryError
 from raycep.cep.io.codec import encode_batch
@@ -118,8 +118,9 @@ def test_a_restarted_whole_cluster_continues_from_its_checkpoints(tmp_path):
 def test_a_torn_last_log_record_is_cut_off_and_the_rest_replayed(tmp_path):
     _, events = tick_rows(3_000)
     batches = [encode_batch(events[i:i + 500], "s", f"b{i}") for i in range(0, 3_000, 500)]
-    worker = PartitionWorker("p0", "symbol", outbox=True, checkpoint_dir=str(tmp_path),
-                             checkpoint_every=10**9)
+    options = dict(worker=WorkerSettings(outbox=True),
+                   checkpoint=CheckpointSettings(str(tmp_path), every_events=10**9))
+    worker = PartitionWorker("p0", "symbol", **options)
     for q in QUERIES:
         worker.add_query(q.name, q)
     for b in batches[:4]:
@@ -128,8 +129,7 @@ def test_a_torn_last_log_record_is_cut_off_and_the_rest_replayed(tmp_path):
     size = wal.stat().st_size
     with open(wal, "ab") as f:                     # a record cut short by the crash
         f.write(b"\x40\x00\x00\x00\x01\x02\x03\x04partial")
-    again = PartitionWorker("p0", "symbol", outbox=True, checkpoint_dir=str(tmp_path),
-                            checkpoint_every=10**9)
+    again = PartitionWorker("p0", "symbol", **options)
     assert again.recovery["replayed"] == 4 + len(QUERIES)
     assert not again.recovery["from_checkpoint"]
     assert again.queries() == [q.name for q in QUERIES]

@@ -1,4 +1,4 @@
-"""Crash recovery of a partition actor (actors/recovery.py, PartitionWorker(checkpoint_dir=...)):
+"""Crash recovery of a partition actor (actors/recovery.py, PartitionWorker(checkpoint=...)):
 a worker that crashes and is rebuilt from its checkpoint directory delivers exactly what an
 undisturbed worker delivers.
 
@@ -43,8 +43,8 @@ import hypothesis
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from raycep.actors.partition import PartitionWorker
-from raycep.actors.recovery import CHECKPOINT, WAL
+from raycep.actors.partition import PartitionWorker, WorkerSettings
+from raycep.actors.recovery import CHECKPOINT, WAL, CheckpointSettings
 from raycep.cep.event import Event
 from raycep.cep.io.codec import encode_batch
 from raycep.cep.lang import ast as A
@@ -265,12 +265,12 @@ class Reader:
 
 
 def new_worker(case, directory: str | None) -> PartitionWorker:
-    durable = {} if directory is None else {
-        "checkpoint_dir": directory, "checkpoint_every": case.every,
-        "checkpoint_seconds": 3600.0}
-    return PartitionWorker(PARTITION, "k" if case.keyed else None, outbox=True,
-                           disorder=case.disorder, mode=case.mode, sharing=case.sharing,
-                           **durable)
+    durable = None if directory is None else CheckpointSettings(
+        directory, every_events=case.every, every_seconds=3600.0)
+    return PartitionWorker(PARTITION, "k" if case.keyed else None,
+                           worker=WorkerSettings(outbox=True, mode=case.mode,
+                                                 sharing=case.sharing),
+                           disorder=case.disorder, checkpoint=durable)
 
 
 def apply(worker, case, op, reader: Reader):
@@ -422,16 +422,16 @@ def test_zero_filled_log_tail_is_ignored():
     record, never answered, and must be cut off like any other."""
     directory = tempfile.mkdtemp(prefix="raycep-recovery-")
     try:
-        w = PartitionWorker(PARTITION, outbox=True, checkpoint_dir=directory,
-                            checkpoint_every=1000)
+        options = dict(worker=WorkerSettings(outbox=True),
+                       checkpoint=CheckpointSettings(directory, every_events=1000))
+        w = PartitionWorker(PARTITION, **options)
         w.add_query("q", "PATTERN SEQ(A a, B b) WITHIN 5")
         w.ingest(encode_batch([_ev("A", 1, "a"), _ev("B", 2, "b")], "s", "b1"))
         expected = w.drain(0)["records"]
         del w
         with open(os.path.join(directory, PARTITION, WAL), "ab") as f:
             f.write(b"\0" * 8)
-        w = PartitionWorker(PARTITION, outbox=True, checkpoint_dir=directory,
-                            checkpoint_every=1000)
+        w = PartitionWorker(PARTITION, **options)
         assert w.recovery is not None and w.drain(0)["records"] == expected
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -443,9 +443,9 @@ def test_evicted_event_ids_survive_a_restart():
     def run(crash: bool):
         directory = tempfile.mkdtemp(prefix="raycep-recovery-")
         try:
-            opts = {"outbox": True}
+            opts = {"worker": WorkerSettings(outbox=True)}
             if crash:
-                opts.update(checkpoint_dir=directory, checkpoint_every=1)
+                opts.update(checkpoint=CheckpointSettings(directory, every_events=1))
             w = PartitionWorker(PARTITION, **opts)
             w.add_query("q", "PATTERN SEQ(A a, A b) WITHIN 1 seconds")
             w.ingest(encode_batch([_ev("A", 0, "e0")], "s", "b1"))

@@ -594,7 +594,7 @@ def test_forwarded_rows_report_bad_rows_by_request_index_once(cluster, client):
     body = msgpack.packb({"schema_version": 1, "source": "raw", "batch_id": "r1",
                           "rows": rows}, use_bin_type=True)
     from unittest import mock
-    with mock.patch("raycep.gateway.server.service.decode_batch",
+    with mock.patch("raycep.gateway.server.ingest.decode_batch",
                     side_effect=AssertionError("decoded at the gateway")):
         status, _, ack = http("POST", client.address + "/v1/events", body,
                               {"Content-Type": "application/msgpack"})

@@ -200,7 +200,7 @@ def test_replies_are_strict_json_non_finite_floats_are_null(client, cluster):
 
 
 def test_errors_carry_no_colour_codes_or_tracebacks(cluster, client, monkeypatch):
-    from raycep.gateway.server.service import short_reason
+    from raycep.gateway.server.messages import short_reason
     ray_text = ("\x1b[36mray::PartitionWorker.ingest()\x1b[39m (pid=1, ip=10.0.0.1)\n"
                 '  File "actors/partition.py", line 3, in ingest\n'
                 "TypeError: unhashable type: 'dict'")

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from raycep.actors.handles import LocalHandle
-from raycep.actors.partition import PartitionWorker
+from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.producer import Producer
 from raycep.actors.routing import GLOBAL, RoutingTable
 from raycep.cep import Engine, Event
@@ -148,11 +148,13 @@ def test_the_producer_sends_refused_batches_again_in_order():
     too (``after``) and sent again in order: no event arrives out of order, every match
     reaches the reader once."""
     events = make_stream(600, seed=3, keys=4, t0=0.0, gaps=(0.25, 0.5))
-    worker = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=4)
+    worker = PartitionWorker("p0", key_attr="k",
+                             worker=WorkerSettings(outbox=True, outbox_capacity=4))
     worker.add_query("q", PAIR)
     actor = DrainedActor(worker)
     handles = {0: LocalHandle(actor),
-               GLOBAL: LocalHandle(PartitionWorker(GLOBAL, "k", outbox=True))}
+               GLOBAL: LocalHandle(PartitionWorker(GLOBAL, "k",
+                                                   worker=WorkerSettings(outbox=True)))}
     producer = Producer(handles, RoutingTable(1, "k"), "spark", max_in_flight=4)
     for i in range(0, len(events), 20):
         producer.send(events[i:i + 20])
@@ -172,10 +174,12 @@ def test_the_producer_sends_refused_batches_again_in_order():
 
 
 def test_the_producer_gives_up_after_retry_for_with_the_overloaded_error():
-    worker = PartitionWorker("p0", key_attr="k", outbox=True, outbox_capacity=2)
+    worker = PartitionWorker("p0", key_attr="k",
+                             worker=WorkerSettings(outbox=True, outbox_capacity=2))
     worker.add_query("q", FLOOD)
     handles = {0: LocalHandle(worker),
-               GLOBAL: LocalHandle(PartitionWorker(GLOBAL, "k", outbox=True))}
+               GLOBAL: LocalHandle(PartitionWorker(GLOBAL, "k",
+                                                   worker=WorkerSettings(outbox=True)))}
     producer = Producer(handles, RoutingTable(1, "k"), "spark", retry_for=0.0)
     producer.send(flood(2))                             # 4 matches: accepted, never drained
     producer.send(flood(1, t0=10.0))

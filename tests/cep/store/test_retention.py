@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from raycep.actors.partition import PartitionWorker
+from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.cep.errors import CepError
 from raycep.cep.event import Event
 from raycep.cep.io.codec import encode_batch
@@ -94,7 +94,7 @@ def test_a_copy_of_an_evicted_event_is_still_a_duplicate_with_no_query():
 
 
 def test_the_actor_keeps_nothing_after_each_batch_with_no_query():
-    w = PartitionWorker("p0", "symbol", outbox=True)
+    w = PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=True))
     events = ticks(10_000)
     for i in range(0, len(events), 500):
         ack = w.ingest(encode_batch(events[i:i + 500], "s", f"b{i}"))
@@ -108,7 +108,7 @@ def test_with_retention_a_new_query_matches_events_from_before_its_registration(
     history, so its first matches may pair events that arrived before it was registered;
     without retention it sees only what arrives after."""
     def first_matches(retain: float) -> list:
-        w = PartitionWorker("p0", "symbol", retain=retain)
+        w = PartitionWorker("p0", "symbol", worker=WorkerSettings(retain=retain))
         w.ingest(encode_batch([Event("Stock", 1.0, {"symbol": "X", "price": 1.0}, key="X")],
                               "s", "b1"))
         w.add_query("pair", PAIR)

@@ -1,0 +1,116 @@
+"""Outboxes: the actors' match outboxes moved to the match store (and its sink), and the
+store read back. An actor keeps each record until a later drain acknowledges it, so a gateway
+that stops between two drains loses nothing (actors/partition.py)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+
+from raycep.cep.errors import CepError, NotFoundError
+from raycep.gateway.server.actors import Actors
+from raycep.gateway.server.settings import GatewaySettings
+
+log = logging.getLogger("raycep.gateway")
+
+#: the store stream of late events (not a valid query name)
+LATE = ":late"
+
+
+class Outboxes:
+    """Per actor: the last sequence number stored (acknowledged by the next drain), a lock
+    (one drain at a time), the last drain error (logged when it changes)."""
+
+    def __init__(self, actors: Actors, store, settings: GatewaySettings):
+        self.actors = actors
+        self.store = store
+        self.settings = settings
+        self._acks = {t: 0 for t in actors.targets}
+        self._locks = {t: asyncio.Lock() for t in actors.targets}
+        self._errors: dict = {}
+
+    async def start(self) -> None:
+        """Open the late-events stream and turn every actor's outbox on (with its limit)."""
+        self.store.open(LATE)
+        for target in self.actors.targets:
+            await self.actors.call(target, "set_outbox", True, self.settings.outbox_capacity)
+
+    async def drain(self, target) -> int:
+        """Move a target's outbox to the match store (and sink), page by page; returns the
+        number of records moved. A page is acknowledged by the next drain call, after it is
+        stored (the last one by a call without records), so the outbox ends empty: what it
+        holds is never in the store yet, which is what its limit (backpressure) counts."""
+        async with self._locks[target]:
+            return await self._drain_locked(target)
+
+    async def call_and_drain(self, target, method: str, *args) -> int:
+        """Call ``method`` on ``target`` and drain it, under its drain lock: the background
+        drain loop cannot move what the call released in between, so the count is its."""
+        async with self._locks[target]:
+            await self.actors.call(target, method, *args)
+            return await self._drain_locked(target)
+
+    async def _drain_locked(self, target) -> int:
+        moved = 0
+        while True:
+            page = await self.actors.call(target, "drain", self._acks[target],
+                                          self.settings.drain_limit)
+            self.put_matches([orjson.loads(r) for r in page["records"]])
+            moved += len(page["records"])
+            self._acks[target] = page["last"]
+            if not page["pending"]:
+                if page["records"]:
+                    await self.actors.call(target, "drain", self._acks[target], 0)
+                return moved
+
+    async def acknowledge(self) -> None:
+        """Acknowledge what was stored (a graceful stop), so the next gateway does not receive
+        it again; unreachable actors are skipped."""
+        for target in self.actors.targets:
+            try:
+                await self.actors.call(target, "drain", self._acks[target], 0)
+            except CepError:
+                pass
+
+    async def drain_all(self) -> int:
+        """Drain every actor at once; the records moved. A failing actor is logged (when its
+        error changes, not on every drain) and does not stop the others."""
+        targets = list(self.actors.targets)
+        results = await asyncio.gather(*(self.drain(t) for t in targets),
+                                       return_exceptions=True)
+        moved = 0
+        for target, r in zip(targets, results):
+            if isinstance(r, BaseException):
+                if self._errors.get(target) != str(r):
+                    log.warning("cannot drain %s: %s", target, r)
+                self._errors[target] = str(r)
+            else:
+                if self._errors.pop(target, None) is not None:
+                    log.warning("draining %s works again", target)
+                moved += r
+        return moved
+
+    def put_matches(self, records: list) -> None:
+        """Store match, retraction and late-event records (late events under LATE)."""
+        by_query: dict = {}
+        for rec in records:
+            by_query.setdefault(LATE if rec.get("late") else rec["query"], []).append(rec)
+        for qid, recs in by_query.items():
+            self.store.put(qid, recs)
+
+    def matches(self, qid: str, since: int = 0, limit: int = 1000) -> dict:
+        if qid not in self.store.queries() or qid == LATE:
+            raise NotFoundError(f"no query {qid!r} is registered")
+        return self.store.read(qid, since, limit)
+
+    def late_events(self, since: int = 0, limit: int = 1000) -> dict:
+        """The late-events output (events later than the lateness threshold, never used), as
+        a page like ``matches``: ``{"matches": [records], "next", "missed", "head"}``."""
+        if LATE not in self.store.queries():
+            self.store.open(LATE)
+        return self.store.read(LATE, since, limit)
+
+    def late_total(self) -> int:
+        """How many late events the store has received."""
+        return self.store.stats(LATE).get("total", 0) if LATE in self.store.queries() else 0

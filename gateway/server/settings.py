@@ -1,0 +1,53 @@
+"""GatewaySettings: the gateway's address, token, stores and limits (``raycep serve``'s
+options), validated when made."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from raycep.cep.errors import CepError
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 8470
+    token: str | None = None
+    #: the persisted query registry (None: in memory, lost when the gateway stops); raycep
+    #: serve's default is gateway.server.registry.default_registry_path()
+    registry_path: str | None = None
+    match_capacity: int = 10_000
+    matches_jsonl: str | None = None
+    drain_every: float = 0.02          # seconds between outbox drains while matches move
+    #: the longest pause between two drains while nothing moves (the pause doubles from
+    #: drain_every up to this): how late matches caused by producers that write to the actors
+    #: directly reach the store after a quiet spell; the gateway's own ingest drains at once
+    drain_idle: float = 1.0
+    plan_every: float = 2.0            # seconds between planner rounds (0: never)
+    drain_limit: int = 10_000
+    #: the largest request body (bytes); a larger one is answered 413 (--max-body-bytes)
+    max_body_bytes: int = 16 * 2**20
+    #: the deepest nesting of arrays/maps in a JSON or msgpack body (--max-depth)
+    max_depth: int = 32
+    #: the largest query window (WITHIN) accepted at registration, seconds (--max-window)
+    max_window: float = 7 * 86400.0
+    #: how far ``advance`` may move the watermark past the latest event time the actors have
+    #: seen, seconds, unless forced (--max-advance-ahead)
+    max_advance_ahead: float = 86400.0
+    #: seconds the gateway drains and retries an actor that refuses a batch (its match outbox
+    #: is over its limit) before answering 503 OverloadedError
+    overload_wait: float = 30.0
+    #: undelivered match records an actor's outbox may hold before it refuses new batches
+    #: (backpressure; --outbox-capacity)
+    outbox_capacity: int = 100_000
+
+    def __post_init__(self):
+        if isinstance(self.outbox_capacity, bool) or not isinstance(self.outbox_capacity, int) \
+                or self.outbox_capacity < 1:
+            raise CepError(f"outbox_capacity must be an integer >= 1, got "
+                           f"{self.outbox_capacity!r}")
+        for name in ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not (0 < value < math.inf):
+                raise CepError(f"{name} must be a positive finite number, got {value!r}")
