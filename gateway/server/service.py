@@ -11,11 +11,11 @@ A query whose equivalence includes the cluster's key attribute (``[symbol]``) ru
 partition actor, each seeing the events of its keys; any other query runs on the global actor,
 which receives every event of the types such queries read (``RoutingTable.global_types``).
 
-As Ray Serve's controller delegates to one state manager per concern, the service is a facade
-over one object per job, sharing ``Actors`` (the handles, each query's scope, the routing
-table): ``Queries`` (the query lifecycle, ``queries``), ``Ingest`` (events and watermarks,
-``ingest``), ``Outboxes`` (matches moved to the store and read back, ``drain``) and
-``Planning`` (planner rounds, ``planning``).
+As Ray Serve's controller delegates to one state manager per concern, this class is a facade
+over one object per job, all sharing ``actors.Actors`` (the handles, each query's scope, the
+routing table): ``queries.Queries`` (the query lifecycle), ``ingest.Ingest`` (events and
+watermarks), ``drain.Outboxes`` (matches moved to the store and read back) and
+``planning.Planning`` (planner rounds).
 """
 from __future__ import annotations
 
