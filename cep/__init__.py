@@ -1,6 +1,9 @@
 """raycep's CEP core: events, the query language, the shared index and the lazy evaluator.
 
-Pure Python: nothing here imports Ray, Spark or an HTTP library.
+Layers, bottom up (docs/architecture.md): errors, event and match here; ``lang`` (the query
+language) and ``store`` (the index, column batches); ``io`` (readers, codec, output);
+``evaluation`` (one query's lazy evaluation); ``runtime`` (the Engine). Pure Python: nothing
+here imports Ray, Spark or an HTTP library.
 """
 from raycep.cep.errors import (CepError, EvaluationError, IngestError, PlanningError,
                         QuerySyntaxError, QueryValidationError)
