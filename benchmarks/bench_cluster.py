@@ -501,8 +501,8 @@ def run(cfg: Config, part: str = "both") -> dict:
     print(f"config: {asdict(cfg)}")
     result = {}
     if part in ("actors", "both"):
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        print("ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False); actors: "
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        print("ray.init(address='local', num_cpus=2, include_dashboard=False, log_to_driver=False); actors: "
               "partition_actor() (default resources)")
         try:
             result["actors"] = bench_actors(cfg, ray)

@@ -404,7 +404,7 @@ def run(cfg: Config) -> dict:
                                             f"MiB" if "parquet" in paths else ""))
 
         t0 = time.perf_counter()
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  namespace=DRIVER_NAMESPACE)
         t_ray = time.perf_counter() - t0
         spark = start_spark(executors=cfg.executors, cores=cfg.executor_cores,

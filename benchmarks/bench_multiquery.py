@@ -337,7 +337,7 @@ def bench_cluster_actors(events: list, counts: tuple) -> list:
     from benchmarks import bench_cluster as bc
     plan = bc.encode_partitions(events, 2, BATCH)
     sizes = [sum(bc._rows(b) for b in bs) for bs in plan]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:
         plan = [[ray.put(b) for b in bs] for bs in plan]

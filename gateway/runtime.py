@@ -100,8 +100,10 @@ class RayCluster:
         """Start (or join) Ray, create the actors, start the gateway; returns its URL. With
         ``min_nodes``, first wait (up to ``nodes_timeout`` s, ``progress(text)`` told every
         10 s) until the cluster has that many nodes, so the actors are spread over them."""
+        # no address: start a Ray of our own even where another runs on this machine (Ray
+        # would otherwise join the latest one it finds, and refuse num_cpus)
         self._owns_ray = connect_ray(
-            self.address, include_dashboard=False, log_to_driver=False,
+            self.address or "local", include_dashboard=False, log_to_driver=False,
             num_cpus=self.num_cpus if not self.address else None, configure_logging=False)
         wait_for_nodes(min_nodes, nodes_timeout, progress or (lambda text: None))
         if self.checkpoint is not None:

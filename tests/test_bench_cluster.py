@@ -87,7 +87,7 @@ def test_match_totals_equal_for_1_and_2_actors():
     queries = bc.sample_queries()
     expected = total_matches(bc.encode_partitions(events, 1, 400)[0], queries)
     assert expected > 0
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         runs = {n: bc.run_actors(ray, bc.encode_partitions(events, n, 400), queries,
                                  bc.warm_events(5), quiet_wait=0.0)

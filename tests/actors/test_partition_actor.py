@@ -188,7 +188,7 @@ def test_two_partition_actors_find_the_engine_matches():
     import ray
     events = stream(600, seed=7, keys=6)
     queries = (("seq", SEQ3), ("pair", PAIR))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         Actor = partition_actor(num_cpus=0)
         actors = [Actor.remote(f"p{i}", "k") for i in range(2)]

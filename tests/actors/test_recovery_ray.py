@@ -23,7 +23,7 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
     yield
     ray.shutdown()
 

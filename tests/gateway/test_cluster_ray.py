@@ -99,7 +99,7 @@ def push(producer, events, size=250) -> dict:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
     yield
     ray.shutdown()
 

@@ -79,7 +79,7 @@ def test_planner_actor_on_ray_returns_new_plans_through_a_handle():
     from raycep.actors.handles import RayHandle, connect_ray
 
     import ray
-    connect_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect_ray("local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         planner = RayHandle(actor_class(PlannerService).remote(
             AdaptationSettings(threshold=2.0)))

@@ -151,7 +151,7 @@ DRIVER_NAMESPACE = "raycep-ingest-tests"
 @pytest.fixture(scope="module")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              namespace=DRIVER_NAMESPACE)
     session = start_spark()
     yield session
