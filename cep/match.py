@@ -129,16 +129,28 @@ class MatchBlock:
     distinct Events bound to the last variable and ``last`` the one of each match (numpy
     index arrays). Iterating or slicing gives the Match objects the evaluator gives, in the
     same order (``batch``: one ``Match.batch`` per prefix binding, else one bindings dict per
-    match); ``cep.io.output`` writes the lines of a block without making them (issue 14)."""
+    match); ``cep.io.output`` writes the lines of a block without making them (issue 14).
 
-    __slots__ = ("query", "names", "order", "batch", "heads", "prefix", "lasts", "last")
+    The matches of a query group's members (cep.runtime.groups) come as one block with
+    ``queries`` (the members' names) and ``members`` (per match, the index of its query in
+    ``queries``); ``query`` is then the group's name."""
+
+    __slots__ = ("query", "names", "order", "batch", "heads", "prefix", "lasts", "last",
+                 "queries", "members")
 
     retracted = False                   # like Match: a block holds matches, never retractions
 
     def __init__(self, query: str, names: tuple, order, batch: bool, heads: list, prefix,
-                 lasts: list, last):
+                 lasts: list, last, queries: tuple | None = None, members=None):
         self.query, self.names, self.order, self.batch = query, names, order, batch
         self.heads, self.prefix, self.lasts, self.last = heads, prefix, lasts, last
+        self.queries, self.members = queries, members
+
+    def labels(self, a: int, b: int):
+        """The query name of matches ``a`` to ``b - 1`` (an iterable)."""
+        if self.members is None:
+            return repeat(self.query)
+        return map(self.queries.__getitem__, self.members[a:b].tolist())
 
     def __len__(self) -> int:
         return len(self.prefix)
@@ -156,62 +168,108 @@ class MatchBlock:
         if b <= a:
             return []
         prefix = self.prefix[a:b]
-        p0 = int(prefix[0])
+        p0, p1 = _span(prefix)
         local = (prefix - p0).tolist()
         names, last = self.names, len(self.names) - 1
-        heads = [h[p0:int(prefix[-1]) + 1] for h in self.heads]
+        heads = [h[p0:p1] for h in self.heads]
         lasts = list(map(self.lasts.__getitem__, self.last[a:b].tolist()))
         if self.batch:
             bases = list(map(dict, zip(*(zip(repeat(names[k]), heads[k])
                                          for k in range(last)))))
             return list(map(_new, repeat(Match), zip(
-                repeat(self.query), map(bases.__getitem__, local), repeat(names[last]), lasts,
+                self.labels(a, b), map(bases.__getitem__, local), repeat(names[last]), lasts,
                 repeat(self.order))))
         columns = [list(map(h.__getitem__, local)) for h in heads]
         columns.append(lasts)
         return list(map(_new, repeat(Match), zip(
-            repeat(self.query), map(dict, zip(*(zip(repeat(names[k]), columns[k])
+            self.labels(a, b), map(dict, zip(*(zip(repeat(names[k]), columns[k])
                                                  for k in range(last + 1)))),
             repeat(None), repeat(None), repeat(self.order))))
 
     def same_kind(self, other: "MatchBlock") -> bool:
         """Whether the matches of both can be one block (``joined``)."""
         return self.query == other.query and self.names == other.names and \
-            self.order == other.order and self.batch == other.batch
+            self.order == other.order and self.batch == other.batch and \
+            self.queries == other.queries
 
     @staticmethod
     def joined(pieces: list):
         """The matches of ``pieces`` (``(block, a, b)``: matches ``a`` to ``b - 1`` of
-        ``block``, all blocks of one kind) in that order, as one MatchBlock."""
+        ``block``, all blocks of one kind) in that order, as one MatchBlock (gathered with
+        numpy: one index per match, whatever the number of pieces)."""
         import numpy as np
-        merged: list = []                   # consecutive ranges of one block as one
-        for block, a, b in pieces:
-            if b > a:
-                if merged and merged[-1][0] is block and merged[-1][2] == a:
-                    merged[-1][2] = b
-                else:
-                    merged.append([block, a, b])
-        pieces = merged
-        if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == len(pieces[0][0]):
-            return pieces[0][0]
-        first = pieces[0][0] if pieces else None
-        if first is None:
+        pieces = [p for p in pieces if p[2] > p[1]]
+        if not pieces:
             return []
+        first = pieces[0][0]
+        if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == len(first):
+            return first
+        blocks, number = [], {}
+        for block, _, _ in pieces:
+            if id(block) not in number:
+                number[id(block)] = len(blocks)
+                blocks.append(block)
+        bid = np.fromiter((number[id(p[0])] for p in pieces), dtype=np.intp, count=len(pieces))
+        starts = np.fromiter((p[1] for p in pieces), dtype=np.intp, count=len(pieces))
+        ends = np.fromiter((p[2] for p in pieces), dtype=np.intp, count=len(pieces))
+        if len(blocks) == 1 and starts[0] == 0 and ends[-1] == len(first) and \
+                (starts[1:] == ends[:-1]).all():
+            return first                    # the whole block, in order
+        lens = ends - starts
+        # per match: its row in the blocks' rows put end to end
+        sizes = np.array([len(b) for b in blocks], dtype=np.intp)
+        base = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        rows = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens - starts -
+                                                      base[bid], lens)
+        # the prefix bindings each block's matches use (a range of its own), end to end
+        prefix = np.concatenate([b.prefix for b in blocks])[rows]
         heads = [[] for _ in first.heads]
-        prefix, last, lasts, offsets = [], [], [], {}
-        for block, a, b in pieces:
-            part = block.prefix[a:b]
-            p0, p1 = int(part[0]), int(part[-1]) + 1
-            prefix.append(part + (len(heads[0]) - p0 if heads else -p0))
-            for into, h in zip(heads, block.heads):
+        which = np.repeat(bid, lens)
+        for k, b in enumerate(blocks):
+            mine = which == k if len(blocks) > 1 else slice(None)
+            used = prefix[mine]
+            p0, p1 = int(used.min()), int(used.max()) + 1
+            prefix[mine] = used + (len(heads[0]) - p0 if heads else -p0)
+            for into, h in zip(heads, b.heads):
                 into.extend(h[p0:p1])
-            off = offsets.get(id(block))
-            if off is None:
-                off = offsets[id(block)] = len(lasts)
-                lasts.extend(block.lasts)
-            last.append(block.last[a:b] + off)
-        return MatchBlock(first.query, first.names, first.order, first.batch, heads,
-                          np.concatenate(prefix), lasts, np.concatenate(last))
+        last_off = np.concatenate(([0], np.cumsum([len(b.lasts) for b in blocks])[:-1]))
+        last = np.concatenate([b.last + o for b, o in zip(blocks, last_off)])[rows]
+        lasts = [e for b in blocks for e in b.lasts]
+        members = None
+        if first.members is not None:
+            members = np.concatenate([b.members for b in blocks])[rows]
+        return MatchBlock(first.query, first.names, first.order, first.batch, heads, prefix,
+                          lasts, last, first.queries, members)
+
+
+def _span(prefix) -> tuple:
+    """The prefix bindings ``prefix`` (a slice of a MatchBlock's) refers to: ``(first,
+    end)``. Not in order: a group's block lists each trigger's matches member by member, a
+    joined block interleaves the blocks it joins."""
+    return int(prefix.min()), int(prefix.max()) + 1
+
+
+class MatchMix:
+    """The matches of several queries found in bulk for one chunk of triggers, in the order
+    the engine reports them (trigger by trigger, each trigger's queries in turn): ``parts``
+    (a MatchBlock or a list of Match objects, one per query or group) and, per match, its
+    part (``which``) and its position there (``at``), numpy arrays. Iterating gives the
+    Match objects; ``cep.io.output`` writes the lines without making them."""
+
+    __slots__ = ("parts", "which", "at")
+
+    retracted = False
+
+    def __init__(self, parts: list, which, at):
+        self.parts, self.which, self.at = parts, which, at
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def __iter__(self):
+        built = [list(p) for p in self.parts]
+        return iter(list(map(lambda w, a: built[w][a], self.which.tolist(),
+                             self.at.tolist())))
 
 
 def match_key(bindings: dict) -> frozenset:

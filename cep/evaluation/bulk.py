@@ -27,7 +27,7 @@ reaches the per-trigger match cap.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,6 +51,8 @@ class _Filter:
     other: str = ""
     arith: tuple | None = None
     other_arith: tuple | None = None
+    alt: "_Filter | None" = None     # a query group's condition (cep.runtime.groups): it holds
+    #                                  when this or ``alt`` does (its loosest member's)
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,14 @@ class _Negation:
     extreme: bool
 
 
-def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
+def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkPlan | None:
     """The bulk plan of ``steps`` (cep.evaluation.steps.build_steps, the trigger's variable first),
     or None when the pattern is not one bulk evaluation reproduces (module docstring).
     ``opaque``: id(condition) of conditions whose expression is not what they evaluate (a
-    query group's, cep.runtime.groups)."""
+    query group's, cep.runtime.groups); ``loose``: for some of them, the conditions of the
+    members with the extreme constants, ``(low, high)``: such a condition holds when one of
+    those does (an ordering comparison monotone in its constant)."""
+    loose = loose or {}
     if cq.strategy != "skip_till_any_match" or cq.slide or len(steps) < 2:
         return None
     names = tuple(s.var.name for s in steps)
@@ -108,9 +113,8 @@ def plan_for(cq, steps: tuple, opaque: dict) -> BulkPlan | None:
             return None
         step_filters = []
         for c in s.filters:
-            if id(c) in opaque:
-                return None
-            f = _filter(c, s.var.name, pos, k)
+            f = _loose_filter(c, loose[id(c)], s.var.name, pos, k) if id(c) in loose else \
+                None if id(c) in opaque else _filter(c, s.var.name, pos, k)
             if f is None:
                 return None
             step_filters.append(f)
@@ -138,6 +142,16 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
     if extreme and filters[0].arith is not None:
         return None
     return _Negation(neg.var.type, before, after, same, filters, extreme)
+
+
+def _loose_filter(c, ends: tuple, name: str, pos: dict, k: int) -> _Filter | None:
+    """Group condition ``c`` as the _Filter of its extreme members' ``ends`` (plan_for)."""
+    low, high = (_filter(e, name, pos, k) for e in ends)
+    if low is None or high is None or (low.attr, low.op, low.var, low.other) != \
+            (high.attr, high.op, high.var, high.other) or \
+            (low.arith is None) != (high.arith is None):
+        return None
+    return replace(low, conj=c, alt=replace(high, conj=c))
 
 
 def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
@@ -243,14 +257,20 @@ class _Triggers:
 
 
 def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
-             order: tuple, cap: int | None) -> tuple:
+             order: tuple, cap: int | None, members=None) -> tuple:
     """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
     ``partition``). Returns ``(matches, bounds, good, tallies)``: the matches of the
     ``good`` triggers as the evaluator would give them, trigger ``i``'s being
     ``matches[bounds[i]:bounds[i + 1]]``; the others are left to the evaluator. The
     conditions' counters of the good triggers are added already; ``tallies``
     (``[(conjunct, tested, passed)]``, lists per trigger) says what to take back for a
-    result not used (``untally``)."""
+    result not used (``untally``).
+
+    ``members``: a query group's members (cep.runtime.members.MemberColumns): each binding
+    is matched to the members that accept it, and the matches are theirs (a MatchBlock with
+    ``members``), each trigger's member by member (in the group's order), each member's in
+    enumeration order; a trigger with a binding they cannot decide is left to the
+    evaluator."""
     n = len(triggers)
     tts = np.array([t.ts for t in triggers], dtype=np.float64)
     tlow_all = tts - window
@@ -267,11 +287,14 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     last = len(plan.filters) - 1
     parent = cand = trig
     for f in plan.filters[0]:
-        values = cols[0].column(f.attr)[0]
-        if f.arith is not None:
-            values = _apply(f.arith, values)
-        bad |= np.isnan(values)
-        passed = f.op(values[cand], f.const)
+        passed = None
+        for g in (f, f.alt) if f.alt is not None else (f,):
+            values = cols[0].column(g.attr)[0]
+            if g.arith is not None:
+                values = _apply(g.arith, values)
+            bad |= np.isnan(values)
+            held = g.op(values[cand], g.const)
+            passed = held if passed is None else passed | held
         tallies.append((f.conj, cand, passed))
         cand = cand[passed]
     trig = rows[0] = cand
@@ -302,16 +325,19 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         parent = np.repeat(np.arange(len(trig)), count)
         cand = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - first, count)
         for f in filters:
-            values = col.column(f.attr)[0][cand]
-            if f.arith is not None:
-                values = _apply(f.arith, values)
-                bad[trig[parent[np.isnan(values)]]] = True
-            if f.const is not None:
-                value = f.const
-            else:
-                value = _bound(cols, rows, f, parent)
-                bad[trig[parent[np.isnan(value)]]] = True
-            passed = f.op(values, value)
+            passed = None
+            for g in (f, f.alt) if f.alt is not None else (f,):
+                values = col.column(g.attr)[0][cand]
+                if g.arith is not None:
+                    values = _apply(g.arith, values)
+                    bad[trig[parent[np.isnan(values)]]] = True
+                if g.const is not None:
+                    value = g.const
+                else:
+                    value = _bound(cols, rows, g, parent)
+                    bad[trig[parent[np.isnan(value)]]] = True
+                held = g.op(values, value)
+                passed = held if passed is None else passed | held
             tallies.append((f.conj, trig[parent], passed))
             if whole:
                 whole = False
@@ -324,9 +350,12 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
             trig = trig[parent]
             rows = [r[parent] for r in rows] + [cand]
             times = [t[parent] for t in times] + [ts[cand]]
-    owner = trig[parent]                 # per match: its trigger
+    owner = trig[parent]                 # per binding: its trigger
     if cap is not None:
         bad |= np.bincount(owner, minlength=n) >= cap
+    fanned = None
+    if members is not None:
+        fanned = _members(members, plan, cols, rows, times, parent, cand, owner, bad)
     good = ~bad
     counts = []
     for conj, tested, passed in tallies:
@@ -335,8 +364,30 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         conj.tested += int(t[good].sum())
         conj.passed += int(p[good].sum())
         counts.append((conj, t.tolist(), p.tolist()))
-    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order),
-            good.tolist(), counts)
+    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
+                      fanned), good.tolist(), counts)
+
+
+def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, cand, owner,
+             bad) -> tuple:
+    """``(binding, member)`` per match of a group's bindings (evaluate's ``members``), in
+    output order; the triggers of a binding the members cannot decide are marked ``bad``."""
+    last = len(plan.names) - 1
+    pos = {name: k for k, name in enumerate(plan.names)}
+
+    def get(var, attr):
+        k = pos[var]
+        values, odd = cols[k].column(attr)
+        at = cand if k == last else rows[k][parent]
+        return values[at], odd[at]
+    stamps = [t[parent] for t in times[:last]] + [cols[last].ts[cand]]
+    first, end = np.minimum.reduce(stamps), np.maximum.reduce(stamps)
+    binding, member, unsure = members.resolve(get, first, end)
+    bad[owner[unsure]] = True
+    keep = ~bad[owner[binding]]
+    binding, member = binding[keep], member[keep]
+    at = np.lexsort((binding, member, owner[binding]))
+    return binding[at], member[at], members.names
 
 
 def untally(counts: list, i: int) -> None:
@@ -491,16 +542,28 @@ def _bound(cols, rows, f: _Filter, parent):
     return _apply(f.other_arith, values) if f.other_arith is not None else values
 
 
-def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order) -> tuple:
+def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
+             fanned=None) -> tuple:
     """``(matches, bounds)``: the matches of the ``good`` triggers as a MatchBlock (one
     Match.batch per prefix binding, in enumeration order, as cep.evaluation.evaluator makes them;
     the Events of the bound rows made in bulk), trigger ``i``'s being
     ``matches[bounds[i]:bounds[i + 1]]``."""
     n = len(triggers)
     keep = good[owner]
+    if fanned is not None:              # only the bindings of a member's match are kept
+        binding, member, names = fanned
+        used = np.zeros(len(keep), dtype=bool)
+        used[binding] = True
+        keep &= used
+        binding = (np.cumsum(keep) - 1)[binding]
     if not keep.all():
         parent, cand, owner = parent[keep], cand[keep], owner[keep]
-    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
+    if fanned is not None:
+        bounds = np.searchsorted(owner[binding], np.arange(n + 1)).tolist()
+        if not len(binding):
+            return [], bounds
+    else:
+        bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
     if not len(owner):
         return [], bounds
     last = len(plan.names) - 1
@@ -514,5 +577,9 @@ def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order
     present = np.flatnonzero(np.bincount(cand))     # the distinct last events
     at = np.zeros(len(present) and int(present[-1]) + 1, dtype=np.intp)
     at[present] = np.arange(len(present))
-    return MatchBlock(label, tuple(plan.names), order, plan.batch, heads[:last], prefix,
-                      cols[last].events(present), at[cand]), bounds
+    if fanned is None:
+        return MatchBlock(label, tuple(plan.names), order, plan.batch, heads[:last], prefix,
+                          cols[last].events(present), at[cand]), bounds
+    return MatchBlock(label, tuple(plan.names), order, plan.batch, heads[:last],
+                      prefix[binding], cols[last].events(present), at[cand][binding], names,
+                      member), bounds

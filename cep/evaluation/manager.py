@@ -64,6 +64,8 @@ class PatternManager:
         self.prefixes = None
         #: id(condition) -> token (see cep.evaluation.prefixes.prefix_keys)
         self._opaque: dict = {}
+        #: id(condition) -> the conditions it holds with one of (cep.evaluation.bulk.plan_for)
+        self._loose: dict = {}
         self.order = None
         self.version = 0
         self.set_order(order)
@@ -373,25 +375,33 @@ class PatternManager:
                 continue
             for part, ts in self._partitions(group):
                 got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
-                                    self._var_order, cap)
+                                    self._var_order, cap, self._member_columns())
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
                         ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
 
-    def take_prepared(self, triggers: list) -> list | None:
-        """The matches of all ``triggers`` (those given to ``prepare``), in order, when each
-        has one target, evaluated in bulk, and this manager's output keeps their order
-        (counted as ``_evaluate`` counts them): one MatchBlock where they are of one kind,
-        else a list; None, and nothing taken, otherwise."""
+    def ready_for(self, triggers: list) -> bool:
+        """Whether ``take_prepared(triggers)`` can take them: each has one target, was
+        evaluated in bulk, and this manager's output keeps their order."""
         ready = self._ready
-        if len(ready) != len(triggers) or not self._in_order() or \
-                any(len(self._triggers[t.type]) != 1 for t in triggers):
+        return len(ready) == len(triggers) and self._in_order() and \
+            all(len(self._triggers[t.type]) == 1 for t in triggers)
+
+    def take_prepared(self, triggers: list, counts: list | None = None) -> list | None:
+        """The matches of all ``triggers`` (those given to ``prepare``), in order, when
+        ``ready_for`` them (counted as ``_evaluate`` counts them): one MatchBlock where they
+        are of one kind, else a list; None, and nothing taken, otherwise. ``counts``: gets
+        the number of matches of each trigger."""
+        if not self.ready_for(triggers):
             return None
+        ready = self._ready
         pieces = []
         for t in triggers:
             ((matches, bounds, _, _), i), = ready[id(t)][1].values()
             if bounds[i + 1] > bounds[i]:
                 pieces.append((matches, bounds[i], bounds[i + 1]))
+            if counts is not None:
+                counts.append(bounds[i + 1] - bounds[i])
         ready.clear()
         if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)
@@ -400,7 +410,15 @@ class PatternManager:
         self.triggers_evaluated += len(triggers)
         if triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts
+        return self._taken(found, pieces)
+
+    def _taken(self, found, pieces: list):
+        """``take_prepared``'s matches, counted (``pieces``: where they come from)."""
         return self._fan(found)
+
+    def _member_columns(self):
+        """A query group's members decided in bulk (GroupManager); None."""
+        return None
 
     def _in_order(self) -> bool:
         """Whether ``_fan`` of the matches of many triggers gives what it gives for each
@@ -425,7 +443,8 @@ class PatternManager:
         got = self._bulk.get(id(steps))
         if got is None:
             from raycep.cep.evaluation.bulk import plan_for
-            got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque))
+            got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque,
+                                                           self._loose))
         return got[1]
 
     def _partitions(self, triggers: list) -> list:
@@ -454,7 +473,7 @@ class PatternManager:
             if got is not None:
                 (matches, bounds, _, _), i = got
                 if bounds[i + 1] > bounds[i]:
-                    out.extend(self._fan(matches[bounds[i]:bounds[i + 1]], origin))
+                    out.extend(self._fan_block(matches, bounds[i], bounds[i + 1], origin))
                 continue
             ev = self._run(b, name, trigger)
             if ev.deferred:
@@ -503,6 +522,10 @@ class PatternManager:
         if count:
             self.matches += len(results)
         return results
+
+    def _fan_block(self, block, a: int, b: int, origin: int | None = None) -> list:
+        """``_fan`` of matches ``a`` to ``b - 1`` of a bulk evaluation's ``block``."""
+        return self._fan(block[a:b], origin)
 
     def _matches(self, env: dict, seq: int | None = None, count: bool = True,
                  keep: bool = False) -> list:

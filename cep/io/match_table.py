@@ -36,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from raycep.cep.event import Event
-from raycep.cep.match import MatchBlock
+from raycep.cep.match import MatchBlock, MatchMix
 from raycep.cep.store.arrow import arrow_array
 
 __all__ = ["MatchTable", "matches_table"]
@@ -67,6 +67,9 @@ class MatchTable:
         matches it holds."""
         if not found:
             return 0
+        if MatchMix in set(map(type, found)):      # several queries' blocks interleaved
+            found = [m for item in found
+                     for m in (item if item.__class__ is MatchMix else (item,))]
         if MatchBlock not in set(map(type, found)):
             self._parts.append(list(found))
             n = len(found)
@@ -148,7 +151,13 @@ def _gather(part, names: dict, codes: list, retracted: list, variables: dict, at
 
     size = len(part)
     if part.__class__ is MatchBlock:
-        codes.append(np.full(size, names.setdefault(part.query, len(names)), dtype=np.int32))
+        if part.members is None:
+            codes.append(np.full(size, names.setdefault(part.query, len(names)),
+                                 dtype=np.int32))
+        else:                           # a group's: each match's query is a member's
+            of = np.array([names.setdefault(q, len(names)) for q in part.queries],
+                          dtype=np.int32)
+            codes.append(of[part.members])
         retracted.append(np.zeros(size, dtype=bool))
         last = len(part.names) - 1
         for k, name in enumerate(part.names):

@@ -19,12 +19,13 @@ from operator import attrgetter, is_, is_not, itemgetter
 import orjson
 
 from raycep.cep.event import Event, prepare_json
-from raycep.cep.match import MatchBlock, match_id
+from raycep.cep.match import MatchBlock, MatchMix, match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _JSON = attrgetter("_json")
 
 _RETRACTED = b',"retracted":true'
+_BLOCKS = frozenset((MatchBlock, MatchMix))
 #: the lines of a MatchBlock are joined this many at a time (MatchLines.block)
 PIECE_LINES = 2048
 #: lines of a MatchBlock per Fragments piece (MatchLines.block with ``gather``)
@@ -118,8 +119,7 @@ class MatchLines:
         lines come as Fragments pieces)."""
         if not isinstance(matches, list):
             matches = list(matches)
-        at = list(compress(range(len(matches)), map(is_, map(type, matches),
-                                                    repeat(MatchBlock))))
+        at = list(compress(range(len(matches)), map(_BLOCKS.__contains__, map(type, matches))))
         if not at:
             return [self._lines(matches)]
         out, k = [], 0
@@ -127,7 +127,9 @@ class MatchLines:
             if j > k:
                 out.append(self._lines(matches[k:j]))
             if j < len(matches):
-                out += self.block(matches[j], gather)
+                item = matches[j]
+                out += self.block(item, gather) if item.__class__ is MatchBlock else \
+                    self.mix(item, gather)
             k = j + 1
         return out
 
@@ -177,18 +179,53 @@ class MatchLines:
         last variable's event (made once per prefix binding), that event's JSON with its
         separator (once per event) and the part after it (per prefix binding), gathered per
         match with numpy object arrays (whose ``+`` concatenates bytes element-wise)."""
+        parts = self._parts(block)
+        if parts is None:
+            return []
+        return _joined(parts, gather)
+
+    def mix(self, mix: MatchMix, gather: bool = False) -> list:
+        """``block`` of a cep.match.MatchMix: each part's lines (a MatchBlock's made as
+        ``block`` makes them), put in the mix's order."""
+        import numpy as np
+        lines = []
+        for part in mix.parts:
+            if part.__class__ is MatchBlock:
+                cells = self._parts(part)
+                got = cells[:, 0]
+                for c in range(1, cells.shape[1]):
+                    got = got + cells[:, c]          # bytes, element by element
+            else:
+                got = np.empty(len(part), dtype=object)
+                got[:] = [self.line(m) for m in part]
+                for m in part:
+                    self._count(m, 1)
+            lines.append(got)
+        offsets = np.cumsum([0] + [len(x) for x in lines[:-1]])
+        ordered = np.concatenate(lines)[offsets[mix.which] + mix.at]
+        return _joined(ordered[:, None], gather)
+
+    def _parts(self, block: MatchBlock):
+        """The lines of ``block`` as a numpy object array of bytes, a row per match whose
+        cells joined are its line (None: no match); counts them."""
         import numpy as np
         n = len(block)
         if not n:
-            return []
+            return None
         events = [e for h in block.heads for e in h]
         events += block.lasts
         prepare_json(compress(events, map(is_, map(_JSON, events), repeat(None))))
         names, last = block.names, len(block.names) - 1
         order = [v for v in block.order if v in names] if block.order else list(names)
-        head = self._heads.get(block.query)
-        if head is None:
-            head = self._heads[block.query] = _head(block.query)
+        if block.members is None:
+            head = self._heads.get(block.query)
+            if head is None:
+                head = self._heads[block.query] = _head(block.query)
+            heads = None
+        else:                               # a group's: each match's query is a member's
+            head = b""
+            heads = np.empty(len(block.queries), dtype=object)
+            heads[:] = [_head(q) for q in block.queries]
         pre = post = None                   # per prefix binding: before / after the last
         mid = _fragments(block.lasts)
         sep, seen = head, False
@@ -208,18 +245,19 @@ class MatchLines:
             mid = mid + b"}}\n"
         else:
             post = post + b"}}\n"
-        columns = [c for c in (pre, mid, post) if c is not None]
+        columns = [c for c in (heads, pre, mid, post) if c is not None]
         parts = np.empty((n, len(columns)), dtype=object)
         for c, column in enumerate(columns):
-            parts[:, c] = column[block.last if column is mid else block.prefix]
-        self.counts[block.query] = self.counts.get(block.query, 0) + n
-        if gather:
-            return [Fragments(parts[a:a + GATHER_LINES].ravel().tolist())
-                    for a in range(0, n, GATHER_LINES)]
-        # joined in pieces: a fresh buffer for all of them costs more (page faults) than
-        # pieces that the allocator reuses once written
-        return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
-                for a in range(0, n, PIECE_LINES)]
+            parts[:, c] = column[block.last if column is mid else
+                                 block.members if column is heads else block.prefix]
+        if heads is None:
+            self.counts[block.query] = self.counts.get(block.query, 0) + n
+        else:
+            for q, k in zip(block.queries, np.bincount(block.members,
+                                                       minlength=len(block.queries)).tolist()):
+                if k:
+                    self.counts[q] = self.counts.get(q, 0) + k
+        return parts
 
     @property
     def written(self) -> int:
@@ -229,6 +267,19 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def _joined(parts, gather: bool) -> list:
+    """The rows of ``parts`` (MatchLines._parts) as bytes pieces of at most PIECE_LINES
+    lines (``gather``: Fragments of at most GATHER_LINES lines). Joined in pieces: a fresh
+    buffer for all of them costs more (page faults) than pieces that the allocator reuses
+    once written."""
+    n = len(parts)
+    if gather:
+        return [Fragments(parts[a:a + GATHER_LINES].ravel().tolist())
+                for a in range(0, n, GATHER_LINES)]
+    return [b"".join(parts[a:a + PIECE_LINES].ravel().tolist())
+            for a in range(0, n, PIECE_LINES)]
 
 
 def _fragments(events: list):

@@ -30,7 +30,7 @@ from raycep.cep.evaluation.prefixes import SharedPrefixes
 from raycep.cep.event import Event, keyed_event, keyed_events
 from raycep.cep.lang import ast
 from raycep.cep.lang.compiler import compile_query
-from raycep.cep.match import MatchBlock
+from raycep.cep.match import MatchBlock, MatchMix
 from raycep.cep.runtime.groups import GroupManager, signature
 from raycep.cep.runtime.unseen import Seen, Teller, never_held, reads
 from raycep.cep.store.disorder import (DEFAULT_SOURCE, DisorderSettings, DisorderTracker, LateEvent,
@@ -429,14 +429,12 @@ class Engine:
         if not ahead and not prepared:
             return lo
         try:
-            # one query, triggered by every one of them
-            alone = len(prepared) == 1 and all(len(self._by_type[t]) == 1 for t in fired)
-            found = prepared[0].take_prepared(made) if alone else None
+            found = self._take(prepared, made, fired)
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
                                        out)
             self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
-            if blocks and found.__class__ is MatchBlock:
+            if blocks and found.__class__ in (MatchBlock, MatchMix):
                 out.append(found)
             else:
                 out += found
@@ -444,6 +442,45 @@ class Engine:
         finally:
             for m in prepared:
                 m.unprepare()
+
+    def _take(self, prepared: list, made: list, fired: dict):
+        """The matches of the triggers ``made`` (``fired``: their rows by type) when every
+        query they trigger evaluated all of its in bulk (``prepared``), in the order
+        ``process`` of each would give them (trigger by trigger, its queries in turn): a
+        MatchBlock, a MatchMix or a list; None, and nothing taken, otherwise."""
+        managers = {m: [] for t in fired for m in self._by_type[t]}
+        if not managers or len(prepared) != len(managers):
+            return None
+        if len(managers) == 1:
+            return prepared[0].take_prepared(made)
+        types = [t.type for t in made]
+        for i, typ in enumerate(types):
+            for m in self._by_type[typ]:
+                managers[m].append(i)
+        if not all(m.ready_for(list(map(made.__getitem__, at))) for m, at in managers.items()):
+            return None
+        import numpy as np                                # a column batch: numpy is there
+        width = max(len(self._by_type[t]) for t in fired)
+        parts, keys = [], []
+        for m, at in managers.items():
+            counts: list = []
+            found = m.take_prepared(list(map(made.__getitem__, at)), counts)
+            if not len(found):
+                continue
+            rank = {typ: self._by_type[typ].index(m) for typ in {types[i] for i in at}}
+            owners = np.repeat(np.asarray(at), counts)
+            ranks = np.asarray([rank[types[i]] for i in at]) if len(rank) > 1 else \
+                next(iter(rank.values()))
+            keys.append(owners * width + (np.repeat(ranks, counts) if len(rank) > 1
+                                          else ranks))
+            parts.append(found)
+        if len(parts) < 2:
+            return parts[0] if parts else []
+        order = np.argsort(np.concatenate(keys), kind="stable")
+        sizes = [len(p) for p in parts]
+        which = np.repeat(np.arange(len(parts)), sizes)[order]
+        at = np.concatenate([np.arange(k) for k in sizes])[order]
+        return MatchMix(parts, which, at)
 
     def _indexed_triggers(self, batch, lo: int, hi: int, triggers: list, made: list,
                           ahead: dict, inserted: int, source: str):

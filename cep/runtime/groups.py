@@ -35,7 +35,7 @@ from raycep.cep.lang import ast
 from raycep.cep.lang.compiler import CompiledQuery, compile_query
 from raycep.cep.lang.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
 from raycep.cep.lang.validate import conjuncts as split_conjuncts
-from raycep.cep.match import Match
+from raycep.cep.match import Match, MatchBlock
 
 _new = tuple.__new__
 _BASE, _VAR, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
@@ -481,7 +481,22 @@ class GroupManager(PatternManager):
         if shape != self._shape:
             self._shape = shape
             self._restructure(varying, max(windows))
+        self._loose = {} if self.single else self._extremes(varying, tables)
+        self._columns = None if self.single or self._floors is not None else \
+            (varying, tables, self._windows)       # made when a bulk evaluation asks
         self.stale = False
+
+    def _extremes(self, varying: tuple, tables: list) -> dict:
+        """id(group condition) -> the conditions of the members with its lowest and highest
+        constant, for the ordered ones (cep.evaluation.bulk.plan_for's ``loose``)."""
+        out = {}
+        for k, table in zip(varying, tables):
+            if table.kind == "ordered":
+                ends = (table.entries[0][2], table.entries[-1][2])
+                out[id(self.cq.conjuncts[k])] = tuple(
+                    self.members[(mask & -mask).bit_length() - 1].cq.conjuncts[k]
+                    for mask in ends)
+        return out
 
     def _restructure(self, varying: tuple, window: float):
         """The group's compiled query: the members' shared conjuncts; at each position whose
@@ -539,12 +554,18 @@ class GroupManager(PatternManager):
         counts.clear()
 
     def _member_names(self, mask: int) -> tuple:
-        names = self._names_of.get(mask)
-        if names is None:
-            names = tuple(m.name for bit, m in enumerate(self.members) if mask >> bit & 1)
+        members = self.members
+        return tuple(members[k].name for k in self._member_positions(mask))
+
+    def _member_positions(self, mask: int) -> tuple:
+        """The members (their positions) whose bits ``mask`` has, in order."""
+        got = self._names_of.get(mask)
+        if got is None:
+            bits = bin(mask)[:1:-1]
+            got = tuple(k for k, c in enumerate(bits) if c == "1")
             if len(self._names_of) < 4096:
-                self._names_of[mask] = names
-        return names
+                self._names_of[mask] = got
+        return got
 
     def _mask(self, env) -> int:
         mask = self._all
@@ -561,46 +582,97 @@ class GroupManager(PatternManager):
 
     # ------------------------------------------------------------ fan-out (manager hooks)
     def _in_order(self) -> bool:
-        return self.single
+        return self.single or self._member_columns() is not None
 
     def _fan(self, results: list, origin=None, count: bool = True) -> list:
+        """The members' matches of one trigger's bindings: member by member (in the
+        group's order), each member's in the bindings' order (as bulk evaluation gives
+        them, cep.runtime.members)."""
         allowed = self._restricted.get(origin) if origin is not None else None
         if self.single and allowed is None:
             if count:
                 self.matches += len(results)
                 self.member_matches[self._label] += len(results)
             return results
-        by_mask: dict = {}                  # the members' matches come out member by member
-        for m in results:
+        by_mask: dict = {}                  # member mask -> the bindings' numbers
+        for i, m in enumerate(results):
             _, base, var, event, _ = m
             mask = self._mask(base if var is None else {**base, var: event})
             if mask:
-                group = by_mask.get(mask)
-                if group is None:
-                    by_mask[mask] = [m]
+                found = by_mask.get(mask)
+                if found is None:
+                    by_mask[mask] = [i]
                 else:
-                    group.append(m)
-        out: list = []
-        for mask, found in by_mask.items():
-            names = self._member_names(mask)
-            if allowed is not None:
-                names = tuple(n for n in names if n in allowed)
-                if count:
-                    for n in names:
-                        self.member_matches[n] += len(found)
-            elif count:
-                self._mask_counts[mask] = self._mask_counts.get(mask, 0) + len(found)
+                    found.append(i)
+        if not by_mask:
+            return []
+        if count:
+            if allowed is None:
+                for mask, found in by_mask.items():
+                    self._mask_counts[mask] = self._mask_counts.get(mask, 0) + len(found)
                 if len(self._mask_counts) > 4096:
                     self._fold_counts()
-            bases, variables, events = (list(map(_BASE, found)), list(map(_VAR, found)),
-                                        list(map(_EVENT, found)))
-            order = found[0][4]
-            for n in names:
-                out.extend(map(_new, repeat(Match), zip(repeat(n), bases, variables, events,
-                                                        repeat(order))))
+            else:
+                for mask, found in by_mask.items():
+                    for n in self._member_names(mask):
+                        if n in allowed:
+                            self.member_matches[n] += len(found)
+        if len(by_mask) == 1:
+            (mask, found), = by_mask.items()
+            per = [(k, found) for k in self._member_positions(mask)]
+        else:
+            lists: dict = {}
+            for mask, found in by_mask.items():
+                for k in self._member_positions(mask):
+                    got = lists.get(k)
+                    if got is None:
+                        lists[k] = [found]
+                    else:
+                        got.append(found)
+            per = [(k, got[0] if len(got) == 1 else sorted(itertools.chain(*got)))
+                   for k, got in sorted(lists.items())]
+        out: list = []
+        for k, found in per:
+            name = self.members[k].name
+            if allowed is not None and name not in allowed:
+                continue
+            out.extend(map(_new, repeat(Match), (
+                (name, base, var, event, order)
+                for _, base, var, event, order in map(results.__getitem__, found))))
         if count:
             self.matches += len(out)
         return out
+
+    def _fan_block(self, block, a: int, b: int, origin=None) -> list:
+        if block.__class__ is MatchBlock and block.members is not None:
+            self._count_members(block.members[a:b])     # fanned out in bulk already
+            return block[a:b]
+        return super()._fan_block(block, a, b, origin)
+
+    def _taken(self, found, pieces: list):
+        if pieces and pieces[0][0].members is not None:
+            if found.__class__ is MatchBlock:
+                self._count_members(found.members)
+            else:
+                for block, a, b in pieces:
+                    self._count_members(block.members[a:b])
+            return found
+        return super()._taken(found, pieces)
+
+    def _count_members(self, members) -> None:
+        import numpy as np                  # a bulk evaluation's block: numpy is there
+        counts = np.bincount(members, minlength=len(self.members))
+        self.matches += len(members)
+        for k in np.flatnonzero(counts).tolist():
+            self.member_matches[self.members[k].name] += int(counts[k])
+
+    def _member_columns(self):
+        """The members decided in bulk (cep.runtime.members), or None."""
+        columns = self._columns
+        if columns.__class__ is tuple:
+            from raycep.cep.runtime.members import MemberColumns      # numpy: bulk only
+            columns = self._columns = MemberColumns.of(self.members, *columns)
+        return columns
 
     def _matches(self, env: dict, seq=None, count: bool = True, keep: bool = False) -> list:
         allowed = None

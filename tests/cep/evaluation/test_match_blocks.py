@@ -27,7 +27,7 @@ from hypothesis.control import currently_in_test_context
 import raycep.cep.io.output
 from raycep.cep.event import Event
 from raycep.cep.io.output import Fragments, MatchLines
-from raycep.cep.match import Match, MatchBlock, Retraction
+from raycep.cep.match import Match, MatchBlock, MatchMix, Retraction
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.batch import ColumnBatch
 from raycep.planner.local import PlannedEngine
@@ -44,10 +44,11 @@ ABC = "PATTERN SEQ(A a, B b, C c) WHERE a.x < b.x WITHIN 6 seconds"
 # --------------------------------------------------------------------------- helpers
 
 def expand(out: list) -> list:
-    """``out`` with each MatchBlock entry replaced by its matches (iterating it)."""
+    """``out`` with each MatchBlock (or MatchMix: several queries' blocks interleaved) entry
+    replaced by its matches (iterating it)."""
     flat = []
     for item in out:
-        if item.__class__ is MatchBlock:
+        if item.__class__ in (MatchBlock, MatchMix):
             flat.extend(iter(item))
         else:
             flat.append(item)
@@ -60,6 +61,8 @@ def blocks_of(out: list) -> list:
     for item in out:
         if item.__class__ is MatchBlock:
             found.append((item, at))
+            at += len(item)
+        elif item.__class__ is MatchMix:
             at += len(item)
         else:
             at += 1
@@ -198,7 +201,7 @@ def check_blocks(setup: list, events: list, bounds: list, *, key=None, sharing=T
           f"{sum(len(b) for b, _ in found)} matches, {len(want)} outputs")
     if currently_in_test_context():
         event(f"{len(setup)} q, matches {bool(want)}, blocks {bool(found)}")
-    assert not any(m.__class__ is MatchBlock for m in plain)
+    assert not any(m.__class__ in (MatchBlock, MatchMix) for m in plain)
     flat = expand(blocked)
     assert_same_matches(flat, plain)
     assert_same_matches(flat, want)
@@ -284,7 +287,8 @@ def test_one_query_in_bulk_gives_blocks_of_both_kinds():
 
 def test_several_queries_give_blocks_and_matches_mixed():
     """Two queries of different trigger types: chunks with one query's triggers come as
-    blocks, the others as Match objects; expanded, the same as without blocks."""
+    blocks, those with both as a MatchMix (the two queries' blocks interleaved trigger by
+    trigger); expanded, the same as without blocks."""
     events = cycle_stream(900, "ABDCAEDB", seed=8)
     setup = [("abc", "PATTERN SEQ(A a, B b, C c) WHERE a.x < b.x AND b.y >= c.y WITHIN 5 "
                      "seconds", ("b", "a", "c")),
@@ -293,7 +297,8 @@ def test_several_queries_give_blocks_and_matches_mixed():
         out = check_blocks(setup, events, chunk_bounds(9, len(events), 12), sharing=sharing,
                            seed=9)
         assert {b.query for b, _ in blocks_of(out)} == {"abc", "ad"}
-        assert any(m.__class__ is Match for m in out)
+        mixes = [m for m in out if m.__class__ is MatchMix]
+        assert mixes and {p.query for m in mixes for p in m.parts} == {"abc", "ad"}
 
 
 def test_planned_engine_hands_over_blocks():
@@ -324,7 +329,7 @@ def test_planned_engine_hands_over_blocks():
             assert spy.bulk("q") > 0
     (blocked, h1), (plain, h2), (want, h3) = runs
     assert h1 and h1 == h2 == h3
-    assert not any(m.__class__ is MatchBlock for m in plain)
+    assert not any(m.__class__ in (MatchBlock, MatchMix) for m in plain)
     assert_same_matches(expand(blocked), plain)
     assert_same_matches(expand(blocked), want)
     assert_lines(blocked, want)

@@ -33,6 +33,7 @@ from raycep.cep.lang.compiler import compile_query
 from raycep.cep.lang.validate import conjuncts
 from raycep.cep.match import Retraction
 from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
 from raycep.cep.store.disorder import DisorderSettings
 from raycep.planner.local import PlannedEngine
 
@@ -329,9 +330,10 @@ def change_queries(eng, case, at: int, mode: bool = False, **kw):
             eng.add_query(m.query, name=m.name, params=m.params or None, order=m.order, **kw)
 
 
-def run(case, sharing: bool) -> dict:
+def run(case, sharing: bool, columns: bool = False) -> dict:
     """name -> [Match | Retraction, ...] in output order; ``groups()`` checked after a
-    restore and after the last event."""
+    restore and after the last event. ``columns``: each chunk fed as a column batch
+    (``process_columns``: bulk evaluation where it applies)."""
     disorder_settings = None if case.slack is None else DisorderSettings(min_slack=case.slack)
     eng = Engine(key_attr="k" if case.keyed else None, disorder=disorder_settings,
                  sharing=sharing)
@@ -346,7 +348,11 @@ def run(case, sharing: bool) -> dict:
             check_groups(eng, sharing, case)
         if b is not None:
             chunk = case.arrivals[a:b]
-            record(out, eng.process_many(tuple(chunk) if a % 2 else chunk))
+            if columns:
+                record(out, eng.process_columns(ColumnBatch.from_events(chunk)) if chunk
+                       else [])
+            else:
+                record(out, eng.process_many(tuple(chunk) if a % 2 else chunk))
     check_groups(eng, sharing, case)
     record(out, eng.advance(math.inf))
     return out
@@ -380,6 +386,36 @@ def test_sharing_never_changes_a_querys_matches(case):
         got = shared.get(m.name, [])
         assert not keys(got, True), m.name
         assert set(keys(got)) == oracle_matches(m.query, case.events, m.params), m.name
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=SLOW)
+@given(case=variant_sets(), data=st.data())
+def test_groups_in_bulk_give_each_query_its_matches_in_order(case, data):
+    """Column batches, every chunk's triggers evaluated in bulk where a plan allows
+    (BULK_TRIGGERS = 1; a static plan for the variants, as the planner gives one; a group's
+    members decided over columns, cep.runtime.members): every query's matches are those of
+    ``process`` event by event with sharing on, in the same order, and those with sharing
+    off; the oracle's for the queries present throughout."""
+    order = data.draw(st.permutations([v.name for v in A.event_vars(case.members[0].query.pattern)
+                                       if not v.negated]), label="the variants' order")
+    for m in case.members:
+        if m.variant:
+            m.order = tuple(order)
+    note(describe(case))
+    with mock.patch.object(raycep.cep.runtime.engine, "EVICT_EVERY", case.evict_every), \
+            mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
+        bulk = run(case, True, columns=True)
+        events = run(case, True)
+        alone = run(case, False)
+    for m in case.members:
+        got = bulk.get(m.name, [])
+        assert [x.key() for x in got] == [x.key() for x in events.get(m.name, [])], \
+            (m.name, "order")
+        assert keys(got) == keys(alone.get(m.name, [])), (m.name, "matches")
+        assert keys(got, True) == keys(alone.get(m.name, []), True), (m.name, "retractions")
+    for m in full_span(case):
+        assert set(keys(bulk.get(m.name, []))) == \
+            oracle_matches(m.query, case.events, m.params), m.name
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=SLOW)

@@ -1,0 +1,143 @@
+"""A query group's members decided for many bindings at once (bulk evaluation of groups).
+
+cep.runtime.groups decides, binding by binding, which members of a group accept it: per
+conjunct whose constants differ (``Variants``), the members whose constant lets it hold, by
+bisection over the sorted constants; per window (``Windows``), the members whose window holds
+the binding. ``MemberColumns`` does the same for all the bindings of a chunk's triggers
+(cep.evaluation.bulk): each bisection step is one numpy evaluation of the conjunct
+(cep.evaluation.vector) with the probed constant of every binding, so the accepted members of a
+binding are, per conjunct and per window, a range of that one's sorted entries; the matches are
+the (binding, member) pairs inside every range, found by expanding the first range and testing
+the others (Esper's filter service likewise indexes many statements' constants rather than
+testing each, "Esper Reference", chapter "Processing Model", filter indexes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from raycep.cep.evaluation.vector import compile_vector
+from raycep.cep.lang.validate import conjuncts as split_conjuncts
+
+
+class _Ordered:
+    """One ordered Variants table: the conjunct's truth is monotone in its one differing
+    constant (entries sorted by it)."""
+
+    def __init__(self, fn, consts: np.ndarray):
+        self.fn, self.consts = fn, consts
+
+    def ranges(self, get, n: int) -> tuple:
+        """``(lo, hi, unsure)`` per binding: the entries whose constant accepts it."""
+        consts, fn = self.consts, self.fn
+        k = len(consts)
+        first, bad = fn(get, consts[0])
+        first = np.broadcast_to(first, (n,))
+        last, bad_last = fn(get, consts[-1])
+        unsure = np.broadcast_to(bad | bad_last, (n,)).copy()
+        # the first entry whose truth differs from the first one's (Variants.mask)
+        split = first != last
+        lo = np.ones(n, dtype=np.intp)
+        hi = np.full(n, k - 1, dtype=np.intp)
+        active = split & (lo < hi)
+        while active.any():
+            mid = (lo + hi) // 2
+            got, bad_mid = fn(get, consts[mid])
+            unsure |= active & bad_mid
+            same = got == first
+            lo = np.where(active & same, mid + 1, lo)
+            hi = np.where(active & ~same, mid, hi)
+            active = split & (lo < hi)
+        start = np.where(split, np.where(first, 0, lo), 0)
+        end = np.where(split, np.where(first, lo, k), np.where(first, k, 0))
+        return start, end, unsure
+
+
+class _Windows:
+    """The members' windows (Windows): a binding is kept by those from the first window
+    ``w`` with ``first >= last - w`` on (sorted ascending)."""
+
+    def __init__(self, windows: list):
+        self.windows = np.asarray(windows, dtype=np.float64)
+
+    def ranges(self, first, last) -> tuple:
+        ws = self.windows
+        k = len(ws)
+        lo = np.zeros(len(first), dtype=np.intp)
+        hi = np.full(len(first), k, dtype=np.intp)
+        active = lo < hi
+        while active.any():
+            mid = np.minimum((lo + hi) // 2, k - 1)
+            held = first >= last - ws[mid]
+            hi = np.where(active & held, mid, hi)
+            lo = np.where(active & ~held, mid + 1, lo)
+            active = lo < hi
+        return lo, np.full(len(first), k, dtype=np.intp)
+
+
+class MemberColumns:
+    """Which members accept each binding (``resolve``), for the group's tables; build with
+    ``of`` (None when a table is not one this module decides)."""
+
+    def __init__(self, names: tuple, dims: list):
+        self.names = names
+        self._dims = dims                   # [(table, rank of each member)]
+        table, rank = dims[0]
+        self._order = np.argsort(rank, kind="stable")
+        self._sorted = rank[self._order]
+
+    @classmethod
+    def of(cls, members: list, varying: tuple, tables: list, windows) -> "MemberColumns | None":
+        """``varying``: the conjuncts whose constants differ, ``tables`` their Variants;
+        ``windows``: the group's Windows (None: one window)."""
+        dims = []
+        if tables:
+            exprs = split_conjuncts(members[0].cq.query.where)
+        for k, table in zip(varying, tables):
+            if table.kind != "ordered":
+                return None
+            values = [v for v, _, _ in table.entries]
+            lits = [m.values[k] for m in members]
+            hole = [i for i in range(len(lits[0])) if len({x[i] for x in lits}) > 1]
+            fn = compile_vector(exprs[k], hole[0]) if len(hole) == 1 else None
+            if fn is None:
+                return None
+            at = {v: i for i, v in enumerate(values)}
+            dims.append((_Ordered(fn, np.asarray(values, dtype=np.float64)),
+                         np.array([at[x[hole[0]]] for x in lits], dtype=np.intp)))
+        if windows is not None:
+            by = {w: i for i, w in enumerate(windows.windows)}
+            dims.append((_Windows(windows.windows),
+                         np.array([by[m.window] for m in members], dtype=np.intp)))
+        if not dims:
+            return None
+        return cls(tuple(m.name for m in members), dims)
+
+    def resolve(self, get, first, last) -> tuple:
+        """``(binding, member, unsure)``: the pairs of a binding and a member that accepts
+        it (a binding's members in order), and per binding whether a conjunct could not be
+        decided over columns. ``get(var, attr)``: the bindings' values (vector module);
+        ``first``/``last``: each binding's earliest and latest event time."""
+        n = len(first)
+        unsure = np.zeros(n, dtype=bool)
+        ranges = []
+        for table, rank in self._dims:
+            if table.__class__ is _Windows:
+                lo, hi = table.ranges(first, last)
+            else:
+                lo, hi, bad = table.ranges(get, n)
+                unsure |= bad
+            ranges.append((lo, hi))
+        # the members in the first table's range: consecutive in its rank order
+        lo, hi = ranges[0]
+        a = np.searchsorted(self._sorted, lo, "left")
+        b = np.searchsorted(self._sorted, hi, "left")
+        count = np.where(unsure, 0, b - a)
+        binding = np.repeat(np.arange(n), count)
+        at = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - a, count)
+        member = self._order[at]
+        for (table, rank), (lo, hi) in zip(self._dims[1:], ranges[1:]):
+            r = rank[member]
+            keep = (r >= lo[binding]) & (r < hi[binding])
+            binding, member = binding[keep], member[keep]
+        return binding, member, unsure
+

@@ -1,0 +1,182 @@
+"""Query groups evaluated in bulk (issue 35): a group's join runs once per chunk of triggers
+over its loosest constants (cep.evaluation.bulk), its members are decided over columns
+(cep.runtime.members) and their matches come out as one MatchBlock, and the matches of
+several queries of one chunk as a MatchMix in the engine's order.
+
+Random groups: 2-8 queries of one SEQ shape of 2-3 variables whose order comparisons differ
+only in their constants (under ``*``, ``+``, ``-`` or alone) and sometimes in their window,
+with a negation in the middle or not, keyed or not, next to an unrelated query; streams with
+ties and values that are not exact numbers (strings, missing attributes, large ints); fed as
+column batches in random chunks. Every query's matches equal, in order, those of ``process``
+event by event (sharing on), whose order is the per-trigger one (member by member, each in
+enumeration order), and equal those with sharing off and the oracle's.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from unittest import mock
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import raycep.cep.runtime.engine
+import raycep.cep.runtime.members
+from raycep.cep.event import Event
+from raycep.cep.lang.parser import parse_query
+from raycep.cep.match import MatchBlock, MatchMix
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.batch import ColumnBatch
+
+from oracle import oracle_matches
+
+SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
+CONSTANTS = (0, 1, 2, 3, -1, 0.5, 1.25, 2.5)
+FACTORS = (0.5, 1, 1.5, 2, 0.75)
+ODD = ("p", None, 2 ** 60, True)
+
+
+@st.composite
+def groups(draw):
+    """``(queries, order, keyed)``: ``queries`` [(name, text)], the members first."""
+    n = draw(st.integers(2, 3), label="variables")
+    names = "abc"[:n]
+    types = draw(st.permutations("ABC"), label="types")[:n]
+    negation = draw(st.integers(0, 2), label="negation?") == 0
+    keyed = draw(st.booleans(), label="keyed")
+    shapes = []
+    for _ in range(draw(st.integers(1, 3), label="conjuncts")):
+        i, j = draw(st.permutations(range(n)), label="pair")[:2]
+        x, y = names[i], names[j]
+        ax, ay = draw(st.sampled_from("xyz")), draw(st.sampled_from("xyz"))
+        op = draw(st.sampled_from(("<", "<=", ">", ">=")))
+        form = draw(st.sampled_from(("mul", "add", "sub", "const", "left")))
+        shapes.append((x, ax, y, ay, op, form))
+    windows = draw(st.booleans(), label="windows differ?") and not negation
+    members = draw(st.integers(2, 8), label="members")
+    order = tuple(draw(st.permutations(names), label="order"))
+    pattern = ", ".join(f"{t} {v}" for t, v in zip(types, names))
+    if negation:
+        pattern = f"{types[0]} {names[0]}, ~D n, " + ", ".join(
+            f"{t} {v}" for t, v in zip(types[1:], names[1:]))
+    out = []
+    for k in range(members):
+        conds = ["[k]"] if keyed else []
+        for x, ax, y, ay, op, form in shapes:
+            c = draw(st.sampled_from(FACTORS if form == "mul" else CONSTANTS), label="constant")
+            conds.append({"mul": f"{x}.{ax} {op} {y}.{ay} * {c}",
+                          "add": f"{x}.{ax} + {c} {op} {y}.{ay}",
+                          "sub": f"{x}.{ax} {op} {y}.{ay} - {c}",
+                          "const": f"{x}.{ax} {op} {c}",
+                          "left": f"{c} {op} {x}.{ax}"}[form])
+        if negation:
+            conds.append(f"n.x > {names[0]}.x")
+        window = draw(st.sampled_from((2, 3, 5, 8))) if windows or not k else \
+            int(out[0][1].rsplit("WITHIN ", 1)[1].split()[0])
+        out.append((f"m{k}", f"PATTERN SEQ({pattern}) WHERE {' AND '.join(conds)} "
+                             f"WITHIN {window} seconds"))
+    out.append(("other", f"PATTERN SEQ(A p, B q) WHERE p.x < q.y WITHIN 2 seconds"))
+    return out, order, keyed
+
+
+def stream(seed: int, n: int, keyed: bool, ties: float, odd: float) -> list:
+    rng = random.Random(seed)
+    events, ts = [], 0.0
+    for j in range(n):
+        ts += 0 if rng.random() < ties else rng.choice([0.5, 1, 1, 1.5])
+        attrs = {"x": rng.randint(0, 6), "y": rng.choice([0, 1, 2.5, 3, 4, 5.5]),
+                 "z": rng.randint(-2, 4), "k": rng.randint(0, 2)}
+        for a in "xyz":
+            if rng.random() < odd:
+                value = rng.choice(ODD)
+                if value is None:
+                    del attrs[a]
+                else:
+                    attrs[a] = value
+        events.append(Event(rng.choice("AABBCCD"), ts, attrs,
+                            key=attrs["k"] if keyed else None, id=f"e{j:04d}"))
+    return events
+
+
+def engine(queries: list, order: tuple, keyed: bool, sharing: bool = True) -> Engine:
+    eng = Engine(key_attr="k" if keyed else None, sharing=sharing)
+    for name, text in queries:
+        eng.add_query(text, name=name, order=order if name != "other" else ("q", "p"))
+    return eng
+
+
+def by_event(eng, events: list) -> list:
+    out = [m for ev in events for m in eng.process(ev)]
+    return out + eng.advance(math.inf)
+
+
+def by_columns(eng, events: list, cuts: list, blocks: bool = False) -> list:
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        found = eng.process_columns(ColumnBatch.from_events(events[a:b]), blocks=blocks)
+        for item in found:
+            out.extend(item if item.__class__ in (MatchBlock, MatchMix) else (item,))
+    return out + eng.advance(math.inf)
+
+
+class Resolved:
+    """Counts the bindings decided over columns (MemberColumns.resolve; ``patch()``)."""
+
+    def __init__(self):
+        self.bindings = 0
+
+    def patch(self):
+        resolve = raycep.cep.runtime.members.MemberColumns.resolve
+
+        def counted(columns, get, first, last):
+            self.bindings += len(first)
+            return resolve(columns, get, first, last)
+        return mock.patch.object(raycep.cep.runtime.members.MemberColumns, "resolve", counted)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=SLOW)
+@given(case=groups(), seed=st.integers(0, 2 ** 16), n=st.integers(20, 120),
+       ties=st.sampled_from([0, 0, 0.1]), odd=st.sampled_from([0, 0, 0.05, 0.2]),
+       data=st.data())
+def test_groups_in_bulk_equal_event_by_event_and_the_oracle(case, seed, n, ties, odd, data):
+    queries, order, keyed = case
+    events = stream(seed, n, keyed, ties, odd)
+    cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=6), label="cuts")})
+    note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
+    with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
+        want = by_event(engine(queries, order, keyed), events)
+        for blocks in (False, True):
+            got = by_columns(engine(queries, order, keyed), events, cuts, blocks)
+            assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+    alone = by_event(engine(queries, order, keyed, sharing=False), events)
+    assert Counter((m.query, m.key()) for m in got) == \
+        Counter((m.query, m.key()) for m in alone)
+    for name, text in queries[:1]:
+        assert {m.key() for m in got if m.query == name} == \
+            oracle_matches(parse_query(text), events)
+
+
+def test_differing_constants_are_decided_in_bulk():
+    """Not vacuous: a group of constants and windows over a clean stream has its bindings
+    decided over columns, and chunks with two queries' triggers come as a MatchMix."""
+    queries = [(f"m{k}", f"PATTERN SEQ(A a, B b) WHERE [k] AND b.x > a.x * {c} AND "
+                         f"b.y >= {k} WITHIN {w} seconds")
+               for k, (c, w) in enumerate([(0.5, 2), (1, 3), (1.5, 5), (1, 2)])]
+    queries.append(("other", "PATTERN SEQ(A p, B q) WHERE p.x < q.y WITHIN 2 seconds"))
+    events = stream(3, 600, True, 0, 0)
+    spy = Resolved()
+    with spy.patch():
+        eng = engine(queries, ("b", "a"), True)
+        out = eng.process_columns(ColumnBatch.from_events(events), blocks=True)
+    assert spy.bindings > 30
+    mixes = [item for item in out if item.__class__ is MatchMix]
+    assert mixes and {p.query for p in mixes[0].parts} >= {"other"}
+    flat = [m for item in out for m in (item if item.__class__ in (MatchBlock, MatchMix)
+                                        else (item,))] + eng.advance(math.inf)
+    want = by_event(engine(queries, ("b", "a"), True), events)
+    assert [(m.query, m.key()) for m in flat] == [(m.query, m.key()) for m in want]
+    stats = eng.stats()["queries"]
+    assert all(stats[name]["matches"] > 0 for name, _ in queries)
+    assert {name: stats[name]["matches"] for name, _ in queries} == \
+        dict(Counter(m.query for m in want))
