@@ -126,6 +126,45 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
                     not (last.negations or last.check_used))
 
 
+def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
+    """Why ``plan_for`` refuses ``steps``: the first thing a bulk evaluation does not
+    reproduce, in words (what ``Engine.stats()["paths"]`` tells a user)."""
+    loose = loose or {}
+    if cq.strategy != "skip_till_any_match":
+        return f"selection strategy {cq.strategy} (bulk: skip_till_any_match)"
+    if cq.slide:
+        return "SLIDE"
+    if len(steps) < 2:
+        return "one variable"
+    names = tuple(s.var.name for s in steps)
+    types = tuple(s.var.type for s in steps)
+    if None in types:
+        return "a variable of any type"
+    pos = {n: k for k, n in enumerate(names)}
+    for k, s in enumerate(steps):
+        if s.var.kleene:
+            return f"Kleene variable {s.var.name}"
+        if s.conjuncts:
+            return f"condition {s.conjuncts[0].text!r} is no filter of one variable"
+        if s.negations and not k:
+            return "a negation before the first event"
+        for n in s.negations:
+            if _negation(n, names, types, pos, k, opaque) is None:
+                return f"negation {n.var.name}: its conditions or position"
+        if any(names[j] not in set(s.after_of) | set(s.before_of)
+               for j in range(k) if types[j] == types[k]):
+            return f"variables of type {types[k]} not ordered"
+        for c in s.filters:
+            if id(c) in loose:
+                if _loose_filter(c, loose[id(c)], s.var.name, pos, k) is None:
+                    return f"condition {c.text!r}: its members' constants"
+            elif id(c) in opaque:
+                return f"condition {c.text!r}: its members' constants"
+            elif _filter(c, s.var.name, pos, k) is None:
+                return f"condition {c.text!r}: not an order comparison of numbers"
+    return "not a sequence bulk evaluation reproduces"
+
+
 def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
     """``neg`` (decided after step ``k``) as a _Negation, or None."""
     if neg.var.type is None or neg.checks or neg.deferred or \

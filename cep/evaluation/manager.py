@@ -93,6 +93,7 @@ class PatternManager:
         self.floor = self.since = -math.inf
         self._closed = -math.inf         # advance(): deferred matches up to here were released
         self.triggers_evaluated = 0
+        self.bulk_triggers = 0           # of them, evaluated in bulk (cep.evaluation.bulk)
         self.matches = 0
         self.truncated = 0               # triggers whose enumeration hit the cap
         self.late_events = 0             # events older than the clock (out of order)
@@ -408,6 +409,7 @@ class PatternManager:
         else:
             found = [m for block, a, b in pieces for m in block[a:b]]
         self.triggers_evaluated += len(triggers)
+        self.bulk_triggers += len(triggers)
         if triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts
         return self._taken(found, pieces)
@@ -434,6 +436,35 @@ class PatternManager:
                 for got, i in results.values():
                     untally(got[3], i)
             self._ready.clear()
+
+    def path(self) -> dict:
+        """How its triggers were evaluated: ``bulk`` (over columns, a chunk's triggers
+        together), ``per_trigger`` (one by one), and ``why`` not in bulk, in words (None:
+        nothing in the query stands in the way; triggers still go one by one in a chunk
+        with fewer than the engine's BULK_TRIGGERS, with ties or behind the clock, with
+        values that are not exact numbers, and while another query of their type cannot)."""
+        return {"bulk": self.bulk_triggers,
+                "per_trigger": self.triggers_evaluated - self.bulk_triggers,
+                "why": self._refusal()}
+
+    def _refusal(self) -> str | None:
+        if self.order is None:
+            return "no static plan yet (evaluated in the ad hoc Tree-NFA order)"
+        if self.pessimistic:
+            return "pessimistic disorder mode"
+        if self._any_triggers:
+            return "a variable of any type"
+        if self.has_deferred:
+            return "a negation at the end (decided when the window closes)"
+        if self.cq.slide:
+            return "SLIDE"
+        from raycep.cep.evaluation.bulk import why_not
+        for targets in self._triggers.values():
+            for b, name in targets:
+                if self._bulk_plan(b, name) is None:
+                    return why_not(self.cq, self._steps_for(b, name, None), self._opaque,
+                                   self._loose)
+        return None
 
     def _bulk_plan(self, b: int, name: str):
         """The cep.evaluation.bulk plan of branch ``b`` triggered at ``name`` in the static order
@@ -471,6 +502,7 @@ class PatternManager:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
             if got is not None:
+                self.bulk_triggers += 1
                 (matches, bounds, _, _), i = got
                 if bounds[i + 1] > bounds[i]:
                     out.extend(self._fan_block(matches, bounds[i], bounds[i + 1], origin))

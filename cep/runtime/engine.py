@@ -825,7 +825,16 @@ class Engine:
             "disorder": self.disorder.stats(),
             "clock": self.clock, "queries": queries, "groups": self.groups(),
             "prefixes": self._prefixes.stats(),
+            "paths": self.paths(),
         }
+
+    def paths(self) -> dict:
+        """Per query, how its triggers were evaluated: ``{"bulk": n, "per_trigger": n, "why":
+        text or None}`` (PatternManager.path): in bulk over columns, a chunk's triggers
+        together (cep.evaluation.bulk), or one by one, and what in the query keeps it from
+        bulk evaluation."""
+        self._refresh()
+        return {name: m.path() for name, m in self.managers.items()}
 
     def groups(self) -> list:
         """One entry per evaluator: ``{"name", "queries": [members in join order], "varying":

@@ -213,9 +213,10 @@ def _report(args, run: _Run, stats: dict) -> dict:
              f"{order} ({change.algorithm}, estimated cost {change.cost:.4g})")
     _report_sharing(run.engine.engine, stats["prefixes"])
     counts, retracted = run.lines.counts, run.lines.retractions
+    paths = run.sliced.paths if run.sliced is not None else stats["paths"]
     for name, count in counts.items():
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
-        err(f"query {name}: {count} matches{extra}")
+        err(f"query {name}: {count} matches{extra}{_path_text(paths.get(name))}")
     if stats["late_events"] or stats["out_of_order"]:
         d = stats["disorder"]
         err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
@@ -232,6 +233,21 @@ def _report(args, run: _Run, stats: dict) -> dict:
                      f"{c['failed']} times out of {c['tested']} (counted as false): "
                      f"{c['last_error']}")
     return warnings
+
+
+def _bulk_share(paths: dict) -> float | None:
+    """The share of the queries' trigger evaluations done in bulk (None: no trigger)."""
+    bulk = sum(p["bulk"] for p in paths.values())
+    total = bulk + sum(p["per_trigger"] for p in paths.values())
+    return round(bulk / total, 3) if total else None
+
+
+def _path_text(path: dict | None) -> str:
+    """How a query's triggers were evaluated (Engine.paths), for its line on stderr."""
+    if not path or not (path["bulk"] or path["per_trigger"]):
+        return ""
+    why = f": {path['why']}" if path["why"] and path["per_trigger"] else ""
+    return f"; triggers: {path['bulk']} in bulk, {path['per_trigger']} one by one{why}"
 
 
 def _report_sharing(core, prefixes: dict) -> None:
@@ -252,6 +268,7 @@ def _report_sharing(core, prefixes: dict) -> None:
 def _summary(run: _Run, stats: dict, warnings: dict, seconds: float, startup: float) -> dict:
     """The JSON summary, the last stdout line (docs/local.md)."""
     core, sliced = run.engine.engine, run.sliced
+    paths = sliced.paths if sliced is not None else stats["paths"]
     summary = {
         "events": run.events,
         "matches": sum(run.lines.counts.values()),
@@ -266,6 +283,7 @@ def _summary(run: _Run, stats: dict, warnings: dict, seconds: float, startup: fl
         "queries": len(core.managers),
         "groups": len(core.evaluators),
         "prefixes_reused": stats["prefixes"]["reused"],
+        "bulk_share": _bulk_share(paths),
         "workers": sliced.workers if sliced is not None else 1,
     }
     if warnings:

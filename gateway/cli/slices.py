@@ -54,6 +54,7 @@ class Sliced:
     workers: int
     children_rss_mb: float          # the forked slices' peak RSS, summed
     warnings: dict                  # those of every slice: what the whole file never had
+    paths: dict                     # query -> its triggers in bulk and one by one, summed
 
 
 def _reach(engine, args) -> float:
@@ -113,7 +114,7 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             out.close()
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
                   "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
-                  "warnings": engine.engine.warnings()}
+                  "warnings": engine.engine.warnings(), "paths": engine.engine.paths()}
         code = 0
     except BaseException as exc:                    # reported; the parent runs it whole
         report = {"why": f"slice {slice_.k} failed: {type(exc).__name__}: {exc}"}
@@ -170,6 +171,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
             out.close()
         rows, rss = first.rows, 0.0
         warnings = engine.engine.warnings()
+        paths = engine.engine.paths()
         if why is not None:
             children.stop()                         # their work is of no use now
         elif direct:                                # their lines follow, each while written
@@ -181,6 +183,11 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
                 rss += report["peak_rss_mb"] or 0.0
                 warnings = {name: [w for w in found if w in report["warnings"].get(name, ())]
                             for name, found in warnings.items()}
+                for name, path in report["paths"].items():
+                    if name in paths:
+                        paths[name] = {**paths[name], "bulk": paths[name]["bulk"] + path["bulk"],
+                                       "per_trigger": paths[name]["per_trigger"]
+                                       + path["per_trigger"]}
                 for name, count in report["counts"].items():
                     lines.counts[name] = lines.counts.get(name, 0) + count
                 for name, count in report["retractions"].items():
@@ -191,7 +198,8 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
         if not direct:
             _append(files, args.out)
         return Sliced(events=rows, workers=n, children_rss_mb=rss,
-                      warnings={name: found for name, found in warnings.items() if found})
+                      warnings={name: found for name, found in warnings.items() if found},
+                      paths=paths)
     finally:
         children.stop()                             # (only if this process failed)
         for path in files:

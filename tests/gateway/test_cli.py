@@ -1,5 +1,6 @@
 """The ``raycep local`` command: in-process and as a subprocess."""
 import json
+import re
 import os
 import pathlib
 import signal
@@ -13,7 +14,7 @@ from raycep.gateway import cli
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = {"events", "matches", "retractions", "late_events", "duplicates", "seconds",
                 "events_per_s", "peak_rss_mb", "startup_seconds", "queries", "groups",
-                "prefixes_reused", "workers"}
+                "prefixes_reused", "bulk_share", "workers"}
 
 # a.x < b.x holds for (A@1 x=1, B@4 x=10) and (A@3 x=5, B@4 x=10), not for (A@1, B@2 x=0)
 EVENTS_CSV = "type,ts,x,sym\nA,1,1,s\nB,2,0,s\nA,3,5,s\nB,4,10,s\n"
@@ -86,6 +87,34 @@ def test_local_shares_variants_and_no_sharing_evaluates_each_alone(capsys, tmp_p
                       for q in ("v0", "v1", "v2")}
     assert got[()] == got[("--no-sharing",)] == {"v0": [(1, 10)], "v1": [(1, 10), (5, 10)],
                                                  "v2": []}
+
+
+def test_local_says_how_each_querys_triggers_were_evaluated(capsys, tmp_path):
+    """Per query on stderr: its triggers evaluated in bulk and one by one and, for one by
+    one, what in the query keeps it from bulk (here a Kleene variable); the summary's
+    ``bulk_share``. A group of variants goes bulk once the planner has a plan (a file read
+    in column batches: over 512 KiB)."""
+    path = tmp_path / "ev.csv"
+    pad = "p" * 24
+    path.write_text("type,ts,x,pad\n" + "".join(f"{'AB'[j % 2]},{j},{j % 7},{pad}\n"
+                                                for j in range(20000)), encoding="utf-8")
+    qfile = tmp_path / "q.cep"
+    qfile.write_text(";\n".join(
+        [f"NAME v{k}\nPATTERN SEQ(A a, B b) WHERE a.x < b.x + {k} WITHIN 4 seconds"
+         for k in range(3)] + ["NAME kl\nPATTERN SEQ(A a, B+ b[]) WITHIN 4 seconds"]),
+        encoding="utf-8")
+    status, lines, err = run(capsys, "local", "--query", qfile, "--events", path, "--out",
+                             tmp_path / "m.jsonl", "--workers", "1")
+    assert status == 0, err
+    kleene = next(line for line in err.splitlines() if "query kl:" in line)
+    assert "triggers: 0 in bulk, 10000 one by one: Kleene variable b" in kleene, kleene
+    for k in range(3):
+        line = next(line for line in err.splitlines() if f"query v{k}:" in line)
+        bulk, one = map(int, re.search(r"triggers: (\d+) in bulk, (\d+) one by one",
+                                       line).groups())
+        assert bulk + one == 10000 and bulk > 9000, line
+    share = json.loads(lines[-1])["bulk_share"]
+    assert 0.3 < share < 0.75
 
 
 def test_local_matches_on_stdout_summary_last(capsys, events_csv):

@@ -128,7 +128,8 @@ def outcome(eng, out: list) -> tuple:
     buffered events, clock, watermark, late events) and what closing the stream gives.
     Not the shared-prefix learner's counters (``stats()["prefixes"]``): a trigger evaluated
     in bulk does not ask for prefixes (raycep.cep.evaluation.bulk), so which prefixes it comes to
-    share and materialise differs; the results and condition counters do not."""
+    share and materialise differs; the results and condition counters do not. Nor which path
+    each trigger took (``stats()["paths"]``)."""
     mid = _without_prefixes(state(eng))
     end = eng.advance(math.inf)
     return ([record(m) for m in out], [(m.query, m.key()) for m in out], mid,
@@ -137,7 +138,7 @@ def outcome(eng, out: list) -> tuple:
 
 def _without_prefixes(state: tuple) -> tuple:
     stats = dict(state[0])
-    del stats["prefixes"]
+    del stats["prefixes"], stats["paths"]
     return (stats, *state[1:])
 
 

@@ -260,9 +260,9 @@ def summary(eng: Engine) -> tuple:
     """Statistics and buffered events. Not the shared-prefix learner's counters
     (``stats()["prefixes"]``): a trigger evaluated in bulk does not ask for prefixes, so which
     prefixes the learner (cep.evaluation.prefixes) comes to share, and materialises, differs; the
-    results and condition counters do not."""
+    results and condition counters do not. Nor which path each trigger took."""
     stats = eng.stats()
-    del stats["prefixes"]
+    del stats["prefixes"], stats["paths"]
     return (stats, sorted((e.type, e.ts, e.id, str(e.key)) for e in eng.index.events()),
             eng.clock)
 

@@ -167,7 +167,7 @@ def summary_counts(stdout: str) -> dict:
     import json
     summary = json.loads(stdout.splitlines()[-1])
     return {k: v for k, v in summary.items()
-            if "second" not in k and "_s" not in k and k != "peak_rss_mb"}
+            if "second" not in k and "_s" not in k and k not in ("peak_rss_mb", "bulk_share")}
 
 
 def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(tmp_path,

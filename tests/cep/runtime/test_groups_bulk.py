@@ -176,6 +176,8 @@ def test_differing_constants_are_decided_in_bulk():
                                         else (item,))] + eng.advance(math.inf)
     want = by_event(engine(queries, ("b", "a"), True), events)
     assert [(m.query, m.key()) for m in flat] == [(m.query, m.key()) for m in want]
+    paths = eng.paths()
+    assert all(paths[name]["bulk"] > 0 and paths[name]["why"] is None for name, _ in queries)
     stats = eng.stats()["queries"]
     assert all(stats[name]["matches"] > 0 for name, _ in queries)
     assert {name: stats[name]["matches"] for name, _ in queries} == \
