@@ -421,7 +421,7 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
         return values[at], odd[at]
     stamps = [t[parent] for t in times[:last]] + [cols[last].ts[cand]]
     first, end = np.minimum.reduce(stamps), np.maximum.reduce(stamps)
-    binding, member, unsure = members.resolve(get, first, end)
+    binding, member, unsure = members.resolve(get, first, end, frozenset(plan.names))
     bad[owner[unsure]] = True
     keep = ~bad[owner[binding]]
     binding, member = binding[keep], member[keep]

@@ -23,6 +23,7 @@ import heapq
 import itertools
 import logging
 import math
+import sys
 from dataclasses import dataclass
 
 from raycep.cep.errors import PlanningError
@@ -458,6 +459,8 @@ class PatternManager:
             return "a negation at the end (decided when the window closes)"
         if self.cq.slide:
             return "SLIDE"
+        if "raycep.cep.evaluation.bulk" not in sys.modules:    # (numpy: column batches only)
+            return "the input came event by event, not in column batches"
         from raycep.cep.evaluation.bulk import why_not
         for targets in self._triggers.values():
             for b, name in targets:

@@ -80,10 +80,8 @@ class MemberColumns:
 
     def __init__(self, names: tuple, dims: list):
         self.names = names
-        self._dims = dims                   # [(table, rank of each member)]
-        table, rank = dims[0]
-        self._order = np.argsort(rank, kind="stable")
-        self._sorted = rank[self._order]
+        self._dims = dims                   # [(table, rank of each member, its variables)]
+        self._orders: dict = {}             # dims used -> the first one's rank order
 
     @classmethod
     def of(cls, members: list, varying: tuple, tables: list, windows) -> "MemberColumns | None":
@@ -103,24 +101,32 @@ class MemberColumns:
                 return None
             at = {v: i for i, v in enumerate(values)}
             dims.append((_Ordered(fn, np.asarray(values, dtype=np.float64)),
-                         np.array([at[x[hole[0]]] for x in lits], dtype=np.intp)))
+                         np.array([at[x[hole[0]]] for x in lits], dtype=np.intp),
+                         table.vars))
         if windows is not None:
             by = {w: i for i, w in enumerate(windows.windows)}
             dims.append((_Windows(windows.windows),
-                         np.array([by[m.window] for m in members], dtype=np.intp)))
+                         np.array([by[m.window] for m in members], dtype=np.intp),
+                         frozenset()))
         if not dims:
             return None
         return cls(tuple(m.name for m in members), dims)
 
-    def resolve(self, get, first, last) -> tuple:
+    def resolve(self, get, first, last, bound: frozenset) -> tuple:
         """``(binding, member, unsure)``: the pairs of a binding and a member that accepts
         it (a binding's members in order), and per binding whether a conjunct could not be
         decided over columns. ``get(var, attr)``: the bindings' values (vector module);
-        ``first``/``last``: each binding's earliest and latest event time."""
+        ``first``/``last``: each binding's earliest and latest event time; ``bound``: the
+        variables a binding binds (a conjunct of others, another branch's of an OR, does
+        not apply)."""
         n = len(first)
         unsure = np.zeros(n, dtype=bool)
+        dims = [d for d in self._dims if d[2] <= bound]
+        if not dims:                        # every member takes every binding
+            k = len(self.names)
+            return np.repeat(np.arange(n), k), np.tile(np.arange(k), n), unsure
         ranges = []
-        for table, rank in self._dims:
+        for table, rank, _ in dims:
             if table.__class__ is _Windows:
                 lo, hi = table.ranges(first, last)
             else:
@@ -128,14 +134,20 @@ class MemberColumns:
                 unsure |= bad
             ranges.append((lo, hi))
         # the members in the first table's range: consecutive in its rank order
+        order = self._orders.get(id(dims[0]))
+        if order is None:
+            rank = dims[0][1]
+            order = np.argsort(rank, kind="stable")
+            order = self._orders[id(dims[0])] = (order, rank[order])
+        order, ranked = order
         lo, hi = ranges[0]
-        a = np.searchsorted(self._sorted, lo, "left")
-        b = np.searchsorted(self._sorted, hi, "left")
+        a = np.searchsorted(ranked, lo, "left")
+        b = np.searchsorted(ranked, hi, "left")
         count = np.where(unsure, 0, b - a)
         binding = np.repeat(np.arange(n), count)
         at = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - a, count)
-        member = self._order[at]
-        for (table, rank), (lo, hi) in zip(self._dims[1:], ranges[1:]):
+        member = order[at]
+        for (_, rank, _), (lo, hi) in zip(dims[1:], ranges[1:]):
             r = rank[member]
             keep = (r >= lo[binding]) & (r < hi[binding])
             binding, member = binding[keep], member[keep]

@@ -609,8 +609,13 @@ def test_raycep_local_on_the_examples_is_the_same_with_and_without_bulk(tmp_path
                                "--key", "symbol", "--out", str(out)])
         captured = capsys.readouterr()
         assert status == 0, captured.err
-        # stderr: the plan changes and per-query counts (not the throughput line)
-        err = [line for line in captured.err.splitlines() if "events/s" not in line]
+        # stderr: the plan changes and per-query counts (not the throughput line, nor how
+        # many triggers went bulk: checked below)
+        err = [line.split("; triggers: ")[0] for line in captured.err.splitlines()
+               if "events/s" not in line]
+        paths = {line.split("query ")[1].split(":")[0]: line.split("; triggers: ")[1]
+                 for line in captured.err.splitlines() if "; triggers: " in line}
+        assert ("0 in bulk" in paths["dip_recovery"]) != bulk, paths
         outs.append((out.read_bytes(), err, summary_counts(captured.out)))
         if bulk:
             for name in ("dip_recovery", "clean_breakout"):

@@ -3,9 +3,10 @@ over its loosest constants (cep.evaluation.bulk), its members are decided over c
 (cep.runtime.members) and their matches come out as one MatchBlock, and the matches of
 several queries of one chunk as a MatchMix in the engine's order.
 
-Random groups: 2-8 queries of one SEQ shape of 2-3 variables whose order comparisons differ
-only in their constants (under ``*``, ``+``, ``-`` or alone) and sometimes in their window,
-with a negation in the middle or not, keyed or not, next to an unrelated query; streams with
+Random groups: 2-8 queries of one SEQ shape of 2-3 variables (or an OR of two sequences, each
+conjunct of one branch) whose order comparisons differ only in their constants (under ``*``,
+``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle or not,
+keyed or not, next to an unrelated query; streams with
 ties and values that are not exact numbers (strings, missing attributes, large ints); fed as
 column batches in random chunks. Every query's matches equal, in order, those of ``process``
 event by event (sharing on), whose order is the per-trigger one (member by member, each in
@@ -43,12 +44,16 @@ def groups(draw):
     n = draw(st.integers(2, 3), label="variables")
     names = "abc"[:n]
     types = draw(st.permutations("ABC"), label="types")[:n]
-    negation = draw(st.integers(0, 2), label="negation?") == 0
+    either = draw(st.integers(0, 4), label="OR?") == 0     # OR(SEQ(a, b), SEQ(c, d))
+    negation = not either and draw(st.integers(0, 2), label="negation?") == 0
     keyed = draw(st.booleans(), label="keyed")
     shapes = []
     for _ in range(draw(st.integers(1, 3), label="conjuncts")):
         i, j = draw(st.permutations(range(n)), label="pair")[:2]
         x, y = names[i], names[j]
+        if either:                          # a conjunct of one branch or the other
+            x, y = draw(st.sampled_from([("a", "b"), ("b", "a"), ("c", "d"), ("d", "c")]),
+                        label="pair of a branch")
         ax, ay = draw(st.sampled_from("xyz")), draw(st.sampled_from("xyz"))
         op = draw(st.sampled_from(("<", "<=", ">", ">=")))
         form = draw(st.sampled_from(("mul", "add", "sub", "const", "left")))
@@ -57,6 +62,9 @@ def groups(draw):
     members = draw(st.integers(2, 8), label="members")
     order = tuple(draw(st.permutations(names), label="order"))
     pattern = ", ".join(f"{t} {v}" for t, v in zip(types, names))
+    if either:
+        order = tuple(draw(st.permutations("abcd"), label="order of both branches"))
+        pattern = f"{types[0]} a, {types[1]} b), SEQ(C c, {types[1]} d"
     if negation:
         pattern = f"{types[0]} {names[0]}, ~D n, " + ", ".join(
             f"{t} {v}" for t, v in zip(types[1:], names[1:]))
@@ -74,7 +82,8 @@ def groups(draw):
             conds.append(f"n.x > {names[0]}.x")
         window = draw(st.sampled_from((2, 3, 5, 8))) if windows or not k else \
             int(out[0][1].rsplit("WITHIN ", 1)[1].split()[0])
-        out.append((f"m{k}", f"PATTERN SEQ({pattern}) WHERE {' AND '.join(conds)} "
+        text = f"SEQ({pattern})" if not either else f"OR(SEQ({pattern}))"
+        out.append((f"m{k}", f"PATTERN {text} WHERE {' AND '.join(conds)} "
                              f"WITHIN {window} seconds"))
     out.append(("other", f"PATTERN SEQ(A p, B q) WHERE p.x < q.y WITHIN 2 seconds"))
     return out, order, keyed
@@ -129,9 +138,9 @@ class Resolved:
     def patch(self):
         resolve = raycep.cep.runtime.members.MemberColumns.resolve
 
-        def counted(columns, get, first, last):
+        def counted(columns, get, first, last, bound):
             self.bindings += len(first)
-            return resolve(columns, get, first, last)
+            return resolve(columns, get, first, last, bound)
         return mock.patch.object(raycep.cep.runtime.members.MemberColumns, "resolve", counted)
 
 
