@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from raycep.cep.errors import CepError, QuerySyntaxError, QueryValidationError
 from raycep.cep.lang.ast import Query
 from raycep.cep.lang.parser import parse_queries
-from raycep.gateway.server.checks import analyse, parse_one
+from raycep.gateway.server.checks import analyse, parse_one, validate_name
 from raycep.gateway.server.messages import type_name
-from raycep.gateway.server.registry import validate_name
 from raycep.local.queries import declares_name, statement_at
 
 #: the fields of an entry given as an object

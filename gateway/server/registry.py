@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 
 from raycep.cep.errors import CepError, QueryValidationError
-
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+from raycep.gateway.server.checks import validate_name
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -46,15 +44,6 @@ class QueryRecord:
     created: float
     seq: int
     mode: str | None = None
-
-
-def validate_name(name: object) -> str:
-    """``name`` if it is 1-64 characters of ``[A-Za-z0-9_.-]``, else QueryValidationError."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise QueryValidationError(
-            f"invalid query name {name!r}: use 1-64 characters of letters, digits, "
-            f"'_', '.' and '-'")
-    return name
 
 
 def default_registry_path() -> str:
