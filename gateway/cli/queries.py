@@ -3,6 +3,7 @@ and ``advance``."""
 from __future__ import annotations
 
 import json
+import os
 
 from raycep.cep.errors import CepError, UnavailableError
 from raycep.gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
@@ -78,8 +79,12 @@ def add_queries(client, args) -> int:
     if args.name and len(queries) > 1:
         err("error: --name needs a single query")
         return 2
-    todo = [(q.text, args.name or (q.name if declares_name(q) else None))
-            for _, q in queries]
+    if args.name is None and os.path.isfile(args.query):
+        with open(args.query, encoding="utf-8") as handle:      # errors name file lines
+            todo = handle.read()
+    else:
+        todo = [(q.text, args.name or (q.name if declares_name(q) else None))
+                for _, q in queries]
     try:
         done = client.register_many(todo, params=params or None, mode=args.disorder_mode)
     except CepError as exc:
