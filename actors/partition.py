@@ -47,6 +47,7 @@ from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
 from raycep.cep.io.output import MatchLines, match_json
+from raycep.cep.lang.ast import Query
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
 from raycep.planner.stats import RateTracker
@@ -136,11 +137,43 @@ class PartitionWorker:
         self._log("add_query", (name, text, params, order, mode, since))
         return name
 
+    def add_queries(self, entries: list, since: float | None = None) -> list:
+        """Register many queries in one call, all or nothing: ``entries`` holds ``(name,
+        text or Query, params, order, mode)`` tuples, each as ``add_query`` takes them, all
+        registered at ``since``. When one fails, those added before it are removed again and
+        its error raised. Logged as one change (replayed as one on recovery), each parsed
+        query as its source text: a thousand ASTs cost more to write than to parse again."""
+        added = []
+        replaying, self._replaying = self._replaying, True     # one log record, below
+        try:
+            for name, text, params, order, mode in entries:
+                added.append(self.add_query(name, text, params, order, mode, since))
+        except BaseException:
+            for name in added:
+                self.engine.remove_query(name)
+                self._reported.pop(name, None)
+            raise
+        finally:
+            self._replaying = replaying
+        self._log("add_queries", ([(name, _as_text(text), params, order, mode)
+                                   for name, text, params, order, mode in entries], since))
+        return added
+
     def remove_query(self, name: str):
         """Unregister a query; its pending matches are dropped, the other queries are untouched."""
         self.engine.remove_query(name)
         self._reported.pop(name, None)
         self._log("remove_query", (name,))
+
+    def remove_queries(self, names: list) -> list:
+        """Unregister the queries of ``names`` this worker has (the others are skipped);
+        returns those it removed. Logged as one change."""
+        removed = [n for n in names if n in self.engine.managers]
+        for name in removed:
+            self.engine.remove_query(name)
+            self._reported.pop(name, None)
+        self._log("remove_queries", (removed,))
+        return removed
 
     def queries(self) -> list:
         return list(self.engine.managers)
@@ -461,6 +494,12 @@ class PartitionWorker:
             out[name] = {"rates": q_rates, "tested": tested, "passed": passed,
                          "keys": max(1, keys)}
         return out
+
+
+def _as_text(query):
+    """A parsed query as the text it was parsed from (when it has one), else as it is."""
+    text = getattr(query, "text", None) if isinstance(query, Query) else None
+    return text if text else query
 
 
 def partition_actor(**options):

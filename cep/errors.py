@@ -118,7 +118,9 @@ class OverloadedError(GatewayError):
 
 _STATUS = {QuerySyntaxError: 400, QueryValidationError: 400, IngestError: 400,
            PlanningError: 400, EvaluationError: 500}
-_FIELDS = ("reason", "line", "column", "excerpt", "row", "field")
+#: the location fields an error carries over the wire; ``index`` and ``query``: the position
+#: (1-based) and name of the query of a query set that the error is about
+_FIELDS = ("reason", "line", "column", "excerpt", "row", "field", "index", "query")
 
 
 def http_status(exc: CepError) -> int:

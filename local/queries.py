@@ -9,7 +9,8 @@ import re
 from raycep.cep.errors import CepError, QuerySyntaxError, QueryValidationError
 from raycep.cep.lang.ast import Query
 
-__all__ = ["QuerySourceError", "declares_name", "load_queries", "query_at"]
+__all__ = ["QuerySourceError", "declares_name", "load_queries", "query_at",
+           "statement_at"]
 
 _NAMED = re.compile(r"\s*name\s", re.IGNORECASE)
 
@@ -83,6 +84,17 @@ def query_at(text: str, line: int) -> str | None:
     """How errors name the query of a query file that holds ``line``: ``query 'NAME'``, or
     ``query #k`` (its position) when it has no NAME; None when the text has one query or
     does not tokenize."""
+    found = statement_at(text, line)
+    if found is None or found[3] < 2:
+        return None
+    k, name, _, _ = found
+    return f"query {name!r}" if name else f"query #{k}"
+
+
+def statement_at(text: str, line: int) -> tuple | None:
+    """``(k, NAME or None, its first line, number of queries)`` of the query of a query file that holds
+    ``line`` (``k``: its position, from 1); None when the text does not tokenize or no query
+    starts at or before ``line``."""
     from raycep.cep.lang.parser import tokenize
     try:
         toks = tokenize(text)
@@ -98,8 +110,5 @@ def query_at(text: str, line: int) -> str | None:
                 and toks[i + 1].kind == "ident"
             statements.append((len(statements) + 1, toks[i + 1].value if named else None,
                                tok.line))
-    found = [(k, name) for k, name, first in statements if first <= line]
-    if len(statements) < 2 or not found:
-        return None
-    k, name = found[-1]
-    return f"query {name!r}" if name else f"query #{k}"
+    found = [s for s in statements if s[2] <= line]
+    return (*found[-1], len(statements)) if found else None

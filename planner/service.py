@@ -42,6 +42,31 @@ class PlannerService:
         self._partitioned[name] = partitioned
         self._selectivity[name] = SelectivityEstimator()
 
+    def register_many(self, entries: list) -> list:
+        """``register`` each of ``entries``, ``(name, query, params, partitioned,
+        first_version)`` tuples, in one call; a query already planned is left as it is.
+        All or nothing: when one fails, those registered before it are unregistered again
+        and its error raised. Returns the names registered."""
+        added = []
+        try:
+            for name, query, params, partitioned, first_version in entries:
+                if name not in self._policies:
+                    self.register(name, query, params, None, partitioned, first_version)
+                    added.append(name)
+        except BaseException:
+            for name in added:
+                self.unregister(name)
+            raise
+        return added
+
+    def unregister_many(self, names: list) -> None:
+        gone = set(names)
+        for name in gone:
+            self._policies.pop(name, None)
+            self._partitioned.pop(name, None)
+            self._selectivity.pop(name, None)
+        self._reports = {k: v for k, v in self._reports.items() if k[1] not in gone}
+
     def queries(self) -> list:
         """The queries being planned."""
         return list(self._policies)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from raycep.cep.errors import QuerySyntaxError, QueryValidationError
 from raycep.cep.lang.ast import (STRATEGIES, Aggregate, And, Attr, BinOp, BoolAnd, BoolNot, BoolOr,
@@ -44,19 +45,16 @@ _CLAUSES = ("where", "within", "slide", "strategy")
 _RESERVED = frozenset(("and", "or", "not", "true", "false", "pattern") + _CLAUSES)
 _INDEX_FUNCS = {"first": ("first", 0), "last": ("last", 0), "next": ("i", 1)}
 _CMP = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_OPS = ("..", "==", "!=", "<>", "<=", ">=", "&&", "||",
-        "(", ")", "[", "]", "{", "}", ",", ".", ";", "+", "-", "*", "/", "=", "<", ">", "~", "!")
 _NEGATION_SIGNS = {"~": "~", "\u223c": "~", "!": "!"}   # U+223C TILDE OPERATOR (SASE+ paper)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(%?)")
-_IDENT = re.compile(r"[^\W\d]\w*")
 
 
 # --------------------------------------------------------------------------- lexer
 
-@dataclass(frozen=True)
-class Token:
-    """kind: 'ident' | 'number' | 'string' | 'op' | 'eof'; ``text`` is the source text."""
+class Token(NamedTuple):
+    """kind: 'ident' | 'number' | 'string' | 'op' | 'eof'; ``text`` is the source text.
+    Immutable; a named tuple because building one costs a third of a frozen dataclass (a
+    query file is tens of thousands of tokens)."""
     kind: str
     text: str
     value: object
@@ -66,75 +64,86 @@ class Token:
     end: int
 
 
+#: one pattern for every token and everything between tokens, tried in this order at each
+#: position (the order decides: ``--`` is a comment, not two minus signs; ``!`` before ``=``
+#: is ``!=``); ``quote`` / ``open_comment`` / ``other`` are the errors. It matches
+#: everywhere (``other`` takes any one character), so the matches cover the whole text.
+_SCAN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<comment>--[^\n]*|/\*.*?\*/)
+  | (?P<open_comment>/\*)
+  | (?P<string>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")
+  | (?P<quote>['"])
+  | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?%?)
+  | (?P<ident>[^\W\d]\w*)
+  | (?P<negation>[~\u223c]|!(?!=))
+  | (?P<op>\.\.|==|!=|<>|<=|>=|&&|\|\||[()\[\]{},.;+\-*/=<>])
+  | (?P<other>.)
+""", re.VERBOSE | re.DOTALL)
+
+
 def tokenize(text: str) -> list:
-    """Split query text into tokens (comments and whitespace dropped), ending with 'eof'."""
+    """Split query text into tokens (comments and whitespace dropped), ending with 'eof'.
+
+    One pass of ``_SCAN.finditer`` (the regular expression engine finds each token; Python
+    looks at tokens, not characters); a string with a backslash, and the errors, go to
+    ``_string`` for their escapes and messages."""
     toks: list = []
-    i, n, line, line_start = 0, len(text), 1, 0
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            i += 1
-            line, line_start = line + 1, i
-            continue
-        if c.isspace():
-            i += 1
-            continue
-        col = i - line_start + 1
-        if text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j < 0:
-                raise QuerySyntaxError("unterminated comment: '/*' has no closing '*/'",
-                                       text, line, col)
-            newlines = text.count("\n", i, j)
+    append = toks.append
+    line, line_start = 1, 0
+    for m in _SCAN.finditer(text):
+        kind = m.lastgroup
+        i = m.start()
+        if kind == "space" or kind == "comment":
+            newlines = text.count("\n", i, m.end())
             if newlines:
                 line += newlines
-                line_start = text.rfind("\n", i, j) + 1
-            i = j + 2
+                line_start = text.rfind("\n", i, m.end()) + 1
             continue
-        if c in "'\"":
-            value, j = _string(text, i, line, line_start)
-            toks.append(Token("string", text[i:j], value, line, col, i, j))
-            i = j
-            continue
-        if c.isdigit():
-            m = _NUMBER.match(text, i)
-            body = m.group(0).rstrip("%")
-            try:
-                value = float(body) if any(ch in body for ch in ".eE") else int(body)
-                if m.group(1):
-                    value = value / 100
-            except (ValueError, OverflowError):     # more digits than int() reads
-                shown = m.group(0) if m.end() - i <= 20 else m.group(0)[:20] + "..."
-                raise QuerySyntaxError(f"number {shown} is out of range", text, line,
-                                       col) from None
-            toks.append(Token("number", m.group(0), value, line, col, i, m.end()))
-            i = m.end()
-            continue
-        m = _IDENT.match(text, i)
-        if m:
-            toks.append(Token("ident", m.group(0), m.group(0), line, col, i, m.end()))
-            i = m.end()
-            continue
-        if c in _NEGATION_SIGNS and not text.startswith("!=", i):
-            toks.append(Token("op", c, _NEGATION_SIGNS[c], line, col, i, i + 1))
-            i += 1
-            continue
-        op = next((o for o in _OPS if text.startswith(o, i)), None)
-        if op is None:
-            raise QuerySyntaxError(f"unexpected character {c!r}", text, line, col)
-        toks.append(Token("op", op, op, line, col, i, i + len(op)))
-        i += len(op)
+        col = i - line_start + 1
+        word = m.group()
+        if kind == "ident":
+            if word[0].isdigit():            # a digit that is not decimal (superscript two)
+                raise QuerySyntaxError(f"unexpected character {word[0]!r}", text, line, col)
+            append(Token("ident", word, word, line, col, i, m.end()))
+        elif kind == "op":
+            append(Token("op", word, word, line, col, i, m.end()))
+        elif kind == "number":
+            append(Token("number", word, _number(word, text, line, col), line, col, i,
+                         m.end()))
+        elif kind == "string":
+            value = _string(text, i, line, line_start)[0] if "\\" in word else word[1:-1]
+            append(Token("string", word, value, line, col, i, m.end()))
+        elif kind == "quote":                   # no closing quote on the line: the error
+            _string(text, i, line, line_start)
+            raise QuerySyntaxError(f"unterminated string: no closing {word} on this line",
+                                   text, line, col)
+        elif kind == "negation":
+            append(Token("op", word, _NEGATION_SIGNS[word], line, col, i, i + 1))
+        elif kind == "open_comment":
+            raise QuerySyntaxError("unterminated comment: '/*' has no closing '*/'",
+                                   text, line, col)
+        else:
+            raise QuerySyntaxError(f"unexpected character {word!r}", text, line, col)
     if toks:
         last = toks[-1]
         eof_line, eof_col = last.line, last.col + len(last.text)
     else:
         eof_line, eof_col = 1, 1
-    toks.append(Token("eof", "", None, eof_line, eof_col, n, n))
+    n = len(text)
+    append(Token("eof", "", None, eof_line, eof_col, n, n))
     return toks
+
+
+def _number(word: str, text: str, line: int, col: int):
+    """The value of a number token (``80%`` is 0.8)."""
+    body = word.rstrip("%")
+    try:
+        value = float(body) if ("." in body or "e" in body or "E" in body) else int(body)
+        return value / 100 if word[-1] == "%" else value
+    except (ValueError, OverflowError):     # more digits than int() reads
+        shown = word if len(word) <= 20 else word[:20] + "..."
+        raise QuerySyntaxError(f"number {shown} is out of range", text, line, col) from None
 
 
 def _string(text, i, line, line_start):

@@ -3,8 +3,9 @@ and ``advance``."""
 from __future__ import annotations
 
 import json
+import os
 
-from raycep.cep.errors import CepError
+from raycep.cep.errors import CepError, UnavailableError
 from raycep.gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
                                 finite_float, load_queries, note, parse_params)
 
@@ -12,13 +13,14 @@ from raycep.gateway.cli.common import (add_gateway_arguments, client_for, declar
 def add_parser(commands) -> None:
     query = commands.add_parser("query", help="add, remove or list queries on a gateway")
     qcmd = query.add_subparsers(dest="query_command", metavar="ACTION", required=True)
-    add = qcmd.add_parser("add", help="register the queries of a file or a text")
+    add = qcmd.add_parser("add", help="register the queries of a file or a text (all or "
+                                      "nothing, in one request)")
     add.add_argument("query", metavar="FILE_OR_TEXT")
     add.add_argument("--name", default=None, help="the id of a single query")
     add.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     add.add_argument("--disorder-mode", choices=("optimistic", "pessimistic"), default=None,
                      help="out-of-order handling of these queries (default: the cluster's)")
-    rm = qcmd.add_parser("rm", help="remove queries by id")
+    rm = qcmd.add_parser("rm", help="remove queries by id (all or none)")
     rm.add_argument("ids", nargs="+", metavar="ID")
     ls = qcmd.add_parser("ls", help="list queries with status, plan and counts")
     ls.add_argument("--json", action="store_true")
@@ -55,9 +57,8 @@ def run_query(args) -> int:
     if args.query_command == "add":
         return add_queries(client, args)
     if args.query_command == "rm":
-        for qid in args.ids:
-            out = client.remove(qid)
-            print(f"removed {qid} ({out.get('matches', 0)} matches were stored)")
+        for out in client.remove_many(args.ids):      # all or none
+            print(f"removed {out['id']} ({out.get('matches', 0)} matches were stored)")
     else:
         rows = client.queries()
         if args.json:
@@ -69,64 +70,32 @@ def run_query(args) -> int:
 
 
 def add_queries(client, args) -> int:
-    """``raycep query add``: all or nothing. Every query is checked first (it compiles with
-    the parameters; its name is neither registered on the gateway nor used twice in the
-    file), then they are registered; when a registration fails, the queries this command
-    registered are removed again. Errors name a query by its NAME, unnamed ones ``query #k``."""
-    from raycep.cep.lang.compiler import compile_query
+    """``raycep query add``: all or nothing, in one request (``Client.register_many``). The
+    gateway checks every query first (it compiles with the parameters; its name is neither
+    registered nor used twice in the file) and registers none when one fails; the error
+    names the query by its NAME, unnamed ones ``query #k``."""
     params = parse_params(args.param)
     queries = load_queries([args.query], text_label="the query text")
     if args.name and len(queries) > 1:
         err("error: --name needs a single query")
         return 2
-    taken = {q["id"] for q in client.queries()}
-    todo, problems = [], []
-    for k, (_, q) in enumerate(queries, start=1):
-        name = args.name or (q.name if declares_name(q) else None)
-        label = f"query {name!r}" if name else f"query #{k}"
-        if name in taken:
-            problems.append(f"{label}: a query named {name!r} is already registered (remove "
-                            f"it first or choose another name)")
-        try:
-            compile_query(q, params or None)
-        except CepError as exc:
-            problems.append(f"{label}: {exc}")
-        todo.append((label, name, q))
-    if problems:
-        for problem in problems:
-            err(f"error: {problem}")
+    if args.name is None and os.path.isfile(args.query):
+        with open(args.query, encoding="utf-8") as handle:      # errors name file lines
+            todo = handle.read()
+    else:
+        todo = [(q.text, args.name or (q.name if declares_name(q) else None))
+                for _, q in queries]
+    try:
+        done = client.register_many(todo, params=params or None, mode=args.disorder_mode)
+    except CepError as exc:
+        if isinstance(exc, UnavailableError):
+            raise
+        err(f"error: {exc}")
         note("nothing was registered")
         return 2
-    done = []
-    for label, name, q in todo:
-        try:
-            done.append(client.register(q.text, name=name, params=params or None,
-                                        mode=args.disorder_mode))
-        except CepError as exc:
-            err(f"error: {label}: {exc}")
-            _undo(client, done)
-            return 2
     for qid in done:
         print(f"registered {qid}")
     return 0
-
-
-def _undo(client, registered: list):
-    """Remove the queries a failed ``query add`` registered, and say what is left."""
-    left = []
-    for qid in registered:
-        try:
-            client.remove(qid)
-        except CepError as exc:
-            err(f"error: could not remove query {qid!r} again: {exc}")
-            left.append(qid)
-    if registered and len(left) < len(registered):
-        note(f"removed the queries this command had registered: "
-             f"{', '.join(q for q in registered if q not in left)}")
-    if left:
-        note(f"still registered: {', '.join(left)} (remove with raycep query rm)")
-    else:
-        note("nothing was registered")
 
 
 def run_matches(args) -> int:

@@ -3,11 +3,24 @@
 where it runs (its scope) and which event types it reads."""
 from __future__ import annotations
 
+import re
+
 from raycep.cep.lang.compiler import compile_query
 from raycep.cep.errors import CepError, QuerySyntaxError, QueryValidationError
 from raycep.cep.lang.parser import parse_queries, parse_query
 from raycep.cep.lang.validate import finite, short_repr
 from raycep.gateway.server.messages import type_name
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def validate_name(name: object) -> str:
+    """``name`` if it is 1-64 characters of ``[A-Za-z0-9_.-]``, else QueryValidationError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise QueryValidationError(
+            f"invalid query name {name!r}: use 1-64 characters of letters, digits, "
+            f"'_', '.' and '-'")
+    return name
 
 
 def parse_one(text: str):

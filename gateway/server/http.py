@@ -6,6 +6,10 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
   GET    /health                      liveness and counts
   GET    /queries                     every query: status, scope, plan (order, version), stats
   POST   /queries                     {"text", "name"?, "params"?, "mode"?} -> the registered query
+  POST   /query-set                   {"text": query file} or {"queries": [text or {"text",
+                                      "name"?, "params"?, "mode"?}]}, "params"?, "mode"? ->
+                                      {"registered": [{"id", "scope"}]}: all or nothing
+  POST   /query-set/remove            {"ids": [...]} -> {"removed": [{"id", "matches"}]}
   GET    /queries/{id}                one query
   DELETE /queries/{id}                remove it
   GET    /queries/{id}/matches        ?since=CURSOR&limit=N -> {"matches", "next", "missed", "head"}
@@ -46,6 +50,7 @@ from raycep.cep.errors import (AuthenticationError, CepError, GatewayError, Inge
                         NotFoundError, error_to_dict, http_status)
 from raycep.gateway.client import strict_json as dumps
 from raycep.gateway.server.messages import plain_text, type_name
+from raycep.gateway.server.query_sets import file_entries, list_entries
 from raycep.gateway.server.registry import QueryRegistry
 from raycep.gateway.server.service import GatewayService, GatewaySettings
 from raycep.gateway.server.store import MatchStore
@@ -255,6 +260,30 @@ async def add_query(request):
     return reply(request, info, 201)
 
 
+SET_FIELDS = {"text": "a query file's text (queries separated by ';')",
+              "queries": "an array of query texts or {text, name?, params?, mode?} objects",
+              "params": "parameter values of the queries that give none (optional)",
+              "mode": "optimistic or pessimistic, for the queries that give none (optional)"}
+
+
+async def add_query_set(request):
+    """A query set, all or nothing (gateway.server.query_sets)."""
+    body = _object(await body_of(request), SET_FIELDS)
+    if ("text" in body) == ("queries" in body):
+        raise IngestError("give either 'text' (a query file) or 'queries' (an array), not "
+                          "both or neither")
+    params, mode = body.get("params"), body.get("mode")
+    entries = file_entries(body["text"], params, mode) if "text" in body else \
+        list_entries(body["queries"], params, mode)
+    return reply(request, await request.app[SERVICE].register_many(entries), 201)
+
+
+async def remove_query_set(request):
+    body = _object(await body_of(request), {"ids": "the ids of the queries to remove"},
+                   required=("ids",))
+    return reply(request, await request.app[SERVICE].remove_many(body["ids"]))
+
+
 async def get_query(request):
     return reply(request, await request.app[SERVICE].describe(request.match_info["id"]))
 
@@ -348,6 +377,8 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.get("/v1/health", health),
         web.get("/v1/queries", list_queries),
         web.post("/v1/queries", add_query),
+        web.post("/v1/query-set", add_query_set),
+        web.post("/v1/query-set/remove", remove_query_set),
         web.get("/v1/queries/{id}", get_query),
         web.delete("/v1/queries/{id}", remove_query),
         web.get("/v1/queries/{id}/matches", read_matches),

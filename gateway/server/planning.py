@@ -33,9 +33,21 @@ class Planning:
             if "already planned" not in str(exc):
                 raise
 
+    async def register_many(self, entries: list) -> None:
+        """``register`` each of ``(qid, query, params, scope)`` in one planner call."""
+        if self.actors.planner is None:
+            return
+        await self.actors.call(PLANNER, "register_many", [
+            (qid, query, params, scope == "keyed", self.versions.get(qid, 0) + 1)
+            for qid, query, params, scope in entries])
+
     async def unregister(self, qid: str) -> None:
         if self.actors.planner is not None:
             await self.actors.call(PLANNER, "unregister", qid)
+
+    async def unregister_many(self, qids: list) -> None:
+        if self.actors.planner is not None:
+            await self.actors.call(PLANNER, "unregister_many", list(qids))
 
     async def round(self) -> dict:
         """One planner round: collect every actor's statistics (concurrently), hand them to the

@@ -14,6 +14,7 @@ from raycep.gateway.server.actors import Actors
 from raycep.gateway.server.checks import analyse, check_params, parse_one
 from raycep.gateway.server.messages import type_name
 from raycep.gateway.server.planning import Planning
+from raycep.gateway.server.query_sets import check_entries, labelled
 from raycep.gateway.server.settings import GatewaySettings
 
 log = logging.getLogger("raycep.gateway")
@@ -143,6 +144,103 @@ class Queries:
             await self.planning.unregister(qid)
         except CepError:
             pass
+
+    async def register_many(self, entries: list) -> dict:
+        """Register a query set (``query_sets.Entry`` list) all or nothing: every query is
+        checked first (``query_sets.check_entries``; a name used twice or already registered
+        is an error too), then the set is persisted in one transaction and installed with one
+        call to the planner and one to each actor, all at the same stream time. Any failure
+        leaves nothing registered; the error names the query. Returns ``{"registered":
+        [{"id", "scope"}, ...]}`` in the set's order."""
+        checked = check_entries(entries, self.key_attr, self.settings.max_window,
+                                check_options)
+        for c in checked:
+            name = c.entry.name
+            if name is not None and self.registry.get(name) is not None:
+                raise labelled(ConflictError(
+                    f"a query named {name!r} is already registered; remove it first or "
+                    f"choose another name"), c.entry)
+        records = self.registry.add_many([(c.entry.name, c.entry.text, c.entry.params,
+                                           c.entry.mode) for c in checked])
+        try:
+            await self._install_many(records, checked)
+        except BaseException:
+            self.registry.remove_many([r.id for r in records])
+            raise
+        for rec, c in zip(records, checked):
+            self._record(rec.id, c.scope, c.types)
+        self._update_routing()
+        log.info("registered a set of %d queries", len(records))
+        return {"registered": [{"id": rec.id, "scope": c.scope}
+                               for rec, c in zip(records, checked)]}
+
+    async def _install_many(self, records: list, checked: list) -> None:
+        """Register a checked set with the planner and add it to the actors: one call each,
+        concurrently; on a failure whatever took it is undone and the error raised."""
+        ids = [rec.id for rec in records]
+        by_target: dict = {}
+        for rec, c in zip(records, checked):
+            for t in self.actors.of_scope(c.scope):
+                by_target.setdefault(t, []).append(
+                    (rec.id, c.query, rec.params, None, c.entry.mode))
+        since = await self.actors.clock()        # the queries see the events after it
+        targets = list(by_target)
+        results = await asyncio.gather(
+            self.planning.register_many([(rec.id, c.query, rec.params, c.scope)
+                                         for rec, c in zip(records, checked)]),
+            *(self.actors.call(t, "add_queries", by_target[t], since) for t in targets),
+            return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if not failed:
+            return
+        for t, r in zip(targets, results[1:]):
+            if not isinstance(r, BaseException):
+                try:
+                    await self.actors.call(t, "remove_queries", ids)
+                except CepError:
+                    pass
+        if not isinstance(results[0], BaseException):
+            try:
+                await self.planning.unregister_many(ids)
+            except CepError:
+                pass
+        raise failed[0]
+
+    async def remove_many(self, qids: list) -> dict:
+        """Remove a set of queries, all or none: an id that is not registered (or given
+        twice) is an error and nothing is removed. One call to each actor and the planner.
+        Returns ``{"removed": [{"id", "matches"}, ...]}``."""
+        if not isinstance(qids, (list, tuple)) or not qids:
+            raise QueryValidationError("ids must be a non-empty array of query ids")
+        seen = set()
+        for k, qid in enumerate(qids, start=1):
+            if not isinstance(qid, str):
+                raise QueryValidationError(f"id #{k} must be a string, got {type_name(qid)}")
+            if qid in seen:
+                raise QueryValidationError(f"query {qid!r} is given twice")
+            seen.add(qid)
+            if self.registry.get(qid) is None:
+                raise NotFoundError(f"no query {qid!r} is registered (nothing was removed)")
+        scopes = {qid: self.actors.scopes.get(qid, "keyed") for qid in qids}
+        self.registry.remove_many(qids)
+        for qid in qids:
+            self.actors.scopes.pop(qid, None)
+            self.types.pop(qid, None)
+        self._update_routing()
+        by_target: dict = {}
+        for qid, scope in scopes.items():
+            for t in self.actors.of_scope(scope):
+                by_target.setdefault(t, []).append(qid)
+        await asyncio.gather(*(self.actors.call(t, "remove_queries", names)
+                               for t, names in by_target.items()))
+        await self.planning.unregister_many(qids)
+        out = []
+        for qid in qids:
+            stats = self.store.stats(qid) if qid in self.store.queries() else {}
+            self.store.close(qid)
+            out.append({"id": qid, "matches": stats.get("total", 0)})
+        log.info("removed a set of %d queries", len(qids))
+        return {"removed": out}
 
     async def remove(self, qid: str) -> dict:
         """Stop a query everywhere; the other queries are untouched."""

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 
 from raycep.cep.errors import CepError, QueryValidationError
-
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+from raycep.gateway.server.checks import validate_name
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -46,15 +44,6 @@ class QueryRecord:
     created: float
     seq: int
     mode: str | None = None
-
-
-def validate_name(name: object) -> str:
-    """``name`` if it is 1-64 characters of ``[A-Za-z0-9_.-]``, else QueryValidationError."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise QueryValidationError(
-            f"invalid query name {name!r}: use 1-64 characters of letters, digits, "
-            f"'_', '.' and '-'")
-    return name
 
 
 def default_registry_path() -> str:
@@ -100,45 +89,69 @@ class QueryRegistry:
             mode: str | None = None) -> QueryRecord:
         """Register a query; ``id`` None generates ``q<seq>``. Raises QueryValidationError
         for a bad or already registered name."""
-        if id is not None:
-            validate_name(id)
-        params = dict(params or {})
-        try:
-            params_json = json.dumps(params, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise QueryValidationError(
-                f"the parameters of query {id!r} are not JSON-serialisable: {exc}") from exc
+        return self.add_many([(id, text, params, mode)])[0]
+
+    def add_many(self, entries: list) -> list:
+        """Register ``(id, text, params, mode)`` entries in one transaction, all or none
+        (``add`` of each); returns their records in order."""
+        rows = []
+        for id, text, params, mode in entries:
+            if id is not None:
+                validate_name(id)
+            params = dict(params or {})
+            try:
+                params_json = json.dumps(params, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise QueryValidationError(
+                    f"the parameters of query {id!r} are not JSON-serialisable: {exc}") from exc
+            rows.append((id, text, params, params_json, mode))
+        records = []
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if id is not None and self._row(id) is not None:
-                    raise QueryValidationError(
-                        f"a query named {id!r} is already registered; remove it first or "
-                        f"choose another NAME")
                 seq = conn.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()[0]
-                while True:
-                    seq += 1
-                    # a generated name must not collide with a query the user named q<n>
-                    if id is not None or self._row(f"q{seq}") is None:
-                        break
-                name = id if id is not None else f"q{seq}"
-                record = QueryRecord(name, text, params, time.time(), seq, mode)
+                for id, text, params, params_json, mode in rows:
+                    if id is not None and self._row(id) is not None:
+                        raise QueryValidationError(
+                            f"a query named {id!r} is already registered; remove it first or "
+                            f"choose another NAME")
+                    while True:
+                        seq += 1
+                        # a generated name must not collide with a query the user named q<n>
+                        if id is not None or self._row(f"q{seq}") is None:
+                            break
+                    name = id if id is not None else f"q{seq}"
+                    record = QueryRecord(name, text, params, time.time(), seq, mode)
+                    conn.execute(
+                        "INSERT INTO queries (seq, id, text, params, created, mode) "
+                        "VALUES (?,?,?,?,?,?)",
+                        (seq, name, text, params_json, record.created, mode))
+                    records.append(record)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", (seq,))
-                conn.execute(
-                    "INSERT INTO queries (seq, id, text, params, created, mode) "
-                    "VALUES (?,?,?,?,?,?)", (seq, name, text, params_json, record.created, mode))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        return record
+        return records
 
     def remove(self, id: str) -> bool:
         """Forget the query ``id``; False when there was none."""
+        return self.remove_many([id]) > 0
+
+    def remove_many(self, ids: list) -> int:
+        """Forget the queries of ``ids`` in one transaction; how many there were."""
         with self._lock:
-            cursor = self._conn.execute("DELETE FROM queries WHERE id = ?", (id,))
-        return cursor.rowcount > 0
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                count = sum(conn.execute("DELETE FROM queries WHERE id = ?", (id,)).rowcount
+                            for id in ids)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return count
 
     def get(self, id: str) -> QueryRecord | None:
         with self._lock:

@@ -85,8 +85,14 @@ class GatewayService:
                        params: dict | None = None, mode: str | None = None) -> dict:
         return await self._queries.register(text, name, params, mode)
 
+    async def register_many(self, entries: list) -> dict:
+        return await self._queries.register_many(entries)
+
     async def remove(self, qid: str) -> dict:
         return await self._queries.remove(qid)
+
+    async def remove_many(self, qids: list) -> dict:
+        return await self._queries.remove_many(qids)
 
     async def describe(self, qid: str, actor_stats: list | None = None) -> dict:
         return await self._queries.describe(qid, actor_stats)

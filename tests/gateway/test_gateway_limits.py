@@ -306,7 +306,7 @@ def test_cli_query_add_is_all_or_nothing(make_cluster, tmp_path, capsys):
     # a name already registered: nothing registered, the query named by its NAME
     status, out = add(f"NAME a\n{SEQ3};\nNAME pair\n{PAIR};\n{NEG}\n")
     assert status == 2 and out.out == ""
-    assert "query 'pair': a query named 'pair' is already registered" in out.err
+    assert "query 'pair' (#2, line 5): a query named 'pair' is already registered" in out.err
     assert "nothing was registered" in out.err and ids() == ["pair"]
     # a query that is not valid: named; an unnamed one is "query #k"
     status, out = add(f"NAME a\n{SEQ3};\nNAME b\nPATTERN SEQ(A a) WHERE z.x > 1 "
@@ -317,17 +317,17 @@ def test_cli_query_add_is_all_or_nothing(make_cluster, tmp_path, capsys):
     assert status == 2 and "query #2: " in out.err and "'y'" in out.err
     # one that parses but does not compile (a parameter without a value)
     status, out = add(f"NAME a\n{SEQ3};\nNAME c\nPATTERN SEQ(A a, B b) WITHIN W")
-    assert status == 2 and "query 'c': " in out.err and "'W'" in out.err
+    assert status == 2 and "query 'c' (#2, line 5): " in out.err and "'W'" in out.err
     assert "nothing was registered" in out.err and ids() == ["pair"]
     # the same name twice in the file
     status, out = add(f"NAME a\n{SEQ3};\nNAME a\n{NEG}")
     assert status == 2 and "'a' is used twice" in out.err and ids() == ["pair"]
-    # the gateway refuses the second (its window is above --max-window): the first is
-    # removed again and the message says so
+    # the gateway refuses the second (its window is above --max-window): the set is
+    # checked whole before any query is registered (one request)
     status, out = add(f"NAME a\n{SEQ3};\nNAME big\nPATTERN SEQ(A a, B b) WHERE [k] "
                       f"WITHIN 10 minutes")
-    assert status == 2 and "query 'big': " in out.err and "maximum of 60 seconds" in out.err
-    assert "removed the queries this command had registered: a" in out.err
+    assert status == 2 and "query 'big' (#2, line 5): " in out.err
+    assert "maximum of 60 seconds" in out.err and "nothing was registered" in out.err
     assert ids() == ["pair"]
     # all good: all registered
     status, out = add(f"NAME a\n{SEQ3};\n{NEG}")

@@ -558,3 +558,11 @@ def test_layout_and_keyword_case_do_not_change_the_ast():
         assert parse_query(_relayout(text, data)) == parse_query(text)
 
     check()
+
+
+def test_a_digit_that_is_not_decimal_is_an_unexpected_character():
+    """``str.isdigit`` holds for '²' but no number starts with it (the tokenizer read it as
+    the start of a number and failed with AttributeError)."""
+    with pytest.raises(QuerySyntaxError, match=r"unexpected character '²' at line 1, column 5"):
+        tokenize("a < ²")
+    assert [t.text for t in tokenize("x² < 1")][:1] == ["x²"]       # inside a name it is a letter
