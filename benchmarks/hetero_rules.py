@@ -111,7 +111,7 @@ def _global_venue(r):
 
 
 def _contig(r):
-    return (f"PATTERN SEQ(D a, D b)\nWHERE [symbol] AND b.price > a.price * "
+    return (f"PATTERN SEQ(C a, D b)\nWHERE [symbol] AND b.price > a.price * "
             f"{_g(r.uniform(1.01, 1.025))}\nWITHIN 60 seconds\nSTRATEGY partition_contiguity")
 
 
@@ -151,11 +151,18 @@ STRUCTURES = (
 
 def rule_set(seed: int, per: int = PER) -> list:
     """``len(STRUCTURES) * per`` rules ``[(name, text)]``: rule i is variant ``i // 12`` of
-    structure ``i % 12``, named ``<structure>_<variant>``; constants from ``seed``."""
-    out = []
+    structure ``i % 12``, named ``<structure>_<variant>``; constants from ``seed`` (drawn
+    again where a rule would repeat an earlier one: no two rules alike)."""
+    out, seen = [], set()
     for j in range(per):
         for name, _, make, _ in STRUCTURES:
-            out.append((f"{name}_{j:02d}", make(random.Random(f"rule-{seed}-{name}-{j}"))))
+            again = 0
+            text = make(random.Random(f"rule-{seed}-{name}-{j}"))
+            while text in seen:                     # constants differ from rule to rule
+                again += 1
+                text = make(random.Random(f"rule-{seed}-{name}-{j}-{again}"))
+            seen.add(text)
+            out.append((f"{name}_{j:02d}", text))
     return out
 
 
