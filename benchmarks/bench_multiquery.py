@@ -1,8 +1,8 @@
 """Many variants of a few query shapes (issue 15: shared multi-query evaluation).
 
     python3 -m benchmarks.bench_multiquery [--rows 20000] [--counts 1,10,100,1000] [--repeat 3]
-                                           [--full] [--part e2e|worker|prefix|both] [--cluster]
-                                           [--quick]
+                                           [--full] [--part e2e|worker|prefix|both|hetero]
+                                           [--cluster] [--quick]
 
 Query sets: N variants (N in --counts) over type Stock, all ``[symbol]``, mixing four shapes
 that differ only in constants (deterministic; ``query_variants``):
@@ -41,6 +41,12 @@ structures that share no group but begin (in plan order, trigger first) with the
 with D rare (``make_prefix_events``), ``raycep local`` with sharing on and ``--no-sharing``;
 the default planner (each query planned on its own) and ``--planner tree-nfa``; the match
 files must hold the same lines.
+
+Part ``hetero`` (only when named; benchmarks/bench_hetero.py, issue 35): a heterogeneous
+set of 12 rule structures x 20 constants over a 6-type keyed stream (benchmarks/hetero_rules.py;
+``--seed`` picks the stream and the constants: tune with seed A = 42, report with seed B = 7),
+against its first rule alone and each structure's first rule alone, with each rule's
+evaluation path where the engine reports it.
 
 ``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors (sharing
 on, the actors' default), twice: fed msgpack batches directly (bench_cluster's
@@ -505,133 +511,6 @@ def bench_prefix(tmp: str, rows: int, seed: int, repeat: int,
     return lines + verdicts
 
 
-# --------------------------------------------------------------------------- heterogeneous
-
-def _path(qstats: dict | None) -> str:
-    """A query's evaluation path as the engine reports it (``stats()["queries"][q]["path"]``,
-    issue 35), or "n/a" where it does not."""
-    path = (qstats or {}).get("path")
-    if path is None:
-        return "n/a"
-    if isinstance(path, dict):
-        return ", ".join(f"{k} {v}" for k, v in path.items())
-    return str(path)
-
-
-def _us(summary: dict, rows: int, read: float) -> float:
-    """Microseconds per event of a run beyond ``read`` seconds (reading and the loop)."""
-    return (summary["seconds"] - read) * 1e6 / rows
-
-
-def _median_run(runs: list) -> dict:
-    """The run of median ``seconds`` (the lower middle one of an even count)."""
-    return sorted(runs, key=lambda s: s["seconds"])[(len(runs) - 1) // 2]
-
-
-def bench_hetero(tmp: str, rows: int, seed: int, repeat: int, per: int = hr.PER,
-                 sharing_off: bool = True) -> dict:
-    """``raycep local --workers 1`` (through benchmarks.local_paths: the summary names each
-    query's path) on the heterogeneous set of benchmarks.hetero_rules over its stream: the
-    whole set, its first rule alone, each structure's first rule alone (per-rule cost), all
-    ``repeat`` times, interleaved, the median run kept; then the set once with
-    ``--no-sharing``, whose match file must hold the set's lines. -> the runs and checks."""
-    events = hr.make_stream(os.path.join(tmp, "hetero.csv"), rows, seed)
-    rules = hr.rule_set(seed, per)
-    singles = hr.first_of_each(rules)
-    files = {"set": write_queries(os.path.join(tmp, "hetero.cep"), rules)}
-    for name, text in singles:
-        files[name] = write_queries(os.path.join(tmp, f"{name}.cep"), [(name, text)])
-    # reading the file and the loop alone: a rule over a type the stream never has
-    files["read"] = write_queries(os.path.join(tmp, "read.cep"), [(
-        "read_only", "PATTERN SEQ(Z a, Z b)\nWITHIN 1 seconds")])
-    first = rules[0][0]
-
-    def one(cell: str, sharing: bool = True) -> dict:
-        return run_local(files[cell], events, os.path.join(tmp, f"h_{cell}_{sharing}.jsonl"),
-                         sharing=sharing, workers=1, query_stats=True)
-
-    log(f"[hetero] {len(rules)} rules, {rows:,} events, seed {seed}; warm-up run ...")
-    one(first)
-    cells = ["set", "read"] + [name for name, _ in singles]
-    runs: dict = {c: [] for c in cells}
-    for rep in range(repeat):
-        for cell in (cells if rep % 2 == 0 else cells[::-1]):
-            s = one(cell)
-            log(f"[hetero] run {rep + 1}/{repeat} {cell}: {s['events_per_s']:,.0f} events/s, "
-                f"{s['matches']:,} matches")
-            if s["events"] != rows or s["queries"] != (len(rules) if cell == "set" else 1):
-                raise AssertionError(f"{cell}: raycep local reported {s['queries']} queries, "
-                                     f"{s['events']} events")
-            runs[cell].append(s)
-    for cell, found in runs.items():
-        if len({s["matches"] for s in found}) != 1:
-            raise AssertionError(f"{cell}: match counts differ between runs")
-    med = {cell: _median_run(found) for cell, found in runs.items()}
-    in_set = med["set"].get("query_stats", {})
-    alone_vs_set = {name: (med[name]["matches"], (in_set.get(name) or {}).get("matches"))
-                    for name, _ in singles}
-    off = None
-    if sharing_off:
-        log("[hetero] the set with --no-sharing ...")
-        off = one("set", sharing=False)
-    identical = None if off is None else (
-        off["matches"] == med["set"]["matches"]
-        and same_lines(os.path.join(tmp, "h_set_True.jsonl"),
-                       os.path.join(tmp, "h_set_False.jsonl")))
-    return {"rules": rules, "first": first, "med": med, "off": off, "identical": identical,
-            "alone_vs_set": alone_vs_set, "rows": rows, "seed": seed, "repeat": repeat}
-
-
-def hetero_table(result: dict) -> list:
-    """The runs, the ratio set / first rule, per-structure cost and paths; lines."""
-    med, rules, first = result["med"], result["rules"], result["first"]
-    rate = {cell: s["events_per_s"] for cell, s in med.items()}
-    base = med[first]
-    lines = [f"{'run':>14} {'rules':>5} {'groups':>6} {'events/s':>10} {'ratio':>7} "
-             f"{'matches':>8} {'seconds':>8}"]
-    shown = [("set", med["set"])] + [(first + " alone", base)]
-    if result["off"] is not None:
-        shown.append(("set, no-share", result["off"]))
-    for label, s in shown:
-        lines.append(f"{label:>14} {s['queries']:>5} {s['groups']:>6} "
-                     f"{s['events_per_s']:>10,.0f} {s['events_per_s'] / rate[first]:>7.3f} "
-                     f"{s['matches']:>8,} {s['seconds']:>8.3f}")
-    n, read = len(rules), med["read"]["seconds"]
-    lines.append(f"ratio set / first rule: {rate['set'] / rate[first]:.3f}x (issue 35 target "
-                 f">= 0.2x); first rule {first}: path {_path(base['query_stats'].get(first))}"
-                 f", plan {base['query_stats'][first].get('plan')}")
-    lines.append(f"reading and the loop alone (a rule over a type never seen): {read:.3f} s; "
-                 f"per-rule cost beyond it (us per event): the set "
-                 f"{_us(med['set'], result['rows'], read) / n:.3f} per rule ({n} rules), the "
-                 f"first rule alone {_us(base, result['rows'], read):.3f}")
-    if result["identical"] is not None:
-        lines.append(f"matches of the set with sharing and --no-sharing identical (sorted "
-                     f"lines): {'yes' if result['identical'] else 'NO (an engine bug)'}")
-    lines.append("")
-    lines.append("per structure: its first rule alone (per-rule cost), and the path each of "
-                 "its rules took in the set")
-    lines.append(f"{'structure':>13} {'events/s':>9} {'us/ev':>6} {'matches':>7} "
-                 f"{'in set':>7}  expected path (bulk.py rule) | reported alone | in set")
-    stats = med["set"].get("query_stats", {})
-    singles = {name: name for name, _ in hr.first_of_each(rules)}
-    for (sname, _, _, expected), name in zip(hr.STRUCTURES, singles):
-        s = med[name]
-        alone, there = result["alone_vs_set"][name]
-        members = [q for q, _ in rules if q.rsplit("_", 1)[0] == sname]
-        paths = sorted({_path(stats.get(q)) for q in members})
-        lines.append(f"{sname:>13} {s['events_per_s']:>9,.0f} "
-                     f"{_us(s, result['rows'], read):>6.2f} {alone:>7,} "
-                     f"{_cell(there, ','):>7}  {expected} | "
-                     f"{_path(s['query_stats'].get(name))} | {len(members)} rules: "
-                     f"{'; '.join(paths)}")
-    lines.append("us/ev: the rule's cost per event beyond reading (its seconds alone minus the "
-                 "read-only run's, per event)")
-    differ = [name for name, (a, b) in result["alone_vs_set"].items() if a != b]
-    lines.append("each structure's first rule: matches alone = its matches in the set: "
-                 + ("yes" if not differ else f"NO for {', '.join(differ)} (an engine bug)"))
-    return lines
-
-
 # --------------------------------------------------------------------------- main
 
 def parse_counts(text: str) -> tuple:
@@ -659,6 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--part", choices=("e2e", "worker", "prefix", "both", "hetero"),
                     default="both", help="both: e2e, worker and prefix; hetero: the "
                     "heterogeneous rule set (issue 35), only when named")
+    ap.add_argument("--by-structure", action="store_true",
+                    help="hetero: also each structure's rules as a set of their own")
     ap.add_argument("--per", type=int, default=hr.PER,
                     help=f"hetero: constants per structure (default {hr.PER}: "
                          f"{len(hr.STRUCTURES) * hr.PER} rules)")
@@ -676,7 +557,8 @@ def run(args) -> dict:
     worker_counts = args.worker_counts or quick.get("worker_counts", (1, 10, 100))
     repeat = args.repeat or quick.get("repeat", 3)
     from benchmarks.bench_cluster import machine
-    if args.part == "hetero":
+    if args.part == "hetero":                      # its own module (benchmarks/bench_hetero.py)
+        from benchmarks.bench_hetero import run_hetero
         return run_hetero(args, machine())
     print("raycep multi-query benchmark (issue 15)")
     print(f"python {platform.python_version()}; machine: {machine()}")
@@ -725,25 +607,6 @@ def run(args) -> dict:
             print("\n".join(bench_serve(events, cluster_counts)))
             result["cluster"] = True
     return result
-
-
-def run_hetero(args, machine: str) -> dict:
-    rows = args.rows or (4_000 if args.quick else 40_000)
-    repeat = args.repeat or (1 if args.quick else 3)
-    print("raycep multi-query benchmark: heterogeneous rule set (issue 35)")
-    print(f"python {platform.python_version()}; machine: {machine}")
-    print(f"events: benchmarks/hetero_rules.py, {rows:,} of types A-F, {hr.KEYS} symbols, seed "
-          f"{args.seed}{' (seed A: tuning)' if args.seed == hr.SEED_A else ''}"
-          f"{' (seed B: reporting)' if args.seed == hr.SEED_B else ''}; rules: "
-          f"{len(hr.STRUCTURES)} structures x {args.per} constants; raycep local --key "
-          f"symbol --workers 1; median of {repeat} run(s) per cell")
-    print(f"\n=== heterogeneous set end to end: the set, its first rule alone, each "
-          f"structure's first rule alone; then the set with --no-sharing")
-    with tempfile.TemporaryDirectory(prefix="bench_hetero_") as tmp:
-        result = bench_hetero(tmp, rows, args.seed, repeat, args.per,
-                              sharing_off=local_supports_no_sharing())
-    print("\n".join(hetero_table(result)))
-    return {"hetero": result}
 
 
 def main(argv=None) -> int:

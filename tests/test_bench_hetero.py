@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import bench_hetero as bh  # noqa: E402
 from benchmarks import bench_multiquery as bm  # noqa: E402
 from benchmarks import hetero_rules as hr  # noqa: E402
 from benchmarks.local_paths import KEPT  # noqa: E402
@@ -81,15 +82,15 @@ def test_local_paths_adds_each_querys_stats(tmp_path):
     with open(tmp_path / "m.jsonl") as handle:
         by = [json.loads(line)["query"] for line in handle]
     assert all(s["query_stats"][q]["matches"] == by.count(q) for q in s["query_stats"])
-    assert bm._path({"path": None}) == "n/a" == bm._path(None)
-    assert bm._path({"path": {"bulk": 3, "per_trigger": 1}}) == "bulk 3, per_trigger 1"
+    assert bh._path({"path": None}) == "n/a" == bh._path(None)
+    assert bh._path({"path": {"bulk": 3, "per_trigger": 1}}) == "bulk 3, per_trigger 1"
 
 
 def test_hetero_part_reports_every_row_and_identical_matches(tmp_path):
-    result = bm.bench_hetero(str(tmp_path), ROWS, hr.SEED_A, 1, per=2)
+    result = bh.bench_hetero(str(tmp_path), ROWS, hr.SEED_A, 1, per=2, by_structure=True)
     assert result["identical"] is True
     assert all(a == b for a, b in result["alone_vs_set"].values())
-    text = "\n".join(bm.hetero_table(result))
+    text = "\n".join(bh.hetero_table(result))
     assert "identical (sorted lines): yes" in text and "NO" not in text
     assert "ratio set / first rule:" in text and "first rule seq2_00: path" in text
     for name, *_rest in hr.STRUCTURES:
@@ -98,6 +99,10 @@ def test_hetero_part_reports_every_row_and_identical_matches(tmp_path):
     assert set(rows) == {"set", "seq2_00 alone", "set, no-share"}
     assert rows["set"][0] == str(2 * len(hr.STRUCTURES)) and rows["seq2_00 alone"][0] == "1"
     assert rows["set"][4] == rows["set, no-share"][4]                   # matches
+    # --by-structure: a row per structure, its figures or the engine's failure
+    part = text.split("as a set of their own")[1]
+    for name, *_rest in hr.STRUCTURES:
+        assert re.search(rf"^ *{name} +(\d+ .*%|failed \(an engine bug\): .+)$", part, re.M), name
 
 
 @pytest.mark.parametrize("argv", [["--part", "hetero", "--help"]])
