@@ -1,8 +1,8 @@
 """Many variants of a few query shapes (issue 15: shared multi-query evaluation).
 
     python3 -m benchmarks.bench_multiquery [--rows 20000] [--counts 1,10,100,1000] [--repeat 3]
-                                           [--full] [--part e2e|worker|prefix|both] [--cluster]
-                                           [--quick]
+                                           [--full] [--part e2e|worker|prefix|both|hetero]
+                                           [--cluster] [--quick]
 
 Query sets: N variants (N in --counts) over type Stock, all ``[symbol]``, mixing four shapes
 that differ only in constants (deterministic; ``query_variants``):
@@ -42,6 +42,12 @@ with D rare (``make_prefix_events``), ``raycep local`` with sharing on and ``--n
 the default planner (each query planned on its own) and ``--planner tree-nfa``; the match
 files must hold the same lines.
 
+Part ``hetero`` (only when named; benchmarks/bench_hetero.py, issue 35): a heterogeneous
+set of 12 rule structures x 20 constants over a 6-type keyed stream (benchmarks/hetero_rules.py;
+``--seed`` picks the stream and the constants: tune with seed A = 42, report with seed B = 7),
+against its first rule alone and each structure's first rule alone, with each rule's
+evaluation path where the engine reports it.
+
 ``--cluster``: the 1- and 100-query sets (``--quick``: 10) on 2 Ray partition actors (sharing
 on, the actors' default), twice: fed msgpack batches directly (bench_cluster's
 ``run_actors``), and through what ``raycep serve`` runs (gateway + actors: queries registered
@@ -62,6 +68,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks import hetero_rules as hr
 from benchmarks.bench_cluster import run_worker   # PartitionWorker ingest + advance, timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,11 +164,15 @@ def local_supports_no_sharing() -> bool:
 
 
 def run_local(query_file: str, ticks: str, out: str, sharing: bool = True,
-              key: str | None = KEY, planner: str | None = None) -> dict:
-    """One ``raycep local`` run; its JSON summary (the last stdout line)."""
-    cmd = [sys.executable, "-m", "raycep", "local", "--query", query_file,
-           "--events", ticks, "--out", out] + (["--key", key] if key else []) \
-        + ([] if sharing else ["--no-sharing"]) + (["--planner", planner] if planner else [])
+              key: str | None = KEY, planner: str | None = None, workers: int | None = None,
+              query_stats: bool = False) -> dict:
+    """One ``raycep local`` run; its JSON summary (the last stdout line). ``query_stats``:
+    through benchmarks.local_paths, whose summary adds each query's stats (its path)."""
+    cmd = [sys.executable, "-m", "benchmarks.local_paths" if query_stats else "raycep",
+           "local", "--query", query_file, "--events", ticks, "--out", out] \
+        + (["--key", key] if key else []) + ([] if sharing else ["--no-sharing"]) \
+        + (["--planner", planner] if planner else []) \
+        + (["--workers", str(workers)] if workers else [])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -511,8 +522,11 @@ def parse_counts(text: str) -> tuple:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=None, help="ticks (default 20,000)")
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--rows", type=int, default=None,
+                    help="ticks (default 20,000); hetero: events (default 40,000)")
+    ap.add_argument("--seed", type=int, default=42,
+                    help="hetero: the stream and the rules' constants; tune with seed A = "
+                         f"{hr.SEED_A}, report with seed B = {hr.SEED_B}")
     ap.add_argument("--counts", type=parse_counts, default=None,
                     help="query counts end to end (default 1,10,100,1000)")
     ap.add_argument("--worker-counts", type=parse_counts, default=None,
@@ -521,8 +535,14 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(default 3)")
     ap.add_argument("--full", action="store_true",
                     help=f"also sharing off for N >= {SLOW_OFF} end to end (slow)")
-    ap.add_argument("--part", choices=("e2e", "worker", "prefix", "both"), default="both",
-                    help="both: e2e, worker and prefix")
+    ap.add_argument("--part", choices=("e2e", "worker", "prefix", "both", "hetero"),
+                    default="both", help="both: e2e, worker and prefix; hetero: the "
+                    "heterogeneous rule set (issue 35), only when named")
+    ap.add_argument("--by-structure", action="store_true",
+                    help="hetero: also each structure's rules as a set of their own")
+    ap.add_argument("--per", type=int, default=hr.PER,
+                    help=f"hetero: constants per structure (default {hr.PER}: "
+                         f"{len(hr.STRUCTURES) * hr.PER} rules)")
     ap.add_argument("--cluster", action="store_true",
                     help="also 1 and 100 queries on 2 Ray partition actors")
     ap.add_argument("--quick", action="store_true",
@@ -537,6 +557,9 @@ def run(args) -> dict:
     worker_counts = args.worker_counts or quick.get("worker_counts", (1, 10, 100))
     repeat = args.repeat or quick.get("repeat", 3)
     from benchmarks.bench_cluster import machine
+    if args.part == "hetero":                      # its own module (benchmarks/bench_hetero.py)
+        from benchmarks.bench_hetero import run_hetero
+        return run_hetero(args, machine())
     print("raycep multi-query benchmark (issue 15)")
     print(f"python {platform.python_version()}; machine: {machine()}")
     print(f"ticks: examples/make_ticks.py --rows {rows} --seed {args.seed}; queries: "
