@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from raycep.cep.evaluation.vector import compile_vector
 from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
@@ -67,6 +68,16 @@ class BulkPlan:
     negations: tuple = ()        # per step: the _Negations decided after it
     batch: bool = True           # matches share the prefix binding (Match.batch), as the
     #                              evaluator makes them when the last step checks nothing else
+    checks: tuple = ()           # per step: its _Checks (conditions on it and steps before)
+
+
+@dataclass(frozen=True)
+class _Check:
+    """A condition checked on each candidate once bound (not a filter of one variable, e.g.
+    ``a.x + b.x > c.x``): holds where one of ``fns`` (cep.evaluation.vector) does (two for a
+    query group's: its members with the extreme constants)."""
+    conj: object
+    fns: tuple
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,14 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
         return None
     pos = {n: k for k, n in enumerate(names)}
     filters, same, negations = [], [], []
+    checks = []
     for k, s in enumerate(steps):
-        if s.var.kleene or s.var.negated or s.conjuncts or (s.negations and not k):
+        if s.var.kleene or s.var.negated or (s.negations and not k):
             return None
+        step_checks = tuple(_check(c, loose, opaque) for c in s.conjuncts)
+        if None in step_checks:
+            return None
+        checks.append(step_checks)
         negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations)
         if None in negs:
             return None
@@ -123,7 +139,21 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
                     tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
                     tuple(filters), tuple(negations),
-                    not (last.negations or last.check_used))
+                    not (last.negations or last.check_used or last.conjuncts), tuple(checks))
+
+
+def _check(c, loose: dict, opaque: dict) -> _Check | None:
+    """Condition ``c`` as a _Check, or None (not a comparison of numbers over columns)."""
+    if c.kleene_i is not None:
+        return None
+    if id(c) in loose:
+        exprs = tuple(e.expr for e in loose[id(c)])
+    elif id(c) in opaque:
+        return None
+    else:
+        exprs = (c.expr,)
+    fns = tuple(compile_vector(e) for e in exprs)
+    return None if None in fns else _Check(c, fns)
 
 
 def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
@@ -144,8 +174,9 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
     for k, s in enumerate(steps):
         if s.var.kleene:
             return f"Kleene variable {s.var.name}"
-        if s.conjuncts:
-            return f"condition {s.conjuncts[0].text!r} is no filter of one variable"
+        for c in s.conjuncts:
+            if _check(c, loose, opaque) is None:
+                return f"condition {c.text!r}: not a comparison of numbers over columns"
         if s.negations and not k:
             return "a negation before the first event"
         for n in s.negations:
@@ -382,6 +413,11 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
                 whole = False
                 passed = passed & (cand >= start[parent]) & (cand < end[parent])
             cand, parent = cand[passed], parent[passed]
+        for check in plan.checks[k] if plan.checks else ():
+            held, unsure = _checked(check, plan, cols, rows, k, parent, cand)
+            bad[trig[parent[unsure]]] = True
+            tallies.append((check.conj, trig[parent], held))
+            cand, parent = cand[held], parent[held]
         for g in plan.negations[k]:
             held = _absent(g, block, k, trig, rows, times, parent, cand)
             cand, parent = cand[held], parent[held]
@@ -427,6 +463,25 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
     binding, member = binding[keep], member[keep]
     at = np.lexsort((binding, member, owner[binding]))
     return binding[at], member[at], members.names
+
+
+def _checked(check: _Check, plan: BulkPlan, cols, rows: list, k: int, parent, cand) -> tuple:
+    """``(held, unsure)`` of ``check`` per candidate of step ``k`` (``parent``: its binding
+    among ``rows``)."""
+    pos = {name: j for j, name in enumerate(plan.names)}
+
+    def get(var, attr):
+        j = pos[var]
+        values, odd = cols[j].column(attr)
+        at = cand if j == k else rows[j][parent]
+        return values[at], odd[at]
+    held = unsure = None
+    for fn in check.fns:
+        got, bad = fn(get, None)
+        held = got if held is None else held | got
+        unsure = bad if unsure is None else unsure | bad
+    n = len(cand)                        # (an unsure one's trigger is left to the evaluator)
+    return np.broadcast_to(held, (n,)).copy(), np.broadcast_to(unsure, (n,))
 
 
 def untally(counts: list, i: int) -> None:

@@ -500,12 +500,13 @@ class PatternManager:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
+        bulk = 0
         ready = self._ready.pop(id(trigger), None) if self._ready else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
             if got is not None:
-                self.bulk_triggers += 1
+                bulk += 1
                 (matches, bounds, _, _), i = got
                 if bounds[i + 1] > bounds[i]:
                     out.extend(self._fan_block(matches, bounds[i], bounds[i + 1], origin))
@@ -523,6 +524,8 @@ class PatternManager:
                         self._inherit(seq, origin)
             elif ev.results:
                 out.extend(self._fan(ev.results, origin))
+        if bulk and bulk == len(targets):   # (a branch of an OR may not be)
+            self.bulk_triggers += 1
         return out
 
     def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:

@@ -186,7 +186,9 @@ ODD = ("p", "", True, False, BIG, -BIG, 2 ** 60, None)                  # None: 
 def bulk_queries(draw):
     """``(text, n_vars, trigger type, eligible)``: SEQ of 2-4 variables of distinct types
     with 0-3 order comparisons (variable against variable, or against an int or float
-    literal on either side) and an optional ``[k]``; ``eligible``: no literal beyond 2**53
+    literal on either side), sometimes a condition checked once its variables are bound
+    (``a.x + b.y < 3``, ``a.z * c.x >= b.x``: no filter of one variable) and an optional
+    ``[k]``; ``eligible``: no literal beyond 2**53
     (not a float64 number: such a condition is not bulk-evaluable)."""
     n = draw(st.integers(2, 4), label="variables")
     types = draw(st.permutations("ABCD"), label="types")[:n]
@@ -210,6 +212,14 @@ def bulk_queries(draw):
             if draw(st.booleans()):
                 left, right = right, left
         conds.append(f"{left} {op} {right}")
+    if draw(st.integers(0, 2), label="a check?") == 0:   # no filter of one variable: checked
+        i, j = draw(st.permutations(range(n)), label="check's variables")[:2]   # once bound
+        terms = [f"{names[i]}.{draw(st.sampled_from(ATTRS))}",
+                 f"{names[j]}.{draw(st.sampled_from(ATTRS))}"]
+        arith = draw(st.sampled_from(["+", "-", "*"]), label="check's arithmetic")
+        other = draw(st.one_of(st.integers(-2, 8).map(str),
+                               st.sampled_from(VARS[:n]).map(lambda v: f"{v}.x")))
+        conds.append(f"{terms[0]} {arith} {terms[1]} {draw(st.sampled_from(OPS))} {other}")
     if draw(st.integers(0, 3)) == 0:
         conds.insert(0, "[k]")
     window = draw(st.sampled_from([0.5, 1, 2, 3, 4.5, 8]), label="window")
