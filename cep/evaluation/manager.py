@@ -375,12 +375,19 @@ class PatternManager:
             plan = self._bulk_plan(b, name)
             if plan is None:
                 continue
-            for part, ts in self._partitions(group):
-                got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
-                                    self._var_order, cap, self._member_columns())
-                for i, (t, ok) in enumerate(zip(ts, got[2])):
-                    if ok:
-                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+            parts = self._partitions(group)
+            if not parts:
+                continue
+            # every partition in one evaluation (their rows one after the other)
+            number = {p: k for k, (p, _) in enumerate(parts)}
+            ts = group if len(parts) == 1 and len(parts[0][1]) == len(group) else \
+                [t for t in group if t.key is not None]
+            got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
+                                self._label, self._var_order, cap, self._member_columns(),
+                                [number[t.key] for t in ts] if len(parts) > 1 else None)
+            for i, (t, ok) in enumerate(zip(ts, got[2])):
+                if ok:
+                    ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
 
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
