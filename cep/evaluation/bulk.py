@@ -411,6 +411,11 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
             passed = held if passed is None else passed | held
         tallies.append((f.conj, cand, passed))
         cand = cand[passed]
+    for check in plan.checks[0] if plan.checks else ():     # on the trigger alone
+        held, unsure = _checked(check, plan, cols, rows, 0, cand, cand)
+        bad[cand[unsure]] = True
+        tallies.append((check.conj, cand, held))
+        cand = cand[held]
     trig = rows[0] = cand
     times[0] = tts[cand]
     for k in range(1, last + 1):

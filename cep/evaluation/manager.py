@@ -60,6 +60,7 @@ class PatternManager:
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
         self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
+        self._pending_bulk: list = []    # bulk results not spread into _ready yet
         #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
         #: (else None)
         self.prefixes = None
@@ -369,7 +370,6 @@ class PatternManager:
             for target in self._triggers.get(t.type, ()):
                 by_target.setdefault(target, []).append(t)
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
-        ready = self._ready
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
@@ -385,16 +385,23 @@ class PatternManager:
             got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
                                 self._label, self._var_order, cap, self._member_columns(),
                                 [number[t.key] for t in ts] if len(parts) > 1 else None)
+            self._pending_bulk.append(((b, name), ts, got))
+
+    def _spread(self) -> None:
+        """The bulk results per trigger (``_ready``, for ``_evaluate``)."""
+        ready = self._ready
+        for key, ts, got in self._pending_bulk:
             for i, (t, ok) in enumerate(zip(ts, got[2])):
                 if ok:
-                    ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+                    ready.setdefault(id(t), (t, {}))[1][key] = (got, i)
+        self._pending_bulk.clear()
 
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
         evaluated in bulk, and this manager's output keeps their order."""
-        ready = self._ready
-        return len(ready) == len(triggers) and self._in_order() and \
-            all(len(self._triggers[t.type]) == 1 for t in triggers)
+        good = len(self._ready) + sum(sum(got[2]) for _, _, got in self._pending_bulk)
+        return good == len(triggers) and self._in_order() and \
+            all(len(self._triggers[typ]) == 1 for typ in {t.type for t in triggers})
 
     def take_prepared(self, triggers: list, counts: list | None = None) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when
@@ -403,6 +410,18 @@ class PatternManager:
         the number of matches of each trigger."""
         if not self.ready_for(triggers):
             return None
+        results = self._pending_bulk
+        if not self._ready and len(results) == 1 and len(results[0][1]) == len(triggers):
+            (matches, bounds, _, _) = results[0][2]  # one evaluation took them all, in order
+            results.clear()
+            if counts is not None:
+                counts.extend(b - a for a, b in zip(bounds, bounds[1:]))
+            self.triggers_evaluated += len(triggers)
+            self.bulk_triggers += len(triggers)
+            if triggers[-1].ts > self.clock:
+                self.clock = triggers[-1].ts
+            return self._taken(matches, [(matches, 0, len(matches))] if len(matches) else [])
+        self._spread()
         ready = self._ready
         pieces = []
         for t in triggers:
@@ -438,6 +457,8 @@ class PatternManager:
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
+        if self._pending_bulk:
+            self._spread()
         if self._ready:
             from raycep.cep.evaluation.bulk import untally
             for _, results in self._ready.values():
@@ -508,6 +529,8 @@ class PatternManager:
         self.triggers_evaluated += 1
         out = []
         bulk = 0
+        if self._pending_bulk:
+            self._spread()
         ready = self._ready.pop(id(trigger), None) if self._ready else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
