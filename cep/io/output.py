@@ -188,22 +188,26 @@ class MatchLines:
         """``block`` of a cep.match.MatchMix: each part's lines (a MatchBlock's made as
         ``block`` makes them), put in the mix's order."""
         import numpy as np
-        lines = []
+        cells = []
         for part in mix.parts:
             if part.__class__ is MatchBlock:
-                cells = self._parts(part)
-                got = cells[:, 0]
-                for c in range(1, cells.shape[1]):
-                    got = got + cells[:, c]          # bytes, element by element
+                cells.append(self._parts(part))
             else:
-                got = np.empty(len(part), dtype=object)
-                got[:] = [self.line(m) for m in part]
+                got = np.empty((len(part), 1), dtype=object)
+                got[:, 0] = [self.line(m) for m in part]
                 for m in part:
                     self._count(m, 1)
-            lines.append(got)
-        offsets = np.cumsum([0] + [len(x) for x in lines[:-1]])
-        ordered = np.concatenate(lines)[offsets[mix.which] + mix.at]
-        return _joined(ordered[:, None], gather)
+                cells.append(got)
+        # the parts' cells in one matrix (short rows padded with b""), rows in the mix's order
+        width = max(c.shape[1] for c in cells)
+        sizes = [len(c) for c in cells]
+        rows = np.full((sum(sizes), width), b"", dtype=object)
+        at = 0
+        for c in cells:
+            rows[at:at + len(c), :c.shape[1]] = c
+            at += len(c)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        return _joined(rows[offsets[mix.which] + mix.at], gather)
 
     def _parts(self, block: MatchBlock):
         """The lines of ``block`` as a numpy object array of bytes, a row per match whose
