@@ -161,7 +161,8 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
             elif id(c) in opaque:
                 return f"condition {c.text!r}: its members' constants"
             elif _filter(c, s.var.name, pos, k) is None:
-                return f"condition {c.text!r}: not an order comparison of numbers"
+                return f"condition {c.text!r}: not an order comparison of numbers " \
+                    "nor an equality with a number or text"
     return "not a sequence bulk evaluation reproduces"
 
 
@@ -175,7 +176,7 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
     if any(j not in before and j not in after for j in same):
         return None
     filters = tuple(_filter(c, neg.var.name, pos, k + 1) for c in neg.filters)
-    if None in filters:
+    if None in filters or any(_text(f) for f in filters):
         return None
     extreme = neg.extreme is not None
     if extreme and filters[0].arith is not None:
@@ -186,7 +187,7 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
 def _loose_filter(c, ends: tuple, name: str, pos: dict, k: int) -> _Filter | None:
     """Group condition ``c`` as the _Filter of its extreme members' ``ends`` (plan_for)."""
     low, high = (_filter(e, name, pos, k) for e in ends)
-    if low is None or high is None or (low.attr, low.op, low.var, low.other) != \
+    if low is None or high is None or low.op not in _ORDERING or (low.attr, low.op, low.var, low.other) != \
             (high.attr, high.op, high.var, high.other) or \
             (low.arith is None) != (high.arith is None):
         return None
@@ -197,8 +198,10 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     """``c`` as a _Filter on variable ``name`` (bound at step ``k``), or None."""
     attr, getter, op, ordering, _ = c.separable[name]
     expr = c.expr
-    if not ordering or expr.__class__ is not ast.Compare:
+    if expr.__class__ is not ast.Compare:
         return None
+    if not ordering:
+        return _equality(c, attr, op, expr)
     arith = None
     if attr is None:
         spec = getattr(getter, "attr_arith", None)      # x.attr OP number (expressions)
@@ -230,6 +233,32 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     return None
 
 
+def _equality(c, attr, op, expr) -> _Filter | None:
+    """``x.attr = value`` or ``!=`` with a literal text or exact number, as a _Filter (its
+    ``const`` the text itself, or the number as a float), or None."""
+    other = expr.right if expr.left.__class__ is ast.Attr else expr.left
+    if attr is None or attr in FIELDS or other.__class__ is not ast.Literal:
+        return None
+    value = other.value
+    if value.__class__ is str:
+        return _Filter(c, attr, op, value)
+    return _Filter(c, attr, op, float(value)) if _exact(value) else None
+
+
+def _text(f: _Filter) -> bool:
+    """Whether ``f`` compares with a text (``_equality``)."""
+    return f.const.__class__ is str
+
+
+def _held(col, f: _Filter, at):
+    """``(held, odd)`` of text filter ``f`` at rows ``at`` of ``col`` (_Columns or
+    _Triggers): whether the row's value equals (or, for ``!=``, differs from) the text, and
+    whether it is no ``str`` (the evaluator fails the comparison there)."""
+    equal, odd = col.text(f.attr, f.const)
+    held = equal[at]
+    return (held if f.op is operator.eq else ~held), odd
+
+
 def _arith_spec(op: str, const, left: bool) -> tuple | None:
     """``(numpy function, number, number on the left)`` for ``x OP number`` (``number OP x``
     when ``left``), or None (a number float64 does not hold exactly, a division by 0)."""
@@ -246,6 +275,7 @@ def _names(expr) -> set:
     return {n.var for n in ast.walk_expr(expr) if n.__class__ is ast.Attr}
 
 
+_ORDERING = (operator.lt, operator.le, operator.gt, operator.ge)
 _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
@@ -273,6 +303,19 @@ class _Columns:
             self._cols[attr] = col
         return col
 
+    def text(self, attr: str, value: str) -> tuple:
+        """``(equal, odd)``: where ``attr`` holds the text ``value``, and where it holds no
+        ``str`` (TimeBuffer.text_equal)."""
+        key = (attr, value)
+        col = self._cols.get(key)
+        if col is None:
+            if self.buf is None:
+                col = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+            else:
+                col = self.buf.text_equal(self.p0, self.p1, attr, value)
+            self._cols[key] = col
+        return col
+
     def events(self, rows) -> list:
         """The Events of ``rows`` (numpy, positions in the span), one per entry."""
         return self.buf.events_at(self.p0, rows)
@@ -292,6 +335,19 @@ class _Triggers:
             values = np.array([_value(t.attrs.get(attr)) for t in self.triggers],
                               dtype=np.float64)
             col = self._cols[attr] = (values, np.isnan(values))
+        return col
+
+    def text(self, attr: str, value: str) -> tuple:
+        """Like _Columns.text, over the triggers."""
+        key = (attr, value)
+        col = self._cols.get(key)
+        if col is None:
+            got = [t.attrs.get(attr) for t in self.triggers]
+            col = self._cols[key] = (
+                np.fromiter((v.__class__ is str and v == value for v in got), dtype=bool,
+                            count=len(got)),
+                np.fromiter((v.__class__ is not str for v in got), dtype=bool,
+                            count=len(got)))
         return col
 
 
@@ -324,18 +380,8 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     tallies = []                         # (conjunct, trigger per tested candidate, passed)
     block = _Block(index, partition, tts, tlow_all, spans, cols, bad, tallies)
     last = len(plan.filters) - 1
-    parent = cand = trig
-    for f in plan.filters[0]:
-        passed = None
-        for g in (f, f.alt) if f.alt is not None else (f,):
-            values = cols[0].column(g.attr)[0]
-            if g.arith is not None:
-                values = _apply(g.arith, values)
-            bad |= np.isnan(values)
-            held = g.op(values[cand], g.const)
-            passed = held if passed is None else passed | held
-        tallies.append((f.conj, cand, passed))
-        cand = cand[passed]
+    parent = trig
+    cand = _screened(plan.filters[0], cols[0], trig, bad, tallies)
     trig = rows[0] = cand
     times[0] = tts[cand]
     for k in range(1, last + 1):
@@ -350,14 +396,14 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         bad[trig[tie]] = True
         # the evaluator's first comparison of a plain attribute counts the range with the
         # bound events at its ends (TimeBuffer.select), the rest the events between them
-        whole = bool(filters) and filters[0].arith is None
+        whole = bool(filters) and filters[0].arith is None and filters[0].op in _ORDERING
         if not whole:
             first, stop = start, end
         some = first < stop
         count = np.where(some, stop - first, 0)
         for f in filters:
             # the evaluator fails such rows, or compares them row by row: any in a range
-            odd = col.column(f.attr)[1]
+            odd = col.text(f.attr, f.const)[1] if _text(f) else col.column(f.attr)[1]
             if odd.any():
                 cum = np.concatenate(([0], np.cumsum(odd)))
                 bad[trig[some & (cum[stop] - cum[first] > 0)]] = True
@@ -366,6 +412,10 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         for f in filters:
             passed = None
             for g in (f, f.alt) if f.alt is not None else (f,):
+                if _text(g):
+                    held = _held(col, g, cand)[0]
+                    passed = held if passed is None else passed | held
+                    continue
                 values = col.column(g.attr)[0][cand]
                 if g.arith is not None:
                     values = _apply(g.arith, values)
@@ -405,6 +455,62 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         counts.append((conj, t.tolist(), p.tolist()))
     return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
                       fanned), good.tolist(), counts)
+
+
+def _screened(filters: tuple, col: _Triggers, cand, bad, tallies: list):
+    """The triggers among ``cand`` (positions) that pass the trigger's own ``filters``,
+    each filter counted over the triggers the one before passed (as the evaluator tests
+    them); ``bad``: the triggers with a value the columns cannot compare."""
+    for f in filters:
+        passed = None
+        for g in (f, f.alt) if f.alt is not None else (f,):
+            if _text(g):
+                held, odd = _held(col, g, cand)
+                bad |= odd
+            else:
+                values = col.column(g.attr)[0]
+                if g.arith is not None:
+                    values = _apply(g.arith, values)
+                bad |= np.isnan(values)
+                held = g.op(values[cand], g.const)
+            passed = held if passed is None else passed | held
+        tallies.append((f.conj, cand, passed))
+        cand = cand[passed]
+    return cand
+
+
+def trigger_filters(steps: tuple, opaque: dict) -> tuple | None:
+    """The trigger's own conditions (``steps[0].filters``, what the evaluator tests first)
+    as _Filters, for ``screen``; None where one is no such filter or the trigger is a
+    Kleene variable."""
+    first = steps[0]
+    if first.var.kleene or first.var.negated or first.var.type is None or \
+            not first.filters or any(id(c) in opaque for c in first.filters):
+        return None
+    name = first.var.name
+    filters = tuple(_filter(c, name, {name: 0}, 0) for c in first.filters)
+    return None if None in filters else filters
+
+
+def screen(filters: tuple, triggers: list) -> tuple:
+    """``evaluate``'s result for ``triggers`` where only their own conditions (``filters``,
+    trigger_filters) are decided in bulk: the triggers that fail one are ``good`` (no match:
+    the evaluator stops there), their counters added; the others are left to the
+    evaluator."""
+    n = len(triggers)
+    bad = np.zeros(n, dtype=bool)
+    tallies: list = []
+    kept = _screened(filters, _Triggers(triggers), np.arange(n), bad, tallies)
+    bad[kept] = True
+    good = ~bad
+    counts = []
+    for conj, tested, passed in tallies:
+        t = np.bincount(tested, minlength=n)
+        p = np.bincount(tested[passed], minlength=n)
+        conj.tested += int(t[good].sum())
+        conj.passed += int(p[good].sum())
+        counts.append((conj, t.tolist(), p.tolist()))
+    return [], [0] * (n + 1), good.tolist(), counts
 
 
 def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, cand, owner,

@@ -59,6 +59,7 @@ class PatternManager:
         self._steps: dict = {}           # (branch, trigger var, order) -> join steps
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
         self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
+        self._screens: dict = {}         # id(steps) -> (steps, the trigger's bulk filters or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
         #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
         #: (else None)
@@ -121,6 +122,7 @@ class PatternManager:
         self._steps.clear()
         self._shared.clear()
         self._bulk.clear()
+        self._screens.clear()
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
@@ -352,7 +354,7 @@ class PatternManager:
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
                 or self.cq.slide:
             return False
-        return any(self._bulk_plan(b, name) is not None
+        return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
     def prepare(self, triggers: list) -> None:
@@ -373,14 +375,42 @@ class PatternManager:
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
-            if plan is None:
+            screen = self._screen(b, name) if plan is None else None
+            if plan is None and screen is None:
                 continue
             for part, ts in self._partitions(group):
-                got = bulk.evaluate(plan, self.index, part, ts, self.cq.window, self._label,
-                                    self._var_order, cap, self._member_columns())
+                if plan is None:            # only the triggers no condition of theirs passes
+                    got = bulk.screen(screen, ts)
+                else:
+                    got = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
+                                        self._label, self._var_order, cap,
+                                        self._member_columns())
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
                         ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+
+    def quiet(self, trigger: Event) -> bool:
+        """Whether ``prepare`` evaluated ``trigger`` for each of its targets, without a
+        match (``take_quiet`` takes it; the engine need not process it on its own)."""
+        got = self._ready.get(id(trigger))
+        if got is None or got[0] is not trigger or \
+                len(got[1]) != len(self._triggers[trigger.type]):
+            return False
+        for (_, bounds, _, _), i in got[1].values():
+            if bounds[i + 1] > bounds[i]:
+                return False
+        return True
+
+    def take_quiet(self, triggers: list) -> None:
+        """Take the results of ``quiet`` triggers (in time order, the next this manager
+        processes): counted as ``process`` of each counts them."""
+        ready = self._ready
+        for t in triggers:
+            del ready[id(t)]
+        self.triggers_evaluated += len(triggers)
+        self.bulk_triggers += len(triggers)
+        if triggers and triggers[-1].ts > self.clock:
+            self.clock = triggers[-1].ts
 
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
@@ -479,6 +509,17 @@ class PatternManager:
             from raycep.cep.evaluation.bulk import plan_for
             got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque,
                                                            self._loose))
+        return got[1]
+
+    def _screen(self, b: int, name: str):
+        """The trigger's own conditions as bulk filters (cep.evaluation.bulk.screen) where
+        branch ``b`` triggered at ``name`` has no bulk plan; None where they are not all such
+        filters."""
+        steps = self._steps_for(b, name, None)
+        got = self._screens.get(id(steps))
+        if got is None:
+            from raycep.cep.evaluation.bulk import trigger_filters
+            got = self._screens[id(steps)] = (steps, trigger_filters(steps, self._opaque))
         return got[1]
 
     def _partitions(self, triggers: list) -> list:

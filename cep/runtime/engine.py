@@ -432,7 +432,7 @@ class Engine:
             found = self._take(prepared, made, fired)
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
-                                       out)
+                                       out, prepared)
             self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
             if blocks and found.__class__ in (MatchBlock, MatchMix):
                 out.append(found)
@@ -522,10 +522,46 @@ class Engine:
             index.inserted = inserted
         return managers
 
+    def _quiet(self, made: list, prepared: list) -> list:
+        """Per trigger of ``made``: whether every query it triggers evaluated it in bulk
+        without a match (PatternManager.quiet): it is then indexed ahead like the rows of
+        other types, never processed on its own."""
+        asked = set(prepared)
+        by_type = self._by_type
+        quiet = []
+        for t in made:
+            managers = by_type[t.type]
+            quiet.append(all(m in asked and m.quiet(t) for m in managers))
+        return quiet
+
+    def _take_quiet(self, quiet: list, source: str):
+        """The ``quiet`` triggers (in order) are done: their queries count them, the
+        disorder statistics see them."""
+        per: dict = {}
+        for t in quiet:
+            for m in self._by_type[t.type]:
+                per.setdefault(m, []).append(t)
+        for m, ts in per.items():
+            m.take_quiet(ts)
+        self.disorder.on_time_run(source, [t.type for t in quiet], [t.ts for t in quiet])
+
     def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,
-                   inserted: int, source: str, out: list) -> int:
-        """The trigger loop of ``_ahead``."""
+                   inserted: int, source: str, out: list, prepared: list = ()) -> int:
+        """The trigger loop of ``_ahead``. Triggers that every query they trigger evaluated
+        in bulk without a match (``_quiet``) are indexed ahead and counted, not processed."""
         index, disorder, times = self.index, self.disorder, batch.times
+        quiet = self._quiet(made, prepared) if prepared else None
+        if quiet is not None and any(quiet):
+            still = [t for t, q in zip(made, quiet) if q]
+            index.extend(still, [t.type for t in still], [t.ts for t in still])
+            index.inserted = inserted
+            stamps = [t.ts for t in still]
+            ahead_types = set(ahead) | {t.type for t in still}
+            live = [k for k, q in enumerate(quiet) if not q]
+            triggers, made = [triggers[k] for k in live], [made[k] for k in live]
+            at = 0                                        # the next quiet trigger
+        else:
+            still, ahead_types = (), ahead
         pos = lo
         for k, r in enumerate((*triggers, hi)):
             n = r - pos                                   # rows indexed ahead before r
@@ -537,6 +573,11 @@ class Engine:
                 inserted += n
                 self._advance_to(r - 1, times, inserted)
                 self._front = (batch, r - 1)
+            if still:                                     # the quiet ones before r
+                end = len(still) if r == hi else bisect_left(stamps, times[r], at)
+                if end > at:
+                    self._take_quiet(still[at:end], source)
+                    at = end
             if r == hi:
                 pos = hi
                 break
@@ -544,7 +585,7 @@ class Engine:
             inserted = index.inserted
             pos = r + 1
             if self._busy:                                # the rest goes row by row
-                index.truncate_after(ahead, times[r])
+                index.truncate_after(ahead_types, times[r])
                 break
         done = ahead if pos == hi else \
             {t: g for t, g in batch.groups(lo, pos).items() if t in ahead}

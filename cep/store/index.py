@@ -294,6 +294,37 @@ class TimeBuffer(_Rows):
             return values[0], odd[0]
         return np.concatenate(values), np.concatenate(odd)
 
+    def text_equal(self, i: int, j: int, attr: str, value: str) -> tuple:
+        """``(equal, odd)`` of ``attr`` at positions ``i`` to ``j - 1`` as numpy bools: whether
+        each holds the text ``value`` and whether it holds no ``str`` at all (absent, a
+        number, ...: the evaluator fails a string comparison there), from the batches' text
+        codes (cep.store.batch ``texts``) where the rows came from one."""
+        import numpy as np
+        if j <= i:
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+        src = self._src
+        part = src[i:j] if src is not None else None
+        if part is None or any(map(is_, part, repeat(None))):
+            got = [self._get(k).attrs.get(attr, _MISSING) for k in range(i, j)] \
+                if part is not None else \
+                [ev.attrs.get(attr, _MISSING) for ev in self._objs[i:j]]
+            odd = np.fromiter((v.__class__ is not str for v in got), dtype=bool,
+                              count=j - i)
+            equal = np.fromiter((v.__class__ is str and v == value for v in got),
+                                dtype=bool, count=j - i)
+            return equal, odd
+        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
+                                             map(is_not, part[1:], part))), len(part)]
+        equal, odd, off = [], [], self._off
+        for a, b in zip(cuts, cuts[1:]):
+            codes, index = part[a].texts(attr)
+            got = codes[np.array(off[i + a:i + b], dtype=np.intp)]
+            equal.append(got == index.get(value, -2))
+            odd.append(got < 0)
+        if len(equal) == 1:
+            return equal[0], odd[0]
+        return np.concatenate(equal), np.concatenate(odd)
+
     def events_at(self, i: int, rows) -> list:
         """The Event at position ``i + r`` for each ``r`` of ``rows`` (numpy integers, in any
         order, repeats allowed), made where needed."""
