@@ -553,7 +553,14 @@ class Engine:
         quiet = self._quiet(made, prepared) if prepared else None
         if quiet is not None and any(quiet):
             still = [t for t, q in zip(made, quiet) if q]
-            index.extend(still, [t.type for t in still], [t.ts for t in still])
+            groups: dict = {}
+            for r, t in zip(compress(triggers, quiet), still):
+                group = groups.get(t.type)
+                if group is None:
+                    group = groups[t.type] = ([], [])
+                group[0].append(r)
+                group[1].append(t.ts)
+            index.extend_rows(batch, groups)          # as rows: their columns stay at hand
             index.inserted = inserted
             stamps = [t.ts for t in still]
             ahead_types = set(ahead) | {t.type for t in still}
