@@ -25,6 +25,8 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, attrgetter, eq, sub
 
 from raycep.cep.errors import PlanningError
 from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
@@ -37,6 +39,7 @@ from raycep.cep.store.disorder import check_mode
 from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex
 
 log = logging.getLogger("raycep")
+_TYPE = attrgetter("type")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class PatternManager:
         self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
         self._screens: dict = {}         # id(steps) -> (steps, the trigger's bulk filters or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
+        #: prepare's one result for all the triggers it was given, not yet in _ready:
+        #: ((branch, var), triggers, result) (_ready_map)
+        self._chunk = None
         #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
         #: (else None)
         self.prefixes = None
@@ -365,13 +371,19 @@ class PatternManager:
         ``unprepare`` drops the rest."""
         by_target: dict = {}
         reach = self.floor + self.cq.window
-        for t in triggers:
-            if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
-                continue
-            for target in self._triggers.get(t.type, ()):
-                by_target.setdefault(target, []).append(t)
+        targets = self._triggers
+        if len(targets) == 1 and triggers and triggers[0].ts > max(reach, self.since):
+            (typ, mine), = targets.items()         # all of them, in time order: all after
+            if all(map(eq, map(_TYPE, triggers), repeat(typ))):
+                by_target = dict.fromkeys(mine, triggers)
+        if not by_target:
+            for t in triggers:
+                if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
+                    continue
+                for target in targets.get(t.type, ()):
+                    by_target.setdefault(target, []).append(t)
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
-        ready = self._ready
+        ready = self._ready_map()
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
@@ -385,14 +397,37 @@ class PatternManager:
                     got = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
                                         self._label, self._var_order, cap,
                                         self._member_columns())
+                if ts is triggers and len(by_target) == 1 and not ready:
+                    self._chunk = ((b, name), ts, got)     # _ready_map when needed
+                    continue
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
                         ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
 
+    def _ready_map(self) -> dict:
+        """``_ready``, with ``_chunk`` put in it."""
+        chunk = self._chunk
+        if chunk is not None:
+            self._chunk = None
+            key, ts, got = chunk
+            ready = self._ready
+            for i, (t, ok) in enumerate(zip(ts, got[2])):
+                if ok:
+                    ready.setdefault(id(t), (t, {}))[1][key] = (got, i)
+        return self._ready
+
+    def quiet_mask(self, triggers: list) -> list:
+        """``quiet`` of each of ``triggers`` (those given to ``prepare``)."""
+        chunk = self._chunk
+        if chunk is not None and chunk[1] is triggers and not self._ready:
+            _, _, (_, bounds, good, _) = chunk
+            return list(map(and_, good, map(eq, bounds[1:], bounds[:-1])))
+        return list(map(self.quiet, triggers))
+
     def quiet(self, trigger: Event) -> bool:
         """Whether ``prepare`` evaluated ``trigger`` for each of its targets, without a
         match (``take_quiet`` takes it; the engine need not process it on its own)."""
-        got = self._ready.get(id(trigger))
+        got = self._ready_map().get(id(trigger))
         if got is None or got[0] is not trigger or \
                 len(got[1]) != len(self._triggers[trigger.type]):
             return False
@@ -404,7 +439,7 @@ class PatternManager:
     def take_quiet(self, triggers: list) -> None:
         """Take the results of ``quiet`` triggers (in time order, the next this manager
         processes): counted as ``process`` of each counts them."""
-        ready = self._ready
+        ready = self._ready_map()
         for t in triggers:
             del ready[id(t)]
         self.triggers_evaluated += len(triggers)
@@ -415,7 +450,11 @@ class PatternManager:
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
         evaluated in bulk, and this manager's output keeps their order."""
-        ready = self._ready
+        chunk = self._chunk
+        if chunk is not None and chunk[1] is triggers and not self._ready:
+            return len(self._triggers[triggers[0].type]) == 1 and all(chunk[2][2]) and \
+                self._in_order()
+        ready = self._ready_map()
         return len(ready) == len(triggers) and self._in_order() and \
             all(len(self._triggers[t.type]) == 1 for t in triggers)
 
@@ -426,6 +465,14 @@ class PatternManager:
         the number of matches of each trigger."""
         if not self.ready_for(triggers):
             return None
+        chunk = self._chunk
+        if chunk is not None:                     # one result for them all (ready_for)
+            self._chunk = None
+            matches, bounds = chunk[2][:2]
+            pieces = [(matches, 0, len(matches))] if len(matches) else []
+            if counts is not None:
+                counts.extend(map(sub, bounds[1:], bounds[:-1]))
+            return self._took(triggers, matches if pieces else [], pieces)
         ready = self._ready
         pieces = []
         for t in triggers:
@@ -439,6 +486,10 @@ class PatternManager:
             found = MatchBlock.joined(pieces)
         else:
             found = [m for block, a, b in pieces for m in block[a:b]]
+        return self._took(triggers, found, pieces)
+
+    def _took(self, triggers: list, found, pieces: list):
+        """``take_prepared`` once the matches are ``found``."""
         self.triggers_evaluated += len(triggers)
         self.bulk_triggers += len(triggers)
         if triggers[-1].ts > self.clock:
@@ -461,7 +512,8 @@ class PatternManager:
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
-        if self._ready:
+        if self._ready or self._chunk is not None:
+            self._ready_map()
             from raycep.cep.evaluation.bulk import untally
             for _, results in self._ready.values():
                 for got, i in results.values():
@@ -541,7 +593,8 @@ class PatternManager:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
-        ready = self._ready.pop(id(trigger), None) if self._ready else None
+        ready = self._ready_map().pop(id(trigger), None) \
+            if self._ready or self._chunk is not None else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None

@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from itertools import compress
-from operator import attrgetter, le
+from operator import and_, attrgetter, le
 
 from raycep.cep.errors import CepError, QueryValidationError
 from raycep.cep.evaluation.manager import ManagerSettings, PatternManager
@@ -528,11 +528,18 @@ class Engine:
         other types, never processed on its own."""
         asked = set(prepared)
         by_type = self._by_type
-        quiet = []
-        for t in made:
-            managers = by_type[t.type]
-            quiet.append(all(m in asked and m.quiet(t) for m in managers))
-        return quiet
+        masks = {m: m.quiet_mask(made) for m in prepared}
+        kinds = {t.type for t in made}
+        if len(kinds) == 1:                              # one set of queries for them all
+            managers = by_type[next(iter(kinds))]
+            if not all(m in asked for m in managers):
+                return [False] * len(made)
+            quiet = masks[managers[0]]
+            for m in managers[1:]:
+                quiet = list(map(and_, quiet, masks[m]))
+            return quiet
+        return [all(m in asked and masks[m][k] for m in by_type[t.type])
+                for k, t in enumerate(made)]
 
     def _take_quiet(self, quiet: list, source: str):
         """The ``quiet`` triggers (in order) are done: their queries count them, the
