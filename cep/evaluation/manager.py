@@ -25,7 +25,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import and_, attrgetter, eq, sub
 
 from raycep.cep.errors import PlanningError
@@ -64,8 +64,8 @@ class PatternManager:
         self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
         self._screens: dict = {}         # id(steps) -> (steps, the trigger's bulk filters or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
-        #: prepare's one result for all the triggers it was given, not yet in _ready:
-        #: ((branch, var), triggers, result) (_ready_map)
+        #: prepare's one result for all the triggers it was given (a _Chunk), kept whole
+        #: rather than in _ready (_ready_map)
         self._chunk = None
         #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
         #: (else None)
@@ -398,7 +398,7 @@ class PatternManager:
                                         self._label, self._var_order, cap,
                                         self._member_columns())
                 if ts is triggers and len(by_target) == 1 and not ready:
-                    self._chunk = ((b, name), ts, got)     # _ready_map when needed
+                    self._chunk = _Chunk((b, name), ts, got)
                     continue
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
@@ -409,9 +409,8 @@ class PatternManager:
         chunk = self._chunk
         if chunk is not None:
             self._chunk = None
-            key, ts, got = chunk
-            ready = self._ready
-            for i, (t, ok) in enumerate(zip(ts, got[2])):
+            ready, key, got = self._ready, chunk.key, chunk.got
+            for i, (t, ok) in enumerate(zip(chunk.triggers, chunk.left)):
                 if ok:
                     ready.setdefault(id(t), (t, {}))[1][key] = (got, i)
         return self._ready
@@ -419,9 +418,9 @@ class PatternManager:
     def quiet_mask(self, triggers: list) -> list:
         """``quiet`` of each of ``triggers`` (those given to ``prepare``)."""
         chunk = self._chunk
-        if chunk is not None and chunk[1] is triggers and not self._ready:
-            _, _, (_, bounds, good, _) = chunk
-            return list(map(and_, good, map(eq, bounds[1:], bounds[:-1])))
+        if chunk is not None and chunk.triggers is triggers:
+            bounds = chunk.got[1]
+            return list(map(and_, chunk.left, map(eq, bounds[1:], bounds[:-1])))
         return list(map(self.quiet, triggers))
 
     def quiet(self, trigger: Event) -> bool:
@@ -439,9 +438,15 @@ class PatternManager:
     def take_quiet(self, triggers: list) -> None:
         """Take the results of ``quiet`` triggers (in time order, the next this manager
         processes): counted as ``process`` of each counts them."""
-        ready = self._ready_map()
-        for t in triggers:
-            del ready[id(t)]
+        chunk = self._chunk
+        if chunk is not None:
+            left = chunk.left
+            for i in map(chunk.index, triggers):
+                left[i] = False
+        else:
+            ready = self._ready
+            for t in triggers:
+                del ready[id(t)]
         self.triggers_evaluated += len(triggers)
         self.bulk_triggers += len(triggers)
         if triggers and triggers[-1].ts > self.clock:
@@ -451,8 +456,8 @@ class PatternManager:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
         evaluated in bulk, and this manager's output keeps their order."""
         chunk = self._chunk
-        if chunk is not None and chunk[1] is triggers and not self._ready:
-            return len(self._triggers[triggers[0].type]) == 1 and all(chunk[2][2]) and \
+        if chunk is not None and chunk.triggers is triggers:
+            return len(self._triggers[triggers[0].type]) == 1 and all(chunk.left) and \
                 self._in_order()
         ready = self._ready_map()
         return len(ready) == len(triggers) and self._in_order() and \
@@ -468,7 +473,7 @@ class PatternManager:
         chunk = self._chunk
         if chunk is not None:                     # one result for them all (ready_for)
             self._chunk = None
-            matches, bounds = chunk[2][:2]
+            matches, bounds = chunk.got[:2]
             pieces = [(matches, 0, len(matches))] if len(matches) else []
             if counts is not None:
                 counts.extend(map(sub, bounds[1:], bounds[:-1]))
@@ -512,8 +517,13 @@ class PatternManager:
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
-        if self._ready or self._chunk is not None:
-            self._ready_map()
+        chunk = self._chunk
+        if chunk is not None:
+            from raycep.cep.evaluation.bulk import untally
+            for i in compress(range(len(chunk.left)), chunk.left):
+                untally(chunk.got[3], i)
+            self._chunk = None
+        if self._ready:
             from raycep.cep.evaluation.bulk import untally
             for _, results in self._ready.values():
                 for got, i in results.values():
@@ -593,8 +603,8 @@ class PatternManager:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
-        ready = self._ready_map().pop(id(trigger), None) \
-            if self._ready or self._chunk is not None else None
+        ready = self._ready.pop(id(trigger), None) if self._ready else \
+            self._chunk.take(trigger) if self._chunk is not None else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
@@ -708,6 +718,35 @@ class PatternManager:
         self._slide = list(state["slide"])
         (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
          self.retractions, self.revisions) = state["counters"]
+
+
+class _Chunk:
+    """``prepare``'s result for all the triggers it was given (``key``: their target),
+    kept whole: ``left`` per trigger whether its result is there to take."""
+
+    __slots__ = ("key", "triggers", "got", "left", "_pos")
+
+    def __init__(self, key: tuple, triggers: list, got: tuple):
+        self.key, self.triggers, self.got = key, triggers, got
+        self.left = list(got[2])
+        self._pos = None
+
+    def index(self, trigger) -> int | None:
+        """The position of ``trigger``, or None."""
+        pos = self._pos
+        if pos is None:
+            pos = self._pos = dict(zip(map(id, self.triggers), range(len(self.triggers))))
+        i = pos.get(id(trigger))
+        return i if i is not None and self.triggers[i] is trigger else None
+
+    def take(self, trigger):
+        """``(trigger, {key: (result, position)})`` as in ``_ready``, taken; None when there
+        is none."""
+        i = self.index(trigger)
+        if i is None or not self.left[i]:
+            return None
+        self.left[i] = False
+        return trigger, {self.key: (self.got, i)}
 
 
 def _first_ts(env: dict) -> float:
