@@ -35,6 +35,7 @@ from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
 from raycep.cep.match import MatchBlock
+from raycep.cep.store.batch import numeric_of
 
 
 @dataclass(frozen=True)
@@ -332,8 +333,8 @@ class _Triggers:
     def column(self, attr: str) -> tuple:
         col = self._cols.get(attr)
         if col is None:
-            values = np.array([_value(t.attrs.get(attr)) for t in self.triggers],
-                              dtype=np.float64)
+            values, kinds = numeric_of([t.attrs.get(attr) for t in self.triggers])
+            values = np.where(kinds == EXACT, values, np.nan)    # as _value of each
             col = self._cols[attr] = (values, np.isnan(values))
         return col
 

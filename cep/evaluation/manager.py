@@ -390,15 +390,18 @@ class PatternManager:
             screen = self._screen(b, name) if plan is None else None
             if plan is None and screen is None:
                 continue
-            for part, ts in self._partitions(group):
+            chunk = None
+            if group is triggers and len(by_target) == 1 and not ready:
+                chunk = self._chunk = _Chunk((b, name), triggers)
+            for part, ts, at in self._partitions(group):
                 if plan is None:            # only the triggers no condition of theirs passes
                     got = bulk.screen(screen, ts)
                 else:
                     got = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
                                         self._label, self._var_order, cap,
                                         self._member_columns())
-                if ts is triggers and len(by_target) == 1 and not ready:
-                    self._chunk = _Chunk((b, name), ts, got)
+                if chunk is not None:             # kept whole (_ready_map when needed)
+                    chunk.add(got, at)
                     continue
                 for i, (t, ok) in enumerate(zip(ts, got[2])):
                     if ok:
@@ -409,18 +412,17 @@ class PatternManager:
         chunk = self._chunk
         if chunk is not None:
             self._chunk = None
-            ready, key, got = self._ready, chunk.key, chunk.got
-            for i, (t, ok) in enumerate(zip(chunk.triggers, chunk.left)):
-                if ok:
-                    ready.setdefault(id(t), (t, {}))[1][key] = (got, i)
+            ready, key = self._ready, chunk.key
+            for g in compress(range(len(chunk.left)), chunk.left):
+                t = chunk.triggers[g]
+                ready.setdefault(id(t), (t, {}))[1][key] = chunk.result(g)
         return self._ready
 
     def quiet_mask(self, triggers: list) -> list:
         """``quiet`` of each of ``triggers`` (those given to ``prepare``)."""
         chunk = self._chunk
         if chunk is not None and chunk.triggers is triggers:
-            bounds = chunk.got[1]
-            return list(map(and_, chunk.left, map(eq, bounds[1:], bounds[:-1])))
+            return list(map(and_, chunk.left, (chunk.counts() == 0).tolist()))
         return list(map(self.quiet, triggers))
 
     def quiet(self, trigger: Event) -> bool:
@@ -471,22 +473,23 @@ class PatternManager:
         if not self.ready_for(triggers):
             return None
         chunk = self._chunk
-        if chunk is not None:                     # one result for them all (ready_for)
+        if chunk is not None:                     # its results for them all (ready_for)
             self._chunk = None
-            matches, bounds = chunk.got[:2]
-            pieces = [(matches, 0, len(matches))] if len(matches) else []
             if counts is not None:
-                counts.extend(map(sub, bounds[1:], bounds[:-1]))
-            return self._took(triggers, matches if pieces else [], pieces)
-        ready = self._ready
-        pieces = []
-        for t in triggers:
-            ((matches, bounds, _, _), i), = ready[id(t)][1].values()
-            if bounds[i + 1] > bounds[i]:
-                pieces.append((matches, bounds[i], bounds[i + 1]))
-            if counts is not None:
-                counts.append(bounds[i + 1] - bounds[i])
-        ready.clear()
+                counts.extend(chunk.counts().tolist())
+            pieces = chunk.pieces()
+            if len(chunk.results) == 1 and chunk.results[0][1] is None:
+                return self._took(triggers, pieces[0][0] if pieces else [], pieces)
+        else:
+            ready = self._ready
+            pieces = []
+            for t in triggers:
+                ((matches, bounds, _, _), i), = ready[id(t)][1].values()
+                if bounds[i + 1] > bounds[i]:
+                    pieces.append((matches, bounds[i], bounds[i + 1]))
+                if counts is not None:
+                    counts.append(bounds[i + 1] - bounds[i])
+            ready.clear()
         if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)
         else:
@@ -520,8 +523,9 @@ class PatternManager:
         chunk = self._chunk
         if chunk is not None:
             from raycep.cep.evaluation.bulk import untally
-            for i in compress(range(len(chunk.left)), chunk.left):
-                untally(chunk.got[3], i)
+            for g in compress(range(len(chunk.left)), chunk.left):
+                got, i = chunk.result(g)
+                untally(got[3], i)
             self._chunk = None
         if self._ready:
             from raycep.cep.evaluation.bulk import untally
@@ -585,19 +589,24 @@ class PatternManager:
         return got[1]
 
     def _partitions(self, triggers: list) -> list:
-        """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,
-        those whose evaluation would filter on an equivalence attribute left out."""
+        """``[(partition, triggers, positions)]``: the triggers by the partition their
+        evaluation reads (``positions``: theirs in ``triggers``, None for all of them), those
+        whose evaluation would filter on an equivalence attribute left out."""
         equiv = self.cq.equivalence
         if not self.partitioned:
-            return [] if equiv else [(ALL, triggers)]
+            return [] if equiv else [(ALL, triggers, None)]
         key_attr = self.index.key_attr
         if any(a != key_attr for a in equiv):
             return []
         parts: dict = {}
-        for t in triggers:
+        for g, t in enumerate(triggers):
             if t.key is not None:
-                parts.setdefault(t.key, []).append(t)
-        return list(parts.items())
+                part = parts.get(t.key)
+                if part is None:
+                    part = parts[t.key] = ([], [])
+                part[0].append(t)
+                part[1].append(g)
+        return [(key, ts, at) for key, (ts, at) in parts.items()]
 
     def _evaluate(self, trigger: Event, targets, origin: int | None = None) -> list:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
@@ -721,15 +730,73 @@ class PatternManager:
 
 
 class _Chunk:
-    """``prepare``'s result for all the triggers it was given (``key``: their target),
-    kept whole: ``left`` per trigger whether its result is there to take."""
+    """``prepare``'s results for all the triggers it was given (``key``: their target),
+    kept whole: ``results`` ``[(result, positions)]`` (positions in ``triggers``, None for
+    all of them; cep.evaluation.bulk.evaluate's result), per trigger ``left``: whether its
+    result is there to take."""
 
-    __slots__ = ("key", "triggers", "got", "left", "_pos")
+    __slots__ = ("key", "triggers", "results", "left", "_which", "_at", "_pos")
 
-    def __init__(self, key: tuple, triggers: list, got: tuple):
-        self.key, self.triggers, self.got = key, triggers, got
-        self.left = list(got[2])
-        self._pos = None
+    def __init__(self, key: tuple, triggers: list):
+        self.key, self.triggers, self.results = key, triggers, []
+        self.left = [False] * len(triggers)
+        self._which = self._at = self._pos = None
+
+    def add(self, got: tuple, at: list | None):
+        """The result ``got`` of the triggers at ``at`` (None: all of them)."""
+        if at is None:
+            self.left = list(got[2])
+        else:
+            left = self.left
+            for g, ok in zip(at, got[2]):
+                left[g] = ok
+        self.results.append((got, at))
+
+    def _where(self) -> tuple:
+        """Per trigger: its result's number (-1: none) and its position there (numpy)."""
+        if self._which is None:
+            import numpy as np
+            n = len(self.triggers)
+            which, at = np.full(n, -1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+            for k, (_, pos) in enumerate(self.results):
+                pos = slice(None) if pos is None else np.asarray(pos, dtype=np.intp)
+                which[pos] = k
+                at[pos] = np.arange(len(at[pos]))
+            self._which, self._at = which, at
+        return self._which, self._at
+
+    def counts(self):
+        """The number of matches of each trigger (numpy; 0 for one without a result)."""
+        import numpy as np
+        out = np.zeros(len(self.triggers), dtype=np.intp)
+        for got, pos in self.results:
+            out[slice(None) if pos is None else np.asarray(pos, dtype=np.intp)] = \
+                np.diff(np.asarray(got[1], dtype=np.intp))
+        return out
+
+    def pieces(self) -> list:
+        """``[(matches, a, b)]`` of the triggers with matches, in trigger order."""
+        if len(self.results) == 1 and self.results[0][1] is None:
+            matches = self.results[0][0][0]
+            return [(matches, 0, len(matches))] if len(matches) else []
+        import numpy as np
+        which, at = self._where()
+        count = self.counts()
+        some = np.flatnonzero(count)
+        if not len(some):
+            return []
+        starts = np.zeros(len(self.triggers), dtype=np.intp)
+        for k, (got, pos) in enumerate(self.results):
+            starts[np.asarray(pos, dtype=np.intp)] = np.asarray(got[1][:-1], dtype=np.intp)
+        blocks = [got[0] for got, _ in self.results]
+        a = starts[some]
+        return list(zip(map(blocks.__getitem__, which[some].tolist()), a.tolist(),
+                        (a + count[some]).tolist()))
+
+    def result(self, g: int) -> tuple:
+        """``(result, position there)`` of trigger ``g``."""
+        which, at = self._where()
+        return self.results[which[g]][0], int(at[g])
 
     def index(self, trigger) -> int | None:
         """The position of ``trigger``, or None."""
@@ -742,11 +809,11 @@ class _Chunk:
     def take(self, trigger):
         """``(trigger, {key: (result, position)})`` as in ``_ready``, taken; None when there
         is none."""
-        i = self.index(trigger)
-        if i is None or not self.left[i]:
+        g = self.index(trigger)
+        if g is None or not self.left[g]:
             return None
-        self.left[i] = False
-        return trigger, {self.key: (self.got, i)}
+        self.left[g] = False
+        return trigger, {self.key: self.result(g)}
 
 
 def _first_ts(env: dict) -> float:

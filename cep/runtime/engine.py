@@ -433,7 +433,8 @@ class Engine:
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
                                        out, prepared)
-            self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
+            self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source,
+                                   fired)
             if blocks and found.__class__ in (MatchBlock, MatchMix):
                 out.append(found)
             else:
@@ -483,21 +484,20 @@ class Engine:
         return MatchMix(parts, which, at)
 
     def _indexed_triggers(self, batch, lo: int, hi: int, triggers: list, made: list,
-                          ahead: dict, inserted: int, source: str):
+                          ahead: dict, inserted: int, source: str, fired: dict):
         """The rest of ``_ahead`` when one manager evaluated every trigger in bulk and took
         the matches: index the triggers, evict where the inserted count says (with the clock
         and watermark of then: the evaluations are done) and set the clock, watermark and
         disorder statistics after the last row, as ``_triggered`` leaves them."""
         index, times = self.index, batch.times
-        types, stamps = [t.type for t in made], [t.ts for t in made]
-        index.extend(made, types, stamps)
+        index.extend_rows(batch, fired)             # as rows: their columns stay at hand
         n = hi - lo
         for j in range(EVICT_EVERY - inserted % EVICT_EVERY, n + 1, EVICT_EVERY):
             self._advance_to(lo + j - 1, times, inserted + j)
             self.evict()
         self._advance_to(hi - 1, times, inserted + n)
         self._front = (batch, hi - 1)
-        self.disorder.on_time_run(source, types, stamps)
+        self.disorder.on_time_groups(source, fired, times[hi - 1])
         self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
     def _prepare(self, batch, triggers: list, fired: dict) -> list:
