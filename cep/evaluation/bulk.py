@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from raycep.cep.evaluation.vector import compile_term, compile_vector
 from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
@@ -54,6 +55,9 @@ class _Filter:
     other_arith: tuple | None = None
     alt: "_Filter | None" = None     # a query group's condition (cep.runtime.groups): it holds
     #                                  when this or ``alt`` does (its loosest member's)
+    term: object = None              # the value: a term of variables bound before
+    #                                  (cep.evaluation.vector.compile_term; ``var`` -1)
+    term_steps: tuple = ()           # ((variable, its step), ...) the term reads
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,16 @@ class BulkPlan:
     negations: tuple = ()        # per step: the _Negations decided after it
     batch: bool = True           # matches share the prefix binding (Match.batch), as the
     #                              evaluator makes them when the last step checks nothing else
+    checks: tuple = ()           # per step: its _Checks (conditions on it and steps before)
+
+
+@dataclass(frozen=True)
+class _Check:
+    """A condition checked on each candidate once bound (not a filter of one variable, e.g.
+    ``a.x + b.x > c.x``): holds where one of ``fns`` (cep.evaluation.vector) does (two for a
+    query group's: its members with the extreme constants)."""
+    conj: object
+    fns: tuple
 
 
 @dataclass(frozen=True)
@@ -100,9 +114,14 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
         return None
     pos = {n: k for k, n in enumerate(names)}
     filters, same, negations = [], [], []
+    checks = []
     for k, s in enumerate(steps):
-        if s.var.kleene or s.var.negated or s.conjuncts or (s.negations and not k):
+        if s.var.kleene or s.var.negated or (s.negations and not k):
             return None
+        step_checks = tuple(_check(c, loose, opaque) for c in s.conjuncts)
+        if None in step_checks or (step_checks and not k):    # (evaluate checks from step 1)
+            return None
+        checks.append(step_checks)
         negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations)
         if None in negs:
             return None
@@ -124,7 +143,21 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
                     tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
                     tuple(filters), tuple(negations),
-                    not (last.negations or last.check_used))
+                    not (last.negations or last.check_used or last.conjuncts), tuple(checks))
+
+
+def _check(c, loose: dict, opaque: dict) -> _Check | None:
+    """Condition ``c`` as a _Check, or None (not a comparison of numbers over columns)."""
+    if c.kleene_i is not None:
+        return None
+    if id(c) in loose:
+        exprs = tuple(e.expr for e in loose[id(c)])
+    elif id(c) in opaque:
+        return None
+    else:
+        exprs = (c.expr,)
+    fns = tuple(compile_vector(e) for e in exprs)
+    return None if None in fns else _Check(c, fns)
 
 
 def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
@@ -145,8 +178,11 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
     for k, s in enumerate(steps):
         if s.var.kleene:
             return f"Kleene variable {s.var.name}"
-        if s.conjuncts:
-            return f"condition {s.conjuncts[0].text!r} is no filter of one variable"
+        if s.conjuncts and not k:
+            return f"condition {s.conjuncts[0].text!r} on the trigger alone is no filter"
+        for c in s.conjuncts:
+            if _check(c, loose, opaque) is None:
+                return f"condition {c.text!r}: not a comparison of numbers over columns"
         if s.negations and not k:
             return "a negation before the first event"
         for n in s.negations:
@@ -224,13 +260,19 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
                                   (other.right, other.left, True)):
             if side.__class__ is ast.Attr and const.__class__ is ast.Literal:
                 other_arith = _arith_spec(other.op, const.value, left)
+                if other_arith is None:
+                    return None
                 other = side
                 break
-        if other_arith is None:
-            return None
     if other.__class__ is ast.Attr and other.index is None and other.attr not in FIELDS \
             and pos.get(other.var, k) < k:
         return _Filter(c, attr, op, None, pos[other.var], other.attr, arith, other_arith)
+    if other_arith is None:             # any numeric term of the variables bound before
+        names = _names(other)
+        term = compile_term(other)
+        if term is not None and names and all(pos.get(v, k) < k for v in names):
+            return _Filter(c, attr, op, None, arith=arith, term=term,
+                           term_steps=tuple((v, pos[v]) for v in sorted(names)))
     return None
 
 
@@ -281,25 +323,45 @@ _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
 class _Columns:
-    """One buffer's events in a time span as numpy: times, and per attribute the values and
-    whether each is not an exact number (TimeBuffer.numeric)."""
+    """The events of one type in a time span, in each partition the triggers read, as numpy:
+    the partitions' rows one after the other (partition ``p``'s from ``off[p]`` on), their
+    times, and per attribute the values and whether each is not an exact number
+    (TimeBuffer.numeric). ``search`` finds a time within a partition's rows."""
 
-    def __init__(self, buf, lo: float, hi: float):
-        self.buf = buf
-        self.p0, self.p1 = buf.span(lo, hi) if buf is not None else (0, 0)
-        self.ts = np.array(buf.times(self.p0, self.p1) if buf is not None else (),
+    def __init__(self, bufs: list, lo: float, hi: float):
+        self.parts = [(buf, *buf.span(lo, hi)) if buf is not None else None for buf in bufs]
+        sizes = [p[2] - p[1] if p is not None else 0 for p in self.parts]
+        self.off = np.concatenate(([0], np.cumsum(sizes))).astype(np.intp)
+        self.ts = np.array([t for p in self.parts if p is not None for t in p[0].times(*p[1:])],
                            dtype=np.float64)
         self._cols: dict = {}
+        self._keys = None                   # (distinct times, partition * width + rank)
+
+    def search(self, values, part, side: str):
+        """Per entry: the first row of partition ``part`` (per entry, None: the only one)
+        whose time is at or after (``side`` left) or after (right) ``values``; the row after
+        the partition's last where none is."""
+        if part is None or len(self.off) == 2:
+            return np.searchsorted(self.ts, values, side)
+        if self._keys is None:
+            uniq = np.unique(self.ts)
+            width = len(uniq) + 1
+            segment = np.repeat(np.arange(len(self.off) - 1), np.diff(self.off))
+            self._keys = (uniq, width, segment * width + np.searchsorted(uniq, self.ts))
+        uniq, width, keys = self._keys
+        return np.searchsorted(keys, part * width + np.searchsorted(uniq, values, side))
 
     def column(self, attr: str) -> tuple:
         """``(values, odd)``: odd also where a value is NaN (an Event made in Python may
         hold one; the evaluator's comparisons and extremes treat it their own way)."""
         col = self._cols.get(attr)
         if col is None:
-            if self.buf is None:
+            got = [p[0].numeric(p[1], p[2], attr) for p in self.parts if p is not None]
+            if not got:
                 col = (np.zeros(0), np.zeros(0, dtype=bool))
             else:
-                values, odd = self.buf.numeric(self.p0, self.p1, attr)
+                values = np.concatenate([v for v, _ in got]) if len(got) > 1 else got[0][0]
+                odd = np.concatenate([o for _, o in got]) if len(got) > 1 else got[0][1]
                 col = (values, odd | np.isnan(values))
             self._cols[attr] = col
         return col
@@ -310,16 +372,33 @@ class _Columns:
         key = (attr, value)
         col = self._cols.get(key)
         if col is None:
-            if self.buf is None:
+            got = [p[0].text_equal(p[1], p[2], attr, value) for p in self.parts
+                   if p is not None]
+            if not got:
                 col = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+            elif len(got) == 1:
+                col = got[0]
             else:
-                col = self.buf.text_equal(self.p0, self.p1, attr, value)
+                col = (np.concatenate([e for e, _ in got]), np.concatenate([o for _, o in got]))
             self._cols[key] = col
         return col
 
     def events(self, rows) -> list:
-        """The Events of ``rows`` (numpy, positions in the span), one per entry."""
-        return self.buf.events_at(self.p0, rows)
+        """The Events of ``rows`` (numpy, rows as above), one per entry."""
+        if len(self.parts) == 1:
+            buf, p0, _ = self.parts[0]
+            return buf.events_at(p0, rows)
+        out = [None] * len(rows)
+        seg = np.searchsorted(self.off, rows, "right") - 1
+        for k, part in enumerate(self.parts):
+            if part is None or self.off[k + 1] == self.off[k]:
+                continue
+            buf, p0, _ = part
+            sel = np.flatnonzero(seg == k)
+            if len(sel):
+                for i, ev in zip(sel.tolist(), buf.events_at(p0, rows[sel] - self.off[k])):
+                    out[i] = ev
+        return out
 
 
 class _Triggers:
@@ -352,10 +431,12 @@ class _Triggers:
         return col
 
 
-def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, label: str,
-             order: tuple, cap: int | None, members=None) -> tuple:
-    """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order, all in
-    ``partition``). Returns ``(matches, bounds, good, tallies)``: the matches of the
+def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: float,
+             label: str, order: tuple, cap: int | None, members=None, part=None) -> tuple:
+    """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order), each in its
+    partition: ``partitions[part[i]]`` for trigger ``i`` (``part`` None: the only one). All
+    partitions are evaluated together, their buffers' rows one after the other (_Columns).
+    Returns ``(matches, bounds, good, tallies)``: the matches of the
     ``good`` triggers as the evaluator would give them, trigger ``i``'s being
     ``matches[bounds[i]:bounds[i + 1]]``; the others are left to the evaluator. The
     conditions' counters of the good triggers are added already; ``tallies``
@@ -371,15 +452,15 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
     tts = np.array([t.ts for t in triggers], dtype=np.float64)
     tlow_all = tts - window
     bad = np.zeros(n, dtype=bool)
-    spans: dict = {}
-    cols = [_Triggers(triggers)] + [spans.get(typ) or spans.setdefault(typ, _Columns(
-        index.buffer(partition, typ), float(tlow_all.min()), float(tts.max())))
-        for typ in plan.types[1:]]
+    tpart = np.asarray(part, dtype=np.intp) if part is not None and len(partitions) > 1 \
+        else None
+    block = _Block(index, partitions, tpart, tts, tlow_all, {}, [], bad, [])
+    cols = block.cols
+    cols += [_Triggers(triggers)] + [block.columns(typ) for typ in plan.types[1:]]
     trig = np.arange(n)                  # per binding: its trigger
     rows = [trig]                        # per bound step: the row of each binding
     times = [tts]                        # per bound step: the event time of each binding
-    tallies = []                         # (conjunct, trigger per tested candidate, passed)
-    block = _Block(index, partition, tts, tlow_all, spans, cols, bad, tallies)
+    tallies = block.tallies              # (conjunct, trigger per tested candidate, passed)
     last = len(plan.filters) - 1
     parent = trig
     cand = _screened(plan.filters[0], cols[0], trig, bad, tallies)
@@ -392,7 +473,7 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
         # the earliest bound after; a row at a bound's time that is not a bound event itself
         # is ordered by id there: such a trigger is left to the evaluator
         start, end, tie, first, stop = _span(
-            ts, tlow_all[trig], [times[j] for j in plan.after[k]],
+            col, block.part_of(trig), tlow_all[trig], [times[j] for j in plan.after[k]],
             [times[0]] + [times[j] for j in plan.before[k]], [times[j] for j in same])
         bad[trig[tie]] = True
         # the evaluator's first comparison of a plain attribute counts the range with the
@@ -433,6 +514,11 @@ def evaluate(plan: BulkPlan, index, partition, triggers: list, window: float, la
                 whole = False
                 passed = passed & (cand >= start[parent]) & (cand < end[parent])
             cand, parent = cand[passed], parent[passed]
+        for check in plan.checks[k] if plan.checks else ():
+            held, unsure = _checked(check, plan, cols, rows, k, parent, cand)
+            bad[trig[parent[unsure]]] = True
+            tallies.append((check.conj, trig[parent], held))
+            cand, parent = cand[held], parent[held]
         for g in plan.negations[k]:
             held = _absent(g, block, k, trig, rows, times, parent, cand)
             cand, parent = cand[held], parent[held]
@@ -536,6 +622,25 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
     return binding[at], member[at], members.names
 
 
+def _checked(check: _Check, plan: BulkPlan, cols, rows: list, k: int, parent, cand) -> tuple:
+    """``(held, unsure)`` of ``check`` per candidate of step ``k`` (``parent``: its binding
+    among ``rows``)."""
+    pos = {name: j for j, name in enumerate(plan.names)}
+
+    def get(var, attr):
+        j = pos[var]
+        values, odd = cols[j].column(attr)
+        at = cand if j == k else rows[j][parent]
+        return values[at], odd[at]
+    held = unsure = None
+    for fn in check.fns:
+        got, bad = fn(get, None)
+        held = got if held is None else held | got
+        unsure = bad if unsure is None else unsure | bad
+    n = len(cand)                        # (an unsure one's trigger is left to the evaluator)
+    return np.broadcast_to(held, (n,)).copy(), np.broadcast_to(unsure, (n,))
+
+
 def untally(counts: list, i: int) -> None:
     """Take back the counters ``evaluate`` added for trigger ``i``."""
     for conj, tested, passed in counts:
@@ -543,7 +648,7 @@ def untally(counts: list, i: int) -> None:
         conj.passed -= passed[i]
 
 
-def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
+def _span(col, part, tlow, after: list, before: list, same: list) -> tuple:
     """``(start, end, tie, first, stop)`` per binding: ``start`` to ``end - 1`` are the rows
     of ``ts`` from ``tlow`` on, strictly after the latest time of ``after`` and strictly
     before the earliest of ``before`` (the evaluator's candidates, cep.evaluation.evaluator),
@@ -554,17 +659,17 @@ def _span(ts, tlow, after: list, before: list, same: list) -> tuple:
     hi = before[0]
     for t in before[1:]:
         hi = np.minimum(hi, t)
-    end, stop = np.searchsorted(ts, hi, "left"), np.searchsorted(ts, hi, "right")
+    end, stop = col.search(hi, part, "left"), col.search(hi, part, "right")
     extra = stop - end
     for t in same:
         extra -= t == hi
-    start = first = np.searchsorted(ts, tlow, "left")
+    start = first = col.search(tlow, part, "left")
     if after:
         latest = after[0]
         for t in after[1:]:
             latest = np.maximum(latest, t)
         inside = latest >= tlow
-        left, right = np.searchsorted(ts, latest, "left"), np.searchsorted(ts, latest, "right")
+        left, right = col.search(latest, part, "left"), col.search(latest, part, "right")
         start, first = np.where(inside, right, start), np.where(inside, left, start)
         over = right - left
         for t in same:
@@ -579,7 +684,8 @@ class _Block:
     triggers' times and window starts, the columns (``spans`` per type, ``cols`` per step),
     and what they report: ``bad`` (the triggers left to the evaluator) and ``tallies``."""
     index: object
-    partition: object
+    partitions: list
+    part: object                 # per trigger: its partition's number (None: one partition)
     tts: np.ndarray
     tlow_all: np.ndarray
     spans: dict
@@ -591,9 +697,14 @@ class _Block:
         """The buffer of ``typ`` over the triggers' time span, made once per type."""
         col = self.spans.get(typ)
         if col is None:
-            col = self.spans[typ] = _Columns(self.index.buffer(self.partition, typ),
-                                             float(self.tlow_all.min()), float(self.tts.max()))
+            col = self.spans[typ] = _Columns(
+                [self.index.buffer(p, typ) for p in self.partitions],
+                float(self.tlow_all.min()), float(self.tts.max()))
         return col
+
+    def part_of(self, trig):
+        """The partition of each trigger of ``trig`` (None: one partition)."""
+        return None if self.part is None else self.part[trig]
 
 
 def _absent(g: _Negation, block: _Block, k: int, trig, rows: list, times: list, parent,
@@ -609,7 +720,7 @@ def _absent(g: _Negation, block: _Block, k: int, trig, rows: list, times: list, 
 
     def bound(j):
         return cols[k].ts[cand] if j == k else times[j][parent]
-    start, end, tie, _, _ = _span(col.ts, block.tlow_all[owner],
+    start, end, tie, _, _ = _span(col, block.part_of(owner), block.tlow_all[owner],
                                   [bound(j) for j in g.before],
                                   [bound(j) for j in g.after], [bound(j) for j in g.same])
     some = start < end
@@ -654,6 +765,8 @@ def _other(f: _Filter, k: int, cols, rows, parent, cand):
     side from the binding (NaN where not an exact number)."""
     if f.const is not None:
         return f.const
+    if f.term is not None:
+        return _term_values(f, k, cols, rows, parent, cand)
     if f.var == k:
         got, odd = cols[k].column(f.other)
         value = np.where(odd[cand], np.nan, got[cand])
@@ -682,10 +795,28 @@ def _apply(spec: tuple, values):
 def _bound(cols, rows, f: _Filter, parent):
     """The value of ``f``'s other side for each candidate (``parent``: its binding), NaN
     where it is not an exact number."""
+    if f.term is not None:
+        return _term_values(f, -1, cols, rows, parent, None)
     got, odd = cols[f.var].column(f.other)
     at = rows[f.var][parent]
     values = np.where(odd[at], np.nan, got[at])
     return _apply(f.other_arith, values) if f.other_arith is not None else values
+
+
+def _term_values(f: _Filter, k: int, cols, rows, parent, cand):
+    """``f``'s term per candidate (``parent``: its binding; step ``k``'s own value is the
+    candidate's), NaN where it is not sure."""
+    steps = dict(f.term_steps)
+
+    def get(var, attr):
+        j = steps[var]
+        values, odd = cols[j].column(attr)
+        at = cand if j == k else rows[j][parent]
+        return values[at], odd[at]
+    values, unsure = f.term(get)
+    values = np.array(values, dtype=np.float64)
+    values[np.broadcast_to(unsure, values.shape)] = np.nan
+    return values
 
 
 def _matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,

@@ -390,22 +390,26 @@ class PatternManager:
             screen = self._screen(b, name) if plan is None else None
             if plan is None and screen is None:
                 continue
-            chunk = None
-            if group is triggers and len(by_target) == 1 and not ready:
-                chunk = self._chunk = _Chunk((b, name), triggers)
-            for part, ts, at in self._partitions(group):
-                if plan is None:            # only the triggers no condition of theirs passes
-                    got = bulk.screen(screen, ts)
-                else:
-                    got = bulk.evaluate(plan, self.index, part, ts, self.cq.window,
-                                        self._label, self._var_order, cap,
-                                        self._member_columns())
-                if chunk is not None:             # kept whole (_ready_map when needed)
-                    chunk.add(got, at)
-                    continue
-                for i, (t, ok) in enumerate(zip(ts, got[2])):
-                    if ok:
-                        ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+            parts = self._partitions(group)
+            if not parts:
+                continue
+            # every partition in one evaluation (their rows one after the other)
+            number = {p: k for k, (p, _) in enumerate(parts)}
+            ts = group if sum(len(p[1]) for p in parts) == len(group) else \
+                [t for t in group if t.key is not None]
+            if plan is None:            # only the triggers no condition of theirs passes
+                got = bulk.screen(screen, ts)
+            else:
+                got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
+                                    self._label, self._var_order, cap, self._member_columns(),
+                                    [number[t.key] for t in ts] if len(parts) > 1 else None)
+            if ts is triggers and len(by_target) == 1 and not ready:
+                self._chunk = _Chunk((b, name), ts)       # kept whole (_ready_map when needed)
+                self._chunk.add(got, None)
+                continue
+            for i, (t, ok) in enumerate(zip(ts, got[2])):
+                if ok:
+                    ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
 
     def _ready_map(self) -> dict:
         """``_ready``, with ``_chunk`` put in it."""
@@ -589,36 +593,32 @@ class PatternManager:
         return got[1]
 
     def _partitions(self, triggers: list) -> list:
-        """``[(partition, triggers, positions)]``: the triggers by the partition their
-        evaluation reads (``positions``: theirs in ``triggers``, None for all of them), those
-        whose evaluation would filter on an equivalence attribute left out."""
+        """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,
+        those whose evaluation would filter on an equivalence attribute left out."""
         equiv = self.cq.equivalence
         if not self.partitioned:
-            return [] if equiv else [(ALL, triggers, None)]
+            return [] if equiv else [(ALL, triggers)]
         key_attr = self.index.key_attr
         if any(a != key_attr for a in equiv):
             return []
         parts: dict = {}
-        for g, t in enumerate(triggers):
+        for t in triggers:
             if t.key is not None:
-                part = parts.get(t.key)
-                if part is None:
-                    part = parts[t.key] = ([], [])
-                part[0].append(t)
-                part[1].append(g)
-        return [(key, ts, at) for key, (ts, at) in parts.items()]
+                parts.setdefault(t.key, []).append(t)
+        return list(parts.items())
 
     def _evaluate(self, trigger: Event, targets, origin: int | None = None) -> list:
         """``origin``: the sequence number of the held trigger (pessimistic)."""
         self.triggers_evaluated += 1
         out = []
+        bulk = 0
         ready = self._ready.pop(id(trigger), None) if self._ready else \
             self._chunk.take(trigger) if self._chunk is not None else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
             if got is not None:
-                self.bulk_triggers += 1
+                bulk += 1
                 (matches, bounds, _, _), i = got
                 if bounds[i + 1] > bounds[i]:
                     out.extend(self._fan_block(matches, bounds[i], bounds[i + 1], origin))
@@ -636,6 +636,8 @@ class PatternManager:
                         self._inherit(seq, origin)
             elif ev.results:
                 out.extend(self._fan(ev.results, origin))
+        if bulk and bulk == len(targets):   # (a branch of an OR may not be)
+            self.bulk_triggers += 1
         return out
 
     def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:

@@ -55,6 +55,15 @@ def compile_vector(expr, hole: int = -1):
     return fn
 
 
+def compile_term(expr):
+    """``fn(get) -> (values, unsure)`` of numeric term ``expr`` (as ``compile_vector``'s
+    sides), or None."""
+    term = _term(expr, _Holes(-1))
+    if term is None:
+        return None
+    return lambda get: term(get, None)
+
+
 def _term(node, holes: _Holes):
     """``fn(get, const) -> (values, unsure)`` of a numeric term, or None."""
     cls = node.__class__

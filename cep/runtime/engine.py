@@ -381,16 +381,48 @@ class Engine:
         stops = sorted(set(triggers).union(behind)) if behind else triggers
         out: list = []
         i = lo
+        prepared: list = []
         # (stops is triggers: no row is behind the one before it)
         if stops is triggers and lo < hi and times[lo] > self.clock \
-                and not self._busy and not self._reads_ahead and not self.index.keep_any:
-            i = self._ahead(batch, lo, hi, triggers, source, out, blocks)
-        todo = stops[bisect_left(stops, i):] if i > lo else stops
-        if todo:
-            batch.events(todo)                  # each is processed: made in bulk
-        out += self._walk(batch.event, todo, times, i, hi, source,
-                          lambda a, b: self._indexed_rows(batch, a, b, source))
+                and not self.index.keep_any:
+            if not self._busy and not self._reads_ahead:
+                i = self._ahead(batch, lo, hi, triggers, source, out, blocks)
+            else:
+                prepared = self._prepare_all(batch, lo, hi, triggers)
+        try:
+            todo = stops[bisect_left(stops, i):] if i > lo else stops
+            if todo:
+                batch.events(todo)              # each is processed: made in bulk
+            out += self._walk(batch.event, todo, times, i, hi, source,
+                              lambda a, b: self._indexed_rows(batch, a, b, source))
+        finally:
+            for m in prepared:
+                m.unprepare()
         return out
+
+    def _prepare_all(self, batch, lo: int, hi: int, triggers: list) -> list:
+        """Bulk evaluation (``_prepare``) of the triggers among rows ``lo`` to ``hi - 1`` (in
+        order after the clock) when the rows are then processed one by one: some query
+        waits for the clock or reads past its trigger (a negation at the end, SLIDE), so
+        the rows cannot be indexed ahead for good. They are indexed while the queries that
+        can evaluate in bulk look, and taken back; each result is taken when its trigger is
+        processed (the index then holds what it held for the bulk evaluation up to the
+        trigger's time)."""
+        if len(triggers) < BULK_TRIGGERS:
+            return []
+        groups = batch.groups(lo, hi)
+        fired = {t: g for t, g in groups.items() if t in self._by_type}
+        if not any(m.can_prepare(fired) for t in fired for m in self._by_type[t]):
+            return []
+        ahead = {t: g for t, g in groups.items() if t not in fired}
+        index, inserted = self.index, self.index.inserted
+        if ahead:
+            index.extend_rows(batch, ahead)
+        try:
+            return self._prepare(batch, batch.events(triggers), fired)
+        finally:
+            index.truncate_after(ahead, self.clock)
+            index.inserted = inserted
 
     def process_table(self, table, *, ts: str = "ts", type: str | None = None,
                       ts_format: str = "s", source: str = DEFAULT_SOURCE) -> list:

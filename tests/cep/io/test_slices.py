@@ -443,7 +443,9 @@ def query_sets(draw):
         q, p = qps[0]
         if not isinstance(q.within.amount, A.Param):
             w = draw(st.sampled_from([1, 2, 4, 7]), label="window of the copy")
-            qps[-1] = (dataclasses.replace(q, within=A.Duration(A.Literal(w), 1.0)), p)
+            slide = q.slide if q.slide is None or q.slide.amount.value <= w else None
+            qps[-1] = (dataclasses.replace(q, within=A.Duration(A.Literal(w), 1.0),
+                                           slide=slide), p)      # (a SLIDE fits its WITHIN)
     return keyed, qps
 
 
