@@ -17,6 +17,13 @@ per match), and each condition's counters are summed per trigger, so plans, stat
 output stay identical; the one difference is that a bulk evaluation neither reads nor stores
 shared plan prefixes (``cep.evaluation.prefixes``), so their reuse counts differ.
 
+A filter may also be an equality (``=``, ``!=``) of an attribute with a text or a number
+literal: a text is compared over the batches' text codes (``TimeBuffer.text_equal``), a row
+holding no ``str`` there is one the evaluator fails (left to it, as a non-number is for a
+number). Where a pattern has no bulk plan, the trigger's own conditions still are decided for
+the whole chunk (``screen``): a trigger that fails one has no match and is counted as the
+evaluator counts it, never evaluated one by one (issue 35).
+
 A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator: a
 range or a compared value holding something float64 does not hold exactly (a string, a
 boolean, a missing attribute, an int beyond 2**53, NaN, an arithmetic result from 2**53 on
