@@ -17,6 +17,13 @@ per match), and each condition's counters are summed per trigger, so plans, stat
 output stay identical; the one difference is that a bulk evaluation neither reads nor stores
 shared plan prefixes (``cep.evaluation.prefixes``), so their reuse counts differ.
 
+A filter may also be an equality (``=``, ``!=``) of an attribute with a text or a number
+literal: a text is compared over the batches' text codes (``TimeBuffer.text_equal``), a row
+holding no ``str`` there is one the evaluator fails (left to it, as a non-number is for a
+number). Where a pattern has no bulk plan, the trigger's own conditions still are decided for
+the whole chunk (``screen``): a trigger that fails one has no match and is counted as the
+evaluator counts it, never evaluated one by one (issue 35).
+
 A trigger whose evaluation the columns cannot reproduce exactly is left to the evaluator: a
 range or a compared value holding something float64 does not hold exactly (a string, a
 boolean, a missing attribute, an int beyond 2**53, NaN, an arithmetic result from 2**53 on
@@ -36,6 +43,7 @@ from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
 from raycep.cep.match import MatchBlock
+from raycep.cep.store.batch import numeric_of
 
 
 @dataclass(frozen=True)
@@ -195,7 +203,8 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
             elif id(c) in opaque:
                 return f"condition {c.text!r}: its members' constants"
             elif _filter(c, s.var.name, pos, k) is None:
-                return f"condition {c.text!r}: not an order comparison of numbers"
+                return f"condition {c.text!r}: not an order comparison of numbers " \
+                    "nor an equality with a number or text"
     return "not a sequence bulk evaluation reproduces"
 
 
@@ -209,7 +218,7 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
     if any(j not in before and j not in after for j in same):
         return None
     filters = tuple(_filter(c, neg.var.name, pos, k + 1) for c in neg.filters)
-    if None in filters:
+    if None in filters or any(_text(f) for f in filters):
         return None
     extreme = neg.extreme is not None
     if extreme and filters[0].arith is not None:
@@ -220,7 +229,7 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
 def _loose_filter(c, ends: tuple, name: str, pos: dict, k: int) -> _Filter | None:
     """Group condition ``c`` as the _Filter of its extreme members' ``ends`` (plan_for)."""
     low, high = (_filter(e, name, pos, k) for e in ends)
-    if low is None or high is None or (low.attr, low.op, low.var, low.other) != \
+    if low is None or high is None or low.op not in _ORDERING or (low.attr, low.op, low.var, low.other) != \
             (high.attr, high.op, high.var, high.other) or \
             (low.arith is None) != (high.arith is None):
         return None
@@ -231,8 +240,10 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     """``c`` as a _Filter on variable ``name`` (bound at step ``k``), or None."""
     attr, getter, op, ordering, _ = c.separable[name]
     expr = c.expr
-    if not ordering or expr.__class__ is not ast.Compare:
+    if expr.__class__ is not ast.Compare:
         return None
+    if not ordering:
+        return _equality(c, attr, op, expr)
     arith = None
     if attr is None:
         spec = getattr(getter, "attr_arith", None)      # x.attr OP number (expressions)
@@ -270,6 +281,32 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     return None
 
 
+def _equality(c, attr, op, expr) -> _Filter | None:
+    """``x.attr = value`` or ``!=`` with a literal text or exact number, as a _Filter (its
+    ``const`` the text itself, or the number as a float), or None."""
+    other = expr.right if expr.left.__class__ is ast.Attr else expr.left
+    if attr is None or attr in FIELDS or other.__class__ is not ast.Literal:
+        return None
+    value = other.value
+    if value.__class__ is str:
+        return _Filter(c, attr, op, value)
+    return _Filter(c, attr, op, float(value)) if _exact(value) else None
+
+
+def _text(f: _Filter) -> bool:
+    """Whether ``f`` compares with a text (``_equality``)."""
+    return f.const.__class__ is str
+
+
+def _held(col, f: _Filter, at):
+    """``(held, odd)`` of text filter ``f`` at rows ``at`` of ``col`` (_Columns or
+    _Triggers): whether the row's value equals (or, for ``!=``, differs from) the text, and
+    whether it is no ``str`` (the evaluator fails the comparison there)."""
+    equal, odd = col.text(f.attr, f.const)
+    held = equal[at]
+    return (held if f.op is operator.eq else ~held), odd
+
+
 def _arith_spec(op: str, const, left: bool) -> tuple | None:
     """``(numpy function, number, number on the left)`` for ``x OP number`` (``number OP x``
     when ``left``), or None (a number float64 does not hold exactly, a division by 0)."""
@@ -286,6 +323,7 @@ def _names(expr) -> set:
     return {n.var for n in ast.walk_expr(expr) if n.__class__ is ast.Attr}
 
 
+_ORDERING = (operator.lt, operator.le, operator.gt, operator.ge)
 _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
@@ -333,6 +371,23 @@ class _Columns:
             self._cols[attr] = col
         return col
 
+    def text(self, attr: str, value: str) -> tuple:
+        """``(equal, odd)``: where ``attr`` holds the text ``value``, and where it holds no
+        ``str`` (TimeBuffer.text_equal)."""
+        key = (attr, value)
+        col = self._cols.get(key)
+        if col is None:
+            got = [p[0].text_equal(p[1], p[2], attr, value) for p in self.parts
+                   if p is not None]
+            if not got:
+                col = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+            elif len(got) == 1:
+                col = got[0]
+            else:
+                col = (np.concatenate([e for e, _ in got]), np.concatenate([o for _, o in got]))
+            self._cols[key] = col
+        return col
+
     def events(self, rows) -> list:
         """The Events of ``rows`` (numpy, rows as above), one per entry."""
         if len(self.parts) == 1:
@@ -362,9 +417,22 @@ class _Triggers:
     def column(self, attr: str) -> tuple:
         col = self._cols.get(attr)
         if col is None:
-            values = np.array([_value(t.attrs.get(attr)) for t in self.triggers],
-                              dtype=np.float64)
+            values, kinds = numeric_of([t.attrs.get(attr) for t in self.triggers])
+            values = np.where(kinds == EXACT, values, np.nan)    # as _value of each
             col = self._cols[attr] = (values, np.isnan(values))
+        return col
+
+    def text(self, attr: str, value: str) -> tuple:
+        """Like _Columns.text, over the triggers."""
+        key = (attr, value)
+        col = self._cols.get(key)
+        if col is None:
+            got = [t.attrs.get(attr) for t in self.triggers]
+            col = self._cols[key] = (
+                np.fromiter((v.__class__ is str and v == value for v in got), dtype=bool,
+                            count=len(got)),
+                np.fromiter((v.__class__ is not str for v in got), dtype=bool,
+                            count=len(got)))
         return col
 
 
@@ -399,18 +467,8 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     times = [tts]                        # per bound step: the event time of each binding
     tallies = block.tallies              # (conjunct, trigger per tested candidate, passed)
     last = len(plan.filters) - 1
-    parent = cand = trig
-    for f in plan.filters[0]:
-        passed = None
-        for g in (f, f.alt) if f.alt is not None else (f,):
-            values = cols[0].column(g.attr)[0]
-            if g.arith is not None:
-                values = _apply(g.arith, values)
-            bad |= np.isnan(values)
-            held = g.op(values[cand], g.const)
-            passed = held if passed is None else passed | held
-        tallies.append((f.conj, cand, passed))
-        cand = cand[passed]
+    parent = trig
+    cand = _screened(plan.filters[0], cols[0], trig, bad, tallies)
     for check in plan.checks[0] if plan.checks else ():     # on the trigger alone
         held, unsure = _checked(check, plan, cols, rows, 0, cand, cand)
         bad[cand[unsure]] = True
@@ -430,14 +488,14 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         bad[trig[tie]] = True
         # the evaluator's first comparison of a plain attribute counts the range with the
         # bound events at its ends (TimeBuffer.select), the rest the events between them
-        whole = bool(filters) and filters[0].arith is None
+        whole = bool(filters) and filters[0].arith is None and filters[0].op in _ORDERING
         if not whole:
             first, stop = start, end
         some = first < stop
         count = np.where(some, stop - first, 0)
         for f in filters:
             # the evaluator fails such rows, or compares them row by row: any in a range
-            odd = col.column(f.attr)[1]
+            odd = col.text(f.attr, f.const)[1] if _text(f) else col.column(f.attr)[1]
             if odd.any():
                 cum = np.concatenate(([0], np.cumsum(odd)))
                 bad[trig[some & (cum[stop] - cum[first] > 0)]] = True
@@ -446,6 +504,10 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         for f in filters:
             passed = None
             for g in (f, f.alt) if f.alt is not None else (f,):
+                if _text(g):
+                    held = _held(col, g, cand)[0]
+                    passed = held if passed is None else passed | held
+                    continue
                 values = col.column(g.attr)[0][cand]
                 if g.arith is not None:
                     values = _apply(g.arith, values)
@@ -490,6 +552,62 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         counts.append((conj, t.tolist(), p.tolist()))
     return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
                       fanned), good.tolist(), counts)
+
+
+def _screened(filters: tuple, col: _Triggers, cand, bad, tallies: list):
+    """The triggers among ``cand`` (positions) that pass the trigger's own ``filters``,
+    each filter counted over the triggers the one before passed (as the evaluator tests
+    them); ``bad``: the triggers with a value the columns cannot compare."""
+    for f in filters:
+        passed = None
+        for g in (f, f.alt) if f.alt is not None else (f,):
+            if _text(g):
+                held, odd = _held(col, g, cand)
+                bad |= odd
+            else:
+                values = col.column(g.attr)[0]
+                if g.arith is not None:
+                    values = _apply(g.arith, values)
+                bad |= np.isnan(values)
+                held = g.op(values[cand], g.const)
+            passed = held if passed is None else passed | held
+        tallies.append((f.conj, cand, passed))
+        cand = cand[passed]
+    return cand
+
+
+def trigger_filters(steps: tuple, opaque: dict) -> tuple | None:
+    """The trigger's own conditions (``steps[0].filters``, what the evaluator tests first)
+    as _Filters, for ``screen``; None where one is no such filter or the trigger is a
+    Kleene variable."""
+    first = steps[0]
+    if first.var.kleene or first.var.negated or first.var.type is None or \
+            not first.filters or any(id(c) in opaque for c in first.filters):
+        return None
+    name = first.var.name
+    filters = tuple(_filter(c, name, {name: 0}, 0) for c in first.filters)
+    return None if None in filters else filters
+
+
+def screen(filters: tuple, triggers: list) -> tuple:
+    """``evaluate``'s result for ``triggers`` where only their own conditions (``filters``,
+    trigger_filters) are decided in bulk: the triggers that fail one are ``good`` (no match:
+    the evaluator stops there), their counters added; the others are left to the
+    evaluator."""
+    n = len(triggers)
+    bad = np.zeros(n, dtype=bool)
+    tallies: list = []
+    kept = _screened(filters, _Triggers(triggers), np.arange(n), bad, tallies)
+    bad[kept] = True
+    good = ~bad
+    counts = []
+    for conj, tested, passed in tallies:
+        t = np.bincount(tested, minlength=n)
+        p = np.bincount(tested[passed], minlength=n)
+        conj.tested += int(t[good].sum())
+        conj.passed += int(p[good].sum())
+        counts.append((conj, t.tolist(), p.tolist()))
+    return [], [0] * (n + 1), good.tolist(), counts
 
 
 def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, cand, owner,

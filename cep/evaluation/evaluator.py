@@ -33,6 +33,8 @@ from raycep.cep.match import Match
 from raycep.cep.store.index import ALL, SharedEventIndex
 
 _MISSING = object()
+#: the fewest candidates compared over a buffer's columns (numpy) rather than one by one
+COLUMNAR_MIN = 24
 #: value kinds that compare with each other (see expressions.kinds_clash)
 FAST_KINDS = {int: frozenset((int, float)), float: frozenset((int, float)), str: frozenset((str,))}
 
@@ -276,6 +278,8 @@ class Evaluation:
         first = step.filters[0]
         name = step.var.name
         attr, _, op, ordering, other = first.separable[name]
+        if not ordering and (op is operator.eq or op is operator.ne):
+            return self._selected_text(step, lo, hi)
         if not ordering or attr is None or attr in FIELDS or self.equiv:
             return None
         try:
@@ -303,6 +307,54 @@ class Evaluation:
         if len(step.filters) > 1 and evs:
             evs = self._filtered(step.filters[1:], name, evs)
         return evs
+
+    def _selected_text(self, step, lo, hi) -> list | None:
+        """``_selected`` for a first filter ``attr = text`` (or ``!=``) over a long range of
+        column-batch rows: compared over the buffer's text codes (TimeBuffer.text_equal),
+        counted as ``_filtered`` counts it; None (the caller filters one by one) where a
+        row holds no text, a row shares a bound's time, or that does not apply."""
+        first = step.filters[0]
+        name = step.var.name
+        attr, _, op, _, other = first.separable[name]
+        if attr is None or attr in FIELDS or self.equiv:
+            return None
+        try:
+            value = other(self.env, None)
+        except EvalFailure:
+            return None
+        if value.__class__ is not str:
+            return None
+        found = self._columnar_range(step.var, lo, hi)
+        if found is None:
+            return None
+        buf, i, j = found
+        held, odd = buf.compare(i, j, attr, op, value)
+        if odd.any():
+            return None
+        import numpy as np
+        rows = np.flatnonzero(held)
+        first.tested += j - i
+        first.passed += len(rows)
+        evs = buf.events_at(i, rows)
+        if len(step.filters) > 1 and evs:
+            evs = self._filtered(step.filters[1:], name, evs)
+        return evs
+
+    def _columnar_range(self, var, lo, hi):
+        """``(buffer, i, j)``: the candidates of ``var`` between ``lo`` and ``hi`` are the
+        buffer's positions ``i`` to ``j - 1``, at least COLUMNAR_MIN of them, rows of column
+        batches, none at a bound's time; None otherwise."""
+        buf = self.index.buffer(self.partition, var.type)
+        if buf is None or not buf.batched:
+            return None
+        lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
+        i, j = buf.span(lo_ts, hi.ts)
+        if j - i < COLUMNAR_MIN:
+            return None
+        ends = buf.times(i, i + 1) + buf.times(j - 1, j)
+        if (lo is not None and ends[0] == lo.ts) or ends[1] == hi.ts:
+            return None
+        return buf, i, j
 
     def _filtered(self, filters, name: str, cands: list) -> list:
         """Apply separable comparisons ``f(name) OP value`` to all candidates at once:
@@ -362,6 +414,11 @@ class Evaluation:
         return cands
 
     def _kleene_candidates(self, step, lo, hi, used: bool = True) -> list:
+        if step.columnar is not None and not self.equiv and not (used and step.check_used) \
+                and self._mode(step) != "contiguous":
+            cands = self._columnar_unary(step, lo, hi)
+            if cands is not None:
+                return cands
         cands = self.candidates(step.var, lo, hi)
         if used and step.check_used:
             cands = [e for e in cands if not self._used(e)]
@@ -375,6 +432,33 @@ class Evaluation:
             env.pop(name, None)
             cands = keep
         return cands
+
+    def _columnar_unary(self, step, lo, hi) -> list | None:
+        """The candidates of Kleene ``step`` that pass its element-wise conditions on one
+        element (``step.columnar``: each ``attr OP literal``), compared over the buffer's
+        columns and counted as ``check_at`` of each counts them; None (the caller checks
+        them one by one) where a row holds no value of the literal's kind, or
+        ``_columnar_range`` does not apply."""
+        found = self._columnar_range(step.var, lo, hi)
+        if found is None:
+            return None
+        buf, i, j = found
+        import numpy as np
+        keep = np.arange(j - i)
+        counts = []
+        for c, (attr, op, value) in zip(step.unary, step.columnar):
+            if not len(keep):
+                break
+            held, odd = buf.compare(i, j, attr, op, value)
+            if odd[keep].any():
+                return None
+            n = len(keep)
+            keep = keep[held[keep]]
+            counts.append((c, n, len(keep)))
+        for c, n, k in counts:
+            c.tested += n
+            c.passed += k
+        return buf.events_at(i, keep)
 
     def _mode(self, step) -> str:
         """How the strategy prunes a Kleene enumeration: 'any' (every subset), 'next' (after an

@@ -25,6 +25,8 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, attrgetter, eq, sub
 
 from raycep.cep.errors import PlanningError
 from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
@@ -37,6 +39,7 @@ from raycep.cep.store.disorder import check_mode
 from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex
 
 log = logging.getLogger("raycep")
+_TYPE = attrgetter("type")
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,11 @@ class PatternManager:
         self._steps: dict = {}           # (branch, trigger var, order) -> join steps
         self._shared: dict = {}          # id(steps) -> (steps, interned prefix keys)
         self._bulk: dict = {}            # id(steps) -> (steps, cep.evaluation.bulk plan or None)
+        self._screens: dict = {}         # id(steps) -> (steps, the trigger's bulk filters or None)
         self._ready: dict = {}           # id(trigger) -> (trigger, {(branch, var): result})
-        self._pending_bulk: list = []    # bulk results not spread into _ready yet
+        #: prepare's one result for all the triggers it was given (a _Chunk), kept whole
+        #: rather than in _ready (_ready_map)
+        self._chunk = None
         #: the engine's cep.evaluation.prefixes.SharedPrefixes while it has other evaluators
         #: (else None)
         self.prefixes = None
@@ -122,6 +128,7 @@ class PatternManager:
         self._steps.clear()
         self._shared.clear()
         self._bulk.clear()
+        self._screens.clear()
 
     # ---------------------------------------------------------------- input
     def process(self, event: Event) -> list:
@@ -353,7 +360,7 @@ class PatternManager:
         if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
                 or self.cq.slide:
             return False
-        return any(self._bulk_plan(b, name) is not None
+        return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
     def prepare(self, triggers: list) -> None:
@@ -364,44 +371,103 @@ class PatternManager:
         ``unprepare`` drops the rest."""
         by_target: dict = {}
         reach = self.floor + self.cq.window
-        for t in triggers:
-            if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
-                continue
-            for target in self._triggers.get(t.type, ()):
-                by_target.setdefault(target, []).append(t)
+        targets = self._triggers
+        if len(targets) == 1 and triggers and triggers[0].ts > max(reach, self.since):
+            (typ, mine), = targets.items()         # all of them, in time order: all after
+            if all(map(eq, map(_TYPE, triggers), repeat(typ))):
+                by_target = dict.fromkeys(mine, triggers)
+        if not by_target:
+            for t in triggers:
+                if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
+                    continue
+                for target in targets.get(t.type, ()):
+                    by_target.setdefault(target, []).append(t)
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
+        ready = self._ready_map()
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
-            if plan is None:
+            screen = self._screen(b, name) if plan is None else None
+            if plan is None and screen is None:
                 continue
             parts = self._partitions(group)
             if not parts:
                 continue
             # every partition in one evaluation (their rows one after the other)
             number = {p: k for k, (p, _) in enumerate(parts)}
-            ts = group if len(parts) == 1 and len(parts[0][1]) == len(group) else \
+            ts = group if sum(len(p[1]) for p in parts) == len(group) else \
                 [t for t in group if t.key is not None]
-            got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
-                                self._label, self._var_order, cap, self._member_columns(),
-                                [number[t.key] for t in ts] if len(parts) > 1 else None)
-            self._pending_bulk.append(((b, name), ts, got))
-
-    def _spread(self) -> None:
-        """The bulk results per trigger (``_ready``, for ``_evaluate``)."""
-        ready = self._ready
-        for key, ts, got in self._pending_bulk:
+            if plan is None:            # only the triggers no condition of theirs passes
+                got = bulk.screen(screen, ts)
+            else:
+                got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
+                                    self._label, self._var_order, cap, self._member_columns(),
+                                    [number[t.key] for t in ts] if len(parts) > 1 else None)
+            if ts is triggers and len(by_target) == 1 and not ready:
+                self._chunk = _Chunk((b, name), ts)       # kept whole (_ready_map when needed)
+                self._chunk.add(got, None)
+                continue
             for i, (t, ok) in enumerate(zip(ts, got[2])):
                 if ok:
-                    ready.setdefault(id(t), (t, {}))[1][key] = (got, i)
-        self._pending_bulk.clear()
+                    ready.setdefault(id(t), (t, {}))[1][(b, name)] = (got, i)
+
+    def _ready_map(self) -> dict:
+        """``_ready``, with ``_chunk`` put in it."""
+        chunk = self._chunk
+        if chunk is not None:
+            self._chunk = None
+            ready, key = self._ready, chunk.key
+            for g in compress(range(len(chunk.left)), chunk.left):
+                t = chunk.triggers[g]
+                ready.setdefault(id(t), (t, {}))[1][key] = chunk.result(g)
+        return self._ready
+
+    def quiet_mask(self, triggers: list) -> list:
+        """``quiet`` of each of ``triggers`` (those given to ``prepare``)."""
+        chunk = self._chunk
+        if chunk is not None and chunk.triggers is triggers:
+            return list(map(and_, chunk.left, (chunk.counts() == 0).tolist()))
+        return list(map(self.quiet, triggers))
+
+    def quiet(self, trigger: Event) -> bool:
+        """Whether ``prepare`` evaluated ``trigger`` for each of its targets, without a
+        match (``take_quiet`` takes it; the engine need not process it on its own)."""
+        got = self._ready_map().get(id(trigger))
+        if got is None or got[0] is not trigger or \
+                len(got[1]) != len(self._triggers[trigger.type]):
+            return False
+        for (_, bounds, _, _), i in got[1].values():
+            if bounds[i + 1] > bounds[i]:
+                return False
+        return True
+
+    def take_quiet(self, triggers: list) -> None:
+        """Take the results of ``quiet`` triggers (in time order, the next this manager
+        processes): counted as ``process`` of each counts them."""
+        chunk = self._chunk
+        if chunk is not None:
+            left = chunk.left
+            for i in map(chunk.index, triggers):
+                left[i] = False
+        else:
+            ready = self._ready
+            for t in triggers:
+                del ready[id(t)]
+        self.triggers_evaluated += len(triggers)
+        self.bulk_triggers += len(triggers)
+        if triggers and triggers[-1].ts > self.clock:
+            self.clock = triggers[-1].ts
 
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each has one target, was
         evaluated in bulk, and this manager's output keeps their order."""
-        good = len(self._ready) + sum(sum(got[2]) for _, _, got in self._pending_bulk)
-        return good == len(triggers) and self._in_order() and \
-            all(len(self._triggers[typ]) == 1 for typ in {t.type for t in triggers})
+        chunk = self._chunk
+        if chunk is not None and chunk.triggers is triggers:
+            return len(self._triggers[triggers[0].type]) == 1 and all(chunk.left) and \
+                self._in_order()
+        ready = self._ready_map()
+        return len(ready) == len(triggers) and self._in_order() and \
+            all(len(self._triggers[t.type]) == 1 for t in triggers)
 
     def take_prepared(self, triggers: list, counts: list | None = None) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when
@@ -410,31 +476,32 @@ class PatternManager:
         the number of matches of each trigger."""
         if not self.ready_for(triggers):
             return None
-        results = self._pending_bulk
-        if not self._ready and len(results) == 1 and len(results[0][1]) == len(triggers):
-            (matches, bounds, _, _) = results[0][2]  # one evaluation took them all, in order
-            results.clear()
+        chunk = self._chunk
+        if chunk is not None:                     # its results for them all (ready_for)
+            self._chunk = None
             if counts is not None:
-                counts.extend(b - a for a, b in zip(bounds, bounds[1:]))
-            self.triggers_evaluated += len(triggers)
-            self.bulk_triggers += len(triggers)
-            if triggers[-1].ts > self.clock:
-                self.clock = triggers[-1].ts
-            return self._taken(matches, [(matches, 0, len(matches))] if len(matches) else [])
-        self._spread()
-        ready = self._ready
-        pieces = []
-        for t in triggers:
-            ((matches, bounds, _, _), i), = ready[id(t)][1].values()
-            if bounds[i + 1] > bounds[i]:
-                pieces.append((matches, bounds[i], bounds[i + 1]))
-            if counts is not None:
-                counts.append(bounds[i + 1] - bounds[i])
-        ready.clear()
+                counts.extend(chunk.counts().tolist())
+            pieces = chunk.pieces()
+            if len(chunk.results) == 1 and chunk.results[0][1] is None:
+                return self._took(triggers, pieces[0][0] if pieces else [], pieces)
+        else:
+            ready = self._ready
+            pieces = []
+            for t in triggers:
+                ((matches, bounds, _, _), i), = ready[id(t)][1].values()
+                if bounds[i + 1] > bounds[i]:
+                    pieces.append((matches, bounds[i], bounds[i + 1]))
+                if counts is not None:
+                    counts.append(bounds[i + 1] - bounds[i])
+            ready.clear()
         if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)
         else:
             found = [m for block, a, b in pieces for m in block[a:b]]
+        return self._took(triggers, found, pieces)
+
+    def _took(self, triggers: list, found, pieces: list):
+        """``take_prepared`` once the matches are ``found``."""
         self.triggers_evaluated += len(triggers)
         self.bulk_triggers += len(triggers)
         if triggers[-1].ts > self.clock:
@@ -457,8 +524,13 @@ class PatternManager:
     def unprepare(self) -> None:
         """Drop the bulk results not taken, with their counters (their triggers will be
         evaluated one by one)."""
-        if self._pending_bulk:
-            self._spread()
+        chunk = self._chunk
+        if chunk is not None:
+            from raycep.cep.evaluation.bulk import untally
+            for g in compress(range(len(chunk.left)), chunk.left):
+                got, i = chunk.result(g)
+                untally(got[3], i)
+            self._chunk = None
         if self._ready:
             from raycep.cep.evaluation.bulk import untally
             for _, results in self._ready.values():
@@ -509,6 +581,17 @@ class PatternManager:
                                                            self._loose))
         return got[1]
 
+    def _screen(self, b: int, name: str):
+        """The trigger's own conditions as bulk filters (cep.evaluation.bulk.screen) where
+        branch ``b`` triggered at ``name`` has no bulk plan; None where they are not all such
+        filters."""
+        steps = self._steps_for(b, name, None)
+        got = self._screens.get(id(steps))
+        if got is None:
+            from raycep.cep.evaluation.bulk import trigger_filters
+            got = self._screens[id(steps)] = (steps, trigger_filters(steps, self._opaque))
+        return got[1]
+
     def _partitions(self, triggers: list) -> list:
         """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,
         those whose evaluation would filter on an equivalence attribute left out."""
@@ -529,9 +612,8 @@ class PatternManager:
         self.triggers_evaluated += 1
         out = []
         bulk = 0
-        if self._pending_bulk:
-            self._spread()
-        ready = self._ready.pop(id(trigger), None) if self._ready else None
+        ready = self._ready.pop(id(trigger), None) if self._ready else \
+            self._chunk.take(trigger) if self._chunk is not None else None
         for b, name in targets:
             got = ready[1].get((b, name)) if ready is not None and ready[0] is trigger \
                 else None
@@ -647,6 +729,93 @@ class PatternManager:
         self._slide = list(state["slide"])
         (self.triggers_evaluated, self.matches, self.truncated, self.late_events,
          self.retractions, self.revisions) = state["counters"]
+
+
+class _Chunk:
+    """``prepare``'s results for all the triggers it was given (``key``: their target),
+    kept whole: ``results`` ``[(result, positions)]`` (positions in ``triggers``, None for
+    all of them; cep.evaluation.bulk.evaluate's result), per trigger ``left``: whether its
+    result is there to take."""
+
+    __slots__ = ("key", "triggers", "results", "left", "_which", "_at", "_pos")
+
+    def __init__(self, key: tuple, triggers: list):
+        self.key, self.triggers, self.results = key, triggers, []
+        self.left = [False] * len(triggers)
+        self._which = self._at = self._pos = None
+
+    def add(self, got: tuple, at: list | None):
+        """The result ``got`` of the triggers at ``at`` (None: all of them)."""
+        if at is None:
+            self.left = list(got[2])
+        else:
+            left = self.left
+            for g, ok in zip(at, got[2]):
+                left[g] = ok
+        self.results.append((got, at))
+
+    def _where(self) -> tuple:
+        """Per trigger: its result's number (-1: none) and its position there (numpy)."""
+        if self._which is None:
+            import numpy as np
+            n = len(self.triggers)
+            which, at = np.full(n, -1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+            for k, (_, pos) in enumerate(self.results):
+                pos = slice(None) if pos is None else np.asarray(pos, dtype=np.intp)
+                which[pos] = k
+                at[pos] = np.arange(len(at[pos]))
+            self._which, self._at = which, at
+        return self._which, self._at
+
+    def counts(self):
+        """The number of matches of each trigger (numpy; 0 for one without a result)."""
+        import numpy as np
+        out = np.zeros(len(self.triggers), dtype=np.intp)
+        for got, pos in self.results:
+            out[slice(None) if pos is None else np.asarray(pos, dtype=np.intp)] = \
+                np.diff(np.asarray(got[1], dtype=np.intp))
+        return out
+
+    def pieces(self) -> list:
+        """``[(matches, a, b)]`` of the triggers with matches, in trigger order."""
+        if len(self.results) == 1 and self.results[0][1] is None:
+            matches = self.results[0][0][0]
+            return [(matches, 0, len(matches))] if len(matches) else []
+        import numpy as np
+        which, at = self._where()
+        count = self.counts()
+        some = np.flatnonzero(count)
+        if not len(some):
+            return []
+        starts = np.zeros(len(self.triggers), dtype=np.intp)
+        for k, (got, pos) in enumerate(self.results):
+            starts[np.asarray(pos, dtype=np.intp)] = np.asarray(got[1][:-1], dtype=np.intp)
+        blocks = [got[0] for got, _ in self.results]
+        a = starts[some]
+        return list(zip(map(blocks.__getitem__, which[some].tolist()), a.tolist(),
+                        (a + count[some]).tolist()))
+
+    def result(self, g: int) -> tuple:
+        """``(result, position there)`` of trigger ``g``."""
+        which, at = self._where()
+        return self.results[which[g]][0], int(at[g])
+
+    def index(self, trigger) -> int | None:
+        """The position of ``trigger``, or None."""
+        pos = self._pos
+        if pos is None:
+            pos = self._pos = dict(zip(map(id, self.triggers), range(len(self.triggers))))
+        i = pos.get(id(trigger))
+        return i if i is not None and self.triggers[i] is trigger else None
+
+    def take(self, trigger):
+        """``(trigger, {key: (result, position)})`` as in ``_ready``, taken; None when there
+        is none."""
+        g = self.index(trigger)
+        if g is None or not self.left[g]:
+            return None
+        self.left[g] = False
+        return trigger, {self.key: self.result(g)}
 
 
 def _first_ts(env: dict) -> float:

@@ -28,6 +28,8 @@ class Step:
     begin: tuple | None = None   # Kleene: begin condition of b[1], ((conjunct, at_0, jump), ...)
     min_len: int = 1             # Kleene: conjuncts[0] is ``b.LEN >= min_len`` (or the like):
                                  # a shorter sequence fails it, and nothing else is checked
+    columnar: tuple | None = None  # Kleene: ``unary`` as (attr, op, literal) each, compared
+                                 # over a buffer's columns (Evaluation._kleene_candidates)
 
 
 NUMERIC_KINDS = frozenset((int, float))
@@ -139,11 +141,43 @@ def build_steps(branch: Branch, order: tuple) -> tuple:
             check_used=same, conjuncts=tuple(ready), incremental=incremental, unary=unary,
             negations=tuple(negs), take_complete=take_complete, filters=filters,
             chained=chained, local=local, begin=begin,
-            min_len=_min_len(ready[0], name) if var.kleene and ready else 1))
+            min_len=_min_len(ready[0], name) if var.kleene and ready else 1,
+            columnar=_columnar(unary, name) if unary else None))
     return tuple(steps)
 
 
-_FLIPPED = {">=": "<=", ">": "<", "=": "=", "<=": ">=", "<": ">"}
+_OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+
+
+def _columnar(unary: tuple, name: str) -> tuple | None:
+    """Each element-wise conjunct of Kleene variable ``name`` as ``(attr, op, literal)`` when
+    it is ``name.attr OP literal`` (either side) for a plain attribute and a text (``=``,
+    ``!=``) or a number; None when one is not."""
+    out = []
+    for c in unary:
+        e = c.expr
+        if e.__class__ is not ast.Compare:
+            return None
+        op, side, lit = e.op, e.left, e.right
+        if side.__class__ is ast.Literal:
+            op, side, lit = _FLIPPED.get(op, op), lit, side
+        if side.__class__ is not ast.Attr or lit.__class__ is not ast.Literal or \
+                side.var != name or side.attr in FIELDS or \
+                (side.index is not None and side.index.base != "i"):
+            return None
+        value = lit.value
+        if value.__class__ is str:
+            if op not in ("=", "!="):
+                return None
+        elif value.__class__ not in NUMERIC_KINDS or value != value or \
+                abs(value) > 2 ** 53:
+            return None
+        out.append((side.attr, _OPS[op], value))
+    return tuple(out)
+
+
+_FLIPPED = {">=": "<=", ">": "<", "=": "=", "<=": ">=", "<": ">", "!=": "!="}
 
 
 def _min_len(c, name: str) -> int:

@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from itertools import compress
-from operator import attrgetter, le
+from operator import and_, attrgetter, le
 
 from raycep.cep.errors import CepError, QueryValidationError
 from raycep.cep.evaluation.manager import ManagerSettings, PatternManager
@@ -464,8 +464,9 @@ class Engine:
             found = self._take(prepared, made, fired)
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
-                                       out)
-            self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source)
+                                       out, prepared)
+            self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source,
+                                   fired)
             if blocks and found.__class__ in (MatchBlock, MatchMix):
                 out.append(found)
             else:
@@ -515,21 +516,20 @@ class Engine:
         return MatchMix(parts, which, at)
 
     def _indexed_triggers(self, batch, lo: int, hi: int, triggers: list, made: list,
-                          ahead: dict, inserted: int, source: str):
+                          ahead: dict, inserted: int, source: str, fired: dict):
         """The rest of ``_ahead`` when one manager evaluated every trigger in bulk and took
         the matches: index the triggers, evict where the inserted count says (with the clock
         and watermark of then: the evaluations are done) and set the clock, watermark and
         disorder statistics after the last row, as ``_triggered`` leaves them."""
         index, times = self.index, batch.times
-        types, stamps = [t.type for t in made], [t.ts for t in made]
-        index.extend(made, types, stamps)
+        index.extend_rows(batch, fired)             # as rows: their columns stay at hand
         n = hi - lo
         for j in range(EVICT_EVERY - inserted % EVICT_EVERY, n + 1, EVICT_EVERY):
             self._advance_to(lo + j - 1, times, inserted + j)
             self.evict()
         self._advance_to(hi - 1, times, inserted + n)
         self._front = (batch, hi - 1)
-        self.disorder.on_time_run(source, types, stamps)
+        self.disorder.on_time_groups(source, fired, times[hi - 1])
         self.disorder.on_time_groups(source, ahead, times[hi - 1])
 
     def _prepare(self, batch, triggers: list, fired: dict) -> list:
@@ -554,10 +554,60 @@ class Engine:
             index.inserted = inserted
         return managers
 
+    def _quiet(self, made: list, prepared: list) -> list:
+        """Per trigger of ``made``: whether every query it triggers evaluated it in bulk
+        without a match (PatternManager.quiet): it is then indexed ahead like the rows of
+        other types, never processed on its own."""
+        asked = set(prepared)
+        by_type = self._by_type
+        masks = {m: m.quiet_mask(made) for m in prepared}
+        kinds = {t.type for t in made}
+        if len(kinds) == 1:                              # one set of queries for them all
+            managers = by_type[next(iter(kinds))]
+            if not all(m in asked for m in managers):
+                return [False] * len(made)
+            quiet = masks[managers[0]]
+            for m in managers[1:]:
+                quiet = list(map(and_, quiet, masks[m]))
+            return quiet
+        return [all(m in asked and masks[m][k] for m in by_type[t.type])
+                for k, t in enumerate(made)]
+
+    def _take_quiet(self, quiet: list, source: str):
+        """The ``quiet`` triggers (in order) are done: their queries count them, the
+        disorder statistics see them."""
+        per: dict = {}
+        for t in quiet:
+            for m in self._by_type[t.type]:
+                per.setdefault(m, []).append(t)
+        for m, ts in per.items():
+            m.take_quiet(ts)
+        self.disorder.on_time_run(source, [t.type for t in quiet], [t.ts for t in quiet])
+
     def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,
-                   inserted: int, source: str, out: list) -> int:
-        """The trigger loop of ``_ahead``."""
+                   inserted: int, source: str, out: list, prepared: list = ()) -> int:
+        """The trigger loop of ``_ahead``. Triggers that every query they trigger evaluated
+        in bulk without a match (``_quiet``) are indexed ahead and counted, not processed."""
         index, disorder, times = self.index, self.disorder, batch.times
+        quiet = self._quiet(made, prepared) if prepared else None
+        if quiet is not None and any(quiet):
+            still = [t for t, q in zip(made, quiet) if q]
+            groups: dict = {}
+            for r, t in zip(compress(triggers, quiet), still):
+                group = groups.get(t.type)
+                if group is None:
+                    group = groups[t.type] = ([], [])
+                group[0].append(r)
+                group[1].append(t.ts)
+            index.extend_rows(batch, groups)          # as rows: their columns stay at hand
+            index.inserted = inserted
+            stamps = [t.ts for t in still]
+            ahead_types = set(ahead) | {t.type for t in still}
+            live = [k for k, q in enumerate(quiet) if not q]
+            triggers, made = [triggers[k] for k in live], [made[k] for k in live]
+            at = 0                                        # the next quiet trigger
+        else:
+            still, ahead_types = (), ahead
         pos = lo
         for k, r in enumerate((*triggers, hi)):
             n = r - pos                                   # rows indexed ahead before r
@@ -569,6 +619,11 @@ class Engine:
                 inserted += n
                 self._advance_to(r - 1, times, inserted)
                 self._front = (batch, r - 1)
+            if still:                                     # the quiet ones before r
+                end = len(still) if r == hi else bisect_left(stamps, times[r], at)
+                if end > at:
+                    self._take_quiet(still[at:end], source)
+                    at = end
             if r == hi:
                 pos = hi
                 break
@@ -576,7 +631,7 @@ class Engine:
             inserted = index.inserted
             pos = r + 1
             if self._busy:                                # the rest goes row by row
-                index.truncate_after(ahead, times[r])
+                index.truncate_after(ahead_types, times[r])
                 break
         done = ahead if pos == hi else \
             {t: g for t, g in batch.groups(lo, pos).items() if t in ahead}

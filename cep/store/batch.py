@@ -48,7 +48,7 @@ class ColumnBatch:
 
     __slots__ = ("types", "times", "keys", "ids", "names", "_columns", "_absent", "objs",
                  "_numeric", "_overrides", "_decoded", "_lists", "_rows_of", "_times",
-                 "_codes")
+                 "_codes", "_texts")
 
     def __init__(self, types: list, times: list, keys=None, ids=None, names=(), columns=(),
                  absent=None, overrides=None, codes=None):
@@ -68,6 +68,7 @@ class ColumnBatch:
         self._rows_of = None
         self._times = None                  # numpy event times (behind), made on first need
         self._numeric: dict = {}
+        self._texts: dict = {}
         #: ``(distinct types, numpy code per row)`` when the reader has them (Arrow's
         #: dictionary encoding): the type index is made from them (``_type_rows``)
         self._codes = codes if not overrides else None
@@ -235,6 +236,37 @@ class ColumnBatch:
         got = self._numeric[name] = (vals, kinds)
         return got
 
+    def texts(self, name: str) -> tuple:
+        """``(codes int32, {text: code})`` of attribute ``name`` per row: the code of the
+        row's text where its value is a ``str``, -1 where it is anything else or absent (the
+        evaluator fails a string comparison there: compare it as a Python value)."""
+        got = self._texts.get(name)
+        if got is not None:
+            return got
+        n = len(self.types)
+        codes, index = None, {}
+        if name not in self.names:
+            codes = np.full(n, -1, dtype=np.int32)
+        else:
+            j = self.names.index(name)
+            col = self._columns[j]
+            if not isinstance(col, list):
+                codes, index = _arrow_texts(col)
+            if codes is None:
+                values = self._decode()[j][1]
+                index = {}
+                put = index.setdefault
+                codes = np.fromiter((put(v, len(index)) if v.__class__ is str else -1
+                                     for v in values), dtype=np.int32, count=n)
+            absent = self._absent[j]
+            if absent is not None:
+                codes[absent] = -1
+        for i in self._overrides:           # a made Event is the truth for its row
+            value = self.objs[i].attrs.get(name, _MISSING)
+            codes[i] = index.setdefault(value, len(index)) if value.__class__ is str else -1
+        got = self._texts[name] = (codes, index)
+        return got
+
     def groups(self, lo: int, hi: int) -> dict:
         """``{type: (rows, times)}`` of rows ``lo`` to ``hi - 1``, rows ascending, types in
         the order they first come."""
@@ -304,6 +336,7 @@ class ColumnBatch:
         part.objs = self.objs[a:b]
         part._numeric = {k: (v[a:b], t[a:b]) for k, (v, t) in self._numeric.items()}
         part._lists = {}
+        part._texts = {k: (c[a:b], d) for k, (c, d) in self._texts.items()}
         part._rows_of = part._times = None
         part._codes = (self._codes[0], self._codes[1][a:b]) if self._codes is not None \
             else None
@@ -322,6 +355,23 @@ class _Picked(list):
 
 def _whole(values):
     return values
+
+
+def _arrow_texts(col) -> tuple:
+    """``ColumnBatch.texts`` straight from a text Arrow column (nulls -1), or ``(None, {})``
+    for anything else."""
+    from raycep.cep.store.values import is_text, plain_array
+    import pyarrow.compute as pc
+    from raycep.cep.store.arrow import to_numpy, valid_mask
+    arr = plain_array(col)
+    if not is_text(arr.type):
+        return None, {}
+    encoded = pc.dictionary_encode(arr)
+    texts = encoded.dictionary.to_pylist()
+    codes = to_numpy(encoded.indices).astype(np.int32)
+    if arr.null_count:
+        codes[~valid_mask(encoded.indices)] = -1
+    return codes, {t: k for k, t in enumerate(texts)}
 
 
 def _arrow_numeric(col, n: int) -> tuple:

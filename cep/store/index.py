@@ -294,6 +294,53 @@ class TimeBuffer(_Rows):
             return values[0], odd[0]
         return np.concatenate(values), np.concatenate(odd)
 
+    def text_equal(self, i: int, j: int, attr: str, value: str) -> tuple:
+        """``(equal, odd)`` of ``attr`` at positions ``i`` to ``j - 1`` as numpy bools: whether
+        each holds the text ``value`` and whether it holds no ``str`` at all (absent, a
+        number, ...: the evaluator fails a string comparison there), from the batches' text
+        codes (cep.store.batch ``texts``) for the rows that came from one, from the Events
+        for the others."""
+        import numpy as np
+        if j <= i:
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+        src = self._src
+        part = src[i:j] if src is not None else [None]
+        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
+                                             map(is_not, part[1:], part))), j - i]
+        equal, odd, off = [], [], self._off
+        for a, b in zip(cuts, cuts[1:]):
+            batch = part[a]
+            if batch is None:
+                got = [ev.attrs.get(attr, _MISSING) for ev in self._objs[i + a:i + b]]
+                odd.append(np.fromiter((v.__class__ is not str for v in got), dtype=bool,
+                                       count=b - a))
+                equal.append(np.fromiter((v.__class__ is str and v == value for v in got),
+                                         dtype=bool, count=b - a))
+                continue
+            codes, index = batch.texts(attr)
+            got = codes[np.array(off[i + a:i + b], dtype=np.intp)]
+            equal.append(got == index.get(value, -2))
+            odd.append(got < 0)
+        if len(equal) == 1:
+            return equal[0], odd[0]
+        return np.concatenate(equal), np.concatenate(odd)
+
+    def compare(self, i: int, j: int, attr: str, op, value) -> tuple:
+        """``(held, odd)`` at positions ``i`` to ``j - 1`` as numpy bools: ``op(attr,
+        value)`` for a text ``value`` (``op`` ``eq`` or ``ne``, ``text_equal``) or a number
+        (``numeric``), and where the row holds no value of that kind the columns hold
+        exactly (meaningless ``held`` there)."""
+        if value.__class__ is str:
+            equal, odd = self.text_equal(i, j, attr, value)
+            return (equal if op is eq else ~equal), odd
+        values, odd = self.numeric(i, j, attr)
+        return op(values, value), odd
+
+    @property
+    def batched(self) -> bool:
+        """Whether some row came from a column batch (its columns are at hand)."""
+        return self._src is not None
+
     def events_at(self, i: int, rows) -> list:
         """The Event at position ``i + r`` for each ``r`` of ``rows`` (numpy integers, in any
         order, repeats allowed), made where needed."""
