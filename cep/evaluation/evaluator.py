@@ -343,7 +343,8 @@ class Evaluation:
     def _columnar_range(self, var, lo, hi):
         """``(buffer, i, j)``: the candidates of ``var`` between ``lo`` and ``hi`` are the
         buffer's positions ``i`` to ``j - 1``, at least COLUMNAR_MIN of them, rows of column
-        batches, none at a bound's time; None otherwise."""
+        batches, none at a bound's time but the bound event itself (``candidates`` leaves
+        it out); None otherwise."""
         buf = self.index.buffer(self.partition, var.type)
         if buf is None or not buf.batched:
             return None
@@ -351,8 +352,17 @@ class Evaluation:
         i, j = buf.span(lo_ts, hi.ts)
         if j - i < COLUMNAR_MIN:
             return None
-        ends = buf.times(i, i + 1) + buf.times(j - 1, j)
-        if (lo is not None and ends[0] == lo.ts) or ends[1] == hi.ts:
+        last = buf.times(max(i, j - 2), j)
+        if last[-1] == hi.ts:               # only the bound itself there: not a candidate
+            if len(last) > 1 and last[-2] == hi.ts or buf.event(j - 1) is not hi:
+                return None
+            j -= 1
+        first = buf.times(i, min(j, i + 2))
+        if lo is not None and first and first[0] == lo.ts:
+            if len(first) > 1 and first[1] == lo.ts or buf.event(i) is not lo:
+                return None
+            i += 1
+        if j - i < COLUMNAR_MIN:
             return None
         return buf, i, j
 

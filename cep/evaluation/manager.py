@@ -447,7 +447,7 @@ class PatternManager:
         chunk = self._chunk
         if chunk is not None:
             left = chunk.left
-            for i in map(chunk.index, triggers):
+            for i in chunk.positions(triggers):
                 left[i] = False
         else:
             ready = self._ready
@@ -807,6 +807,12 @@ class _Chunk:
             pos = self._pos = dict(zip(map(id, self.triggers), range(len(self.triggers))))
         i = pos.get(id(trigger))
         return i if i is not None and self.triggers[i] is trigger else None
+
+    def positions(self, triggers: list) -> list:
+        """The positions of ``triggers`` (each one of them)."""
+        if self._pos is None:
+            self.index(self.triggers[0])
+        return list(map(self._pos.__getitem__, map(id, triggers)))
 
     def take(self, trigger):
         """``(trigger, {key: (result, position)})`` as in ``_ready``, taken; None when there

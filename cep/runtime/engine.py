@@ -576,6 +576,14 @@ class Engine:
     def _take_quiet(self, quiet: list, source: str):
         """The ``quiet`` triggers (in order) are done: their queries count them, the
         disorder statistics see them."""
+        kinds = {t.type for t in quiet}
+        if len(kinds) == 1:
+            kind = next(iter(kinds))
+            for m in self._by_type[kind]:
+                m.take_quiet(quiet)
+            self.disorder.on_time_groups(source, {kind: (quiet, (quiet[-1].ts,))},
+                                         quiet[-1].ts)
+            return
         per: dict = {}
         for t in quiet:
             for m in self._by_type[t.type]:

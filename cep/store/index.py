@@ -336,6 +336,10 @@ class TimeBuffer(_Rows):
         values, odd = self.numeric(i, j, attr)
         return op(values, value), odd
 
+    def event(self, k: int) -> Event:
+        """The Event at position ``k`` (made if needed)."""
+        return self._get(k)
+
     @property
     def batched(self) -> bool:
         """Whether some row came from a column batch (its columns are at hand)."""

@@ -112,12 +112,15 @@ def _condition(draw, v: str, kleene: bool) -> str:
 
 @st.composite
 def filter_queries(draw):
-    """``(text, names)``: SEQ of 2-4 variables of distinct types, at most one Kleene variable
+    """``(text, names)``: SEQ of 2-4 variables (two of one type at times), at most one Kleene variable
     (anywhere, the last too), 0-2 single-variable conditions per variable (text and number
     equalities, order comparisons), sometimes a condition between two variables (text
     equality or order), any selection strategy (mostly skip-till-any-match)."""
     n = draw(st.integers(2, 4), label="variables")
-    types = draw(st.permutations("ABCD"), label="types")[:n]
+    types = list(draw(st.permutations("ABCD"), label="types")[:n])
+    if draw(st.integers(0, 2)) == 0:        # two variables of one type (a bound is then in
+        i, j = sorted(draw(st.permutations(range(n)))[:2])    # the range's buffer)
+        types[i] = types[j]
     names = "abcd"[:n]
     k = draw(st.sampled_from([None, None, *range(n)]), label="Kleene")
     conds = []
@@ -182,6 +185,17 @@ def _run(text: str, order: tuple, events: list, size: int):
                                             for k in range(0, len(events), size)]))
     assert_same(got, want)
     return spy, bulk_spy, eng, want
+
+
+def test_a_bound_of_the_range_s_type_is_left_out_over_columns():
+    """SEQ(A a, B+ b[], A c) triggered at c: a's range ends at the trigger itself (in the
+    same buffer), which the columns leave out as ``candidates`` does."""
+    events = stream(11, 300, 0.0)
+    text = "PATTERN SEQ(A a, B+ b[], A c) WHERE a.t = 'p' AND b.t = 'q' AND c.t = 'r' " \
+           "WITHIN 7 seconds"
+    spy, _, _, want = _run(text, ("c", "a", "b"), events, 100)
+    assert spy.text.results and spy.unary.results
+    assert want[1] and set(k for _, k in want[1]) == oracle_matches(parse_query(text), events)
 
 
 def test_the_new_paths_do_the_work_on_a_clean_stream():
