@@ -543,6 +543,14 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     if members is not None:
         fanned = _members(members, plan, cols, rows, times, parent, cand, owner, bad)
     good = ~bad
+    counts = _counted(tallies, good, n)
+    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
+                      fanned), good.tolist(), counts)
+
+
+def _counted(tallies: list, good, n: int) -> list:
+    """Add the ``good`` triggers' tallies to their conditions' counters; returns each
+    condition's per-trigger counts (``untally``)."""
     counts = []
     for conj, tested, passed in tallies:
         t = np.bincount(tested, minlength=n)
@@ -550,8 +558,19 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         conj.tested += int(t[good].sum())
         conj.passed += int(p[good].sum())
         counts.append((conj, t.tolist(), p.tolist()))
-    return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
-                      fanned), good.tolist(), counts)
+    return counts
+
+
+def _values(cols, rows: list, steps: dict, k: int, parent, cand):
+    """``get(var, attr)`` (cep.evaluation.vector): the bindings' values of ``attr`` of the
+    variable bound at step ``steps[var]``; step ``k``'s are the candidates ``cand``'s, the
+    others those of each candidate's binding (``parent``)."""
+    def get(var, attr):
+        j = steps[var]
+        values, odd = cols[j].column(attr)
+        at = cand if j == k else rows[j][parent]
+        return values[at], odd[at]
+    return get
 
 
 def _screened(filters: tuple, col: _Triggers, cand, bad, tallies: list):
@@ -600,13 +619,7 @@ def screen(filters: tuple, triggers: list) -> tuple:
     kept = _screened(filters, _Triggers(triggers), np.arange(n), bad, tallies)
     bad[kept] = True
     good = ~bad
-    counts = []
-    for conj, tested, passed in tallies:
-        t = np.bincount(tested, minlength=n)
-        p = np.bincount(tested[passed], minlength=n)
-        conj.tested += int(t[good].sum())
-        conj.passed += int(p[good].sum())
-        counts.append((conj, t.tolist(), p.tolist()))
+    counts = _counted(tallies, good, n)
     return [], [0] * (n + 1), good.tolist(), counts
 
 
@@ -615,13 +628,8 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
     """``(binding, member)`` per match of a group's bindings (evaluate's ``members``), in
     output order; the triggers of a binding the members cannot decide are marked ``bad``."""
     last = len(plan.names) - 1
-    pos = {name: k for k, name in enumerate(plan.names)}
-
-    def get(var, attr):
-        k = pos[var]
-        values, odd = cols[k].column(attr)
-        at = cand if k == last else rows[k][parent]
-        return values[at], odd[at]
+    get = _values(cols, rows, {name: k for k, name in enumerate(plan.names)}, last, parent,
+                  cand)
     stamps = [t[parent] for t in times[:last]] + [cols[last].ts[cand]]
     first, end = np.minimum.reduce(stamps), np.maximum.reduce(stamps)
     binding, member, unsure = members.resolve(get, first, end, frozenset(plan.names))
@@ -635,13 +643,7 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
 def _checked(check: _Check, plan: BulkPlan, cols, rows: list, k: int, parent, cand) -> tuple:
     """``(held, unsure)`` of ``check`` per candidate of step ``k`` (``parent``: its binding
     among ``rows``)."""
-    pos = {name: j for j, name in enumerate(plan.names)}
-
-    def get(var, attr):
-        j = pos[var]
-        values, odd = cols[j].column(attr)
-        at = cand if j == k else rows[j][parent]
-        return values[at], odd[at]
+    get = _values(cols, rows, {name: j for j, name in enumerate(plan.names)}, k, parent, cand)
     held = unsure = None
     for fn in check.fns:
         got, bad = fn(get, None)
@@ -816,14 +818,7 @@ def _bound(cols, rows, f: _Filter, parent):
 def _term_values(f: _Filter, k: int, cols, rows, parent, cand):
     """``f``'s term per candidate (``parent``: its binding; step ``k``'s own value is the
     candidate's), NaN where it is not sure."""
-    steps = dict(f.term_steps)
-
-    def get(var, attr):
-        j = steps[var]
-        values, odd = cols[j].column(attr)
-        at = cand if j == k else rows[j][parent]
-        return values[at], odd[at]
-    values, unsure = f.term(get)
+    values, unsure = f.term(_values(cols, rows, dict(f.term_steps), k, parent, cand))
     values = np.array(values, dtype=np.float64)
     values[np.broadcast_to(unsure, values.shape)] = np.nan
     return values

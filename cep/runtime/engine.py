@@ -500,12 +500,11 @@ class Engine:
             found = m.take_prepared(list(map(made.__getitem__, at)), counts)
             if not len(found):
                 continue
+            # per match: its trigger, then the manager's place among that type's
             rank = {typ: self._by_type[typ].index(m) for typ in {types[i] for i in at}}
-            owners = np.repeat(np.asarray(at), counts)
-            ranks = np.asarray([rank[types[i]] for i in at]) if len(rank) > 1 else \
-                next(iter(rank.values()))
-            keys.append(owners * width + (np.repeat(ranks, counts) if len(rank) > 1
-                                          else ranks))
+            ranks = rank[types[at[0]]] if len(rank) == 1 else \
+                np.asarray([rank[types[i]] for i in at])
+            keys.append(np.repeat(np.asarray(at) * width + ranks, counts))
             parts.append(found)
         if len(parts) < 2:
             return parts[0] if parts else []
