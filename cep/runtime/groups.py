@@ -208,6 +208,12 @@ class Variants:
         for e in entries:
             self.prefix.append(self.prefix[-1] | e[2])
         self.other = other                  # equal: the other side's closure
+        #: ordered: the entries per class of constant (int, float), each sorted: Python's
+        #: arithmetic is exact on ints and rounds with a float, so truth is monotone in the
+        #: constant within a class but not across them (2**60 + 1 <= 2**60 is false,
+        #: 2**60 + 1.25 <= 2**60 true); one bisection per class
+        self.parts = [(checks, _prefixes(part)) for checks, part in _classes(entries)] \
+            if kind == "ordered" else []
         self.by_value = {}
         if kind == "equal":
             try:
@@ -217,7 +223,10 @@ class Variants:
 
     def any(self, env, p=None) -> bool:
         if self.kind == "ordered":
-            return self.checks[0](env) or self.checks[-1](env)
+            for checks, _ in self.parts:
+                if checks[0](env) or checks[-1](env):
+                    return True
+            return False
         if self.kind == "equal":
             entry = self._entry(env)
             return entry is not None and entry[1](env)
@@ -226,18 +235,21 @@ class Variants:
     def mask(self, env) -> int:
         kind = self.kind
         if kind == "ordered":
-            checks = self.checks
-            first, last = checks[0](env), checks[-1](env)
-            if first == last:
-                return self.all if first else 0
-            lo, hi = 1, len(checks) - 1     # the first index whose truth differs from first's
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if checks[mid](env) == first:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return self.prefix[lo] if first else self.all ^ self.prefix[lo]
+            out = 0
+            for checks, prefix in self.parts:
+                first, last = checks[0](env), checks[-1](env)
+                if first == last:
+                    out |= prefix[-1] if first else 0
+                    continue
+                lo, hi = 1, len(checks) - 1     # the first index whose truth differs
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if checks[mid](env) == first:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                out |= prefix[lo] if first else prefix[-1] ^ prefix[lo]
+            return out
         if kind == "equal":
             entry = self._entry(env)
             return entry[2] if entry is not None and entry[1](env) else 0
@@ -254,27 +266,70 @@ class Variants:
             return None
 
 
-def _loosest(op, low, high):
+def _classes(entries: list) -> list:
+    """``[(checks, entries)]``: sorted ``entries`` split into those with an int constant and
+    those with a float one (Variants.parts), or whole when they are of one class."""
+    ints = [e for e in entries if e[0].__class__ is int]
+    if not ints or len(ints) == len(entries):
+        return [([e[1] for e in entries], entries)]
+    floats = [e for e in entries if e[0].__class__ is not int]
+    return [([e[1] for e in part], part) for part in (ints, floats)]
+
+
+def _prefixes(entries: list) -> list:
+    out = [0]
+    for e in entries:
+        out.append(out[-1] | e[2])
+    return out
+
+
+def _ends(values: list, i: int) -> list:
+    """The value tuples of the extreme constants (``i``-th item) of each class (_classes):
+    the members that can be the loosest for a binding."""
+    ends = []
+    for cls in (True, False):
+        part = sorted((v for v in values if (v[i].__class__ is int) is cls),
+                      key=lambda v: v[i])
+        for v in part[:1] + part[-1:]:
+            if v not in ends:
+                ends.append(v)
+    return ends
+
+
+def _loosest(op, *ends):
     """The value of the other side that lets the most candidates pass ``candidate OP value``
-    (truth is monotone in the constant, so it is the value of one of the extreme constants)."""
+    (truth is monotone in the constant within a class, so it is the value of one of the
+    extreme constants, _ends): ``candidate OP pick(values)`` holds when any member's does."""
     pick = max if op in (operator.lt, operator.le) else min
+    if len(ends) == 2:
+        low, high = ends
 
-    def value(env, p):
-        return pick(low(env, p), high(env, p))
-    return value
+        def value(env, p):
+            return pick(low(env, p), high(env, p))
+        return value
+
+    def values(env, p):
+        return pick([end(env, p) for end in ends])
+    return values
 
 
-def _loosest_getter(op, low, high):
+def _loosest_getter(op, *ends):
     """The candidate's side of ``candidate OP value`` that passes most often, when the
     constant is in it (the value of one of the extreme constants)."""
     pick = min if op in (operator.lt, operator.le) else max
-    a, b = getattr(low, "attr_arith", None), getattr(high, "attr_arith", None)
-    if a is not None and b is not None and (a[0], a[1], a[3]) == (b[0], b[1], b[3]):
-        return arith_getter(a[0], a[1], (a[2], b[2]), a[3], pick)   # the attribute read once
+    if len(ends) == 2:
+        low, high = ends
+        a, b = getattr(low, "attr_arith", None), getattr(high, "attr_arith", None)
+        if a is not None and b is not None and (a[0], a[1], a[3]) == (b[0], b[1], b[3]):
+            return arith_getter(a[0], a[1], (a[2], b[2]), a[3], pick)   # attribute read once
 
-    def value(ev):
-        return pick(low(ev), high(ev))
-    return value
+        def value(ev):
+            return pick(low(ev), high(ev))
+        return value
+
+    def values(ev):
+        return pick([end(ev) for end in ends])
+    return values
 
 
 def variants(k: int, members: list) -> Variants:
@@ -299,20 +354,19 @@ def _variants(k: int, members: list) -> Variants:
         i = differ[0]
         consts = [v[i] for v in values]
         if _monotone(expr, i, consts):
-            ends = sorted(values, key=lambda v: v[i])
-            low, high = groups[ends[0]][0].separable, groups[ends[-1]][0].separable
+            ends = [groups[v][0].separable for v in _ends(values, i)]
             inside = _literal_path(expr, i)[1]       # the comparison's side with the constant
             separable = {}
-            for x, (attr, getter, op, ordering, other) in low.items():
-                if x not in high:
+            for x, (attr, getter, op, ordering, other) in ends[0].items():
+                if not all(x in end for end in ends):
                     continue
                 side = expr.left if x in _side_vars(expr.left) else expr.right
                 if side is not inside:      # the constant is in the value compared with
                     separable[x] = (attr, getter, op, ordering,
-                                    _loosest(op, other, high[x][4]))
+                                    _loosest(op, *(end[x][4] for end in ends)))
                 elif attr is None:          # ... in what is computed from the candidate
-                    separable[x] = (None, _loosest_getter(op, getter, high[x][1]), op,
-                                    ordering, other)
+                    separable[x] = (None, _loosest_getter(op, *(end[x][1] for end in ends)),
+                                    op, ordering, other)
             entries = sorted(((v[i], _failing(groups[v][0].fn), groups[v][1]) for v in values),
                              key=lambda e: e[0])
             return Variants(expr, entries, "ordered", separable=separable)
@@ -474,8 +528,8 @@ class GroupManager(PatternManager):
         # query is rebuilt when they change, or a member looser than the old extremes loses
         # the candidates only it accepts
         shape = (varying, max(windows), tuple(tuple(t.separable) for t in tables),
-                 tuple((t.entries[0][0], t.entries[-1][0]) if t.kind == "ordered" else None
-                       for t in tables),
+                 tuple(tuple(e[0] for _, part in _classes(t.entries) for e in (part[0], part[-1]))
+                       if t.kind == "ordered" else None for t in tables),
                  first.name if self.single else None)
         self._tables[:] = tables
         if shape != self._shape:
