@@ -490,14 +490,18 @@ class Engine:
         for i, typ in enumerate(types):
             for m in self._by_type[typ]:
                 managers[m].append(i)
-        if not all(m.ready_for(list(map(made.__getitem__, at))) for m, at in managers.items()):
+        # a manager's triggers: ``made`` itself when it takes them all (its chunk of results
+        # is then taken whole, PatternManager.take_prepared)
+        mine = {m: made if len(at) == len(made) else list(map(made.__getitem__, at))
+                for m, at in managers.items()}
+        if not all(m.ready_for(mine[m]) for m in managers):
             return None
         import numpy as np                                # a column batch: numpy is there
         width = max(len(self._by_type[t]) for t in fired)
         parts, keys = [], []
         for m, at in managers.items():
             counts: list = []
-            found = m.take_prepared(list(map(made.__getitem__, at)), counts)
+            found = m.take_prepared(mine[m], counts)
             if not len(found):
                 continue
             # per match: its trigger, then the manager's place among that type's
