@@ -23,9 +23,9 @@ GC_THRESHOLD = 50_000           # allocations between two young-generation colle
 #: (bulk evaluation, cep.evaluation.bulk), small ones bound the matches held at once (Chunks)
 CHUNK_EVENTS = (512, 1024, 32_768)  # fewest, first, most
 CHUNK_MATCHES = 16_384              # a chunk with more matches halves the next ones
-#: events before the planner's first look at the statistics (then every --check-every): a
-#: query is evaluated trigger by trigger until it has a plan, in bulk after (cep.evaluation.bulk),
-#: ~4x the time per match; 200 gave the plans 500 did on the peers' and the sample workloads
+#: events before the planner's first look at the statistics (then every --check-every): until
+#: then a query runs a provisional plan from the default statistics (planner.local, in bulk);
+#: 200 gave the plans 500 did on the peers' and the sample workloads
 #: (benchmarks/PEERS_RESULTS.md)
 FIRST_PLAN_EVENTS = 200
 #: --check-every's default: the planner's look cuts the chunk it falls in, and a bulk

@@ -3,7 +3,8 @@ the same for a cluster).
 
 Every ``check_every`` events it samples the statistics (arrival rates over a sliding horizon of
 event time, selectivities from the evaluator's counters), asks each query's AdaptivePolicy
-whether to re-plan, and installs a new plan between two events. Queries evaluated as one group
+whether to re-plan, and installs a new plan between two events. Until the first look a query
+runs a provisional plan made from the default statistics (so that it is evaluated in bulk). Queries evaluated as one group
 (cep.runtime.groups) have one plan, from the group's statistics.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from raycep.cep.errors import PlanningError
 from raycep.cep.runtime.engine import Engine
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.algorithms import ALGORITHMS
-from raycep.planner.plan import TREE_NFA
+from raycep.planner.plan import TREE_NFA, make_plan
 from raycep.planner.stats import RateTracker, SelectivityTracker, Statistics, per_key
 
 ADAPTIVE = "adaptive"
@@ -76,6 +77,7 @@ class PlannedEngine:
         if settings is not None and manager.name not in self.policies:
             self.policies[manager.name] = AdaptivePolicy(manager.cq, manager.name, settings)
             self._selectivity[manager.name] = SelectivityTracker(manager.cq)
+            self._provisional(manager.name)
         return name
 
     def remove_query(self, name: str):
@@ -111,6 +113,18 @@ class PlannedEngine:
             self.rates.observe_runs(batch.types[i:j], batch.times[i:j])
             return self.engine.process_columns(batch, i, j, blocks=blocks)
         return self._in_steps(lo, len(batch) if hi is None else hi, run)
+
+    def _provisional(self, name: str):
+        """A query (or group) that has no plan yet gets one from the default statistics
+        (equal rates, no selectivity measured), so that it is evaluated in bulk from its
+        first events rather than one by one in the ad hoc order; the policy's first plan (at
+        the next look, from the measured rates and selectivities) replaces it. Not a plan
+        of the policy: ``history`` does not list it."""
+        policy, manager = self.policies[name], self.engine.evaluators[name]
+        s = policy.settings
+        if policy.plan is None and manager.order is None and s.algorithm != TREE_NFA:
+            plan = make_plan(manager.cq, None, s.algorithm, s.alpha, name=name)
+            manager.set_order(plan.order, manager.version)
 
     def _in_steps(self, i: int, n: int, run) -> list:
         """``run(a, b)`` over rows ``i`` to ``n - 1`` in pieces that end where the planner

@@ -9,7 +9,7 @@ the expanded matches; ``raycep.cep.io.output.MatchLines`` writes a list mixing M
 entries byte for byte as the expanded list, keys in the query's variable order.
 
 ``PlannedEngine(first_check=N)`` looks at the statistics first after N events, then at the
-multiples of ``check_every``; ``raycep local`` plans first after FIRST_PLAN_EVENTS and then every
+multiples of ``check_every`` (before it, a query runs a provisional plan); ``raycep local`` plans first after FIRST_PLAN_EVENTS and then every
 ``--check-every`` (default ``gateway.cli.local.CHECK_EVERY``)
 (``--check-every``'s default)."""
 from __future__ import annotations
@@ -553,6 +553,33 @@ def test_first_look_after_first_check_events_then_every_check_every(first_check)
     assert eng.history[0].events == 997
     assert sorted(map(sorted, (m.key() for m in default))) == \
         sorted(map(sorted, (m.key() for m in runs[0][0])))
+
+
+def test_before_the_first_look_a_query_has_a_provisional_plan():
+    """A query the planner decides has a static order from its registration on (planned
+    from the default statistics), so the rows before the first look go in bulk, not one by
+    one in the ad hoc order; the first look's plan is the policy's first (``history``), and
+    the matches are those of the engine without a planner. ``tree-nfa`` keeps the ad hoc
+    order (no provisional plan)."""
+    events = phased_stream(3000, 1500)
+    eng, looks = planned(1000)
+    assert eng.engine.managers["q"].order is not None and eng.history == []
+    batch = ColumnBatch.from_events(events)
+    first = eng.process_columns(batch, 0, 999)
+    paths = eng.engine.paths()["q"]
+    assert paths["per_trigger"] == 0 and paths["bulk"] > 0 and paths["why"] is None, paths
+    assert looks == [] and eng.history == []
+    rest = eng.process_columns(batch, 999, len(events))
+    assert looks and eng.history[0].events == 1000 and eng.history[0].version == 1
+    got = expand(first + rest + eng.advance(math.inf))
+    alone = Engine(sharing=False)
+    alone.add_query(PHASED, name="q")
+    want = by_event(alone, events)
+    assert want and sorted(map(sorted, (m.key() for m in got))) == \
+        sorted(map(sorted, (m.key() for m in want)))
+    adhoc = PlannedEngine(Engine(sharing=False))
+    adhoc.add_query(PHASED, name="q", planner="tree-nfa")
+    assert adhoc.engine.managers["q"].order is None
 
 
 def test_first_check_at_or_after_check_every():
