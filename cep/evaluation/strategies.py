@@ -42,14 +42,7 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
     chosen = {id(e) for e, _, _ in selected}
     strategy = cq.strategy
     if strategy in ("strict_contiguity", "partition_contiguity"):
-        gap_events = [e for e in _stream(ev, first.ts, last.ts)
-                      if id(e) not in chosen and before(first, e) and before(e, last)]
-        if not gap_events:
-            return True
-        if strategy == "strict_contiguity" or not cq.equivalence:
-            return False
-        home = _partition(first, cq.equivalence)
-        return all(_partition(g, cq.equivalence) != home for g in gap_events)
+        return _contiguous(ev, first, last, chosen)
     proven = proven or {}
     order = [name for _, _, name in blocks]
     variables = {v.name: v for v in ev.branch.positives}
@@ -92,6 +85,40 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
     return True
 
 
+def _contiguous(ev, first: Event, last: Event, chosen: set) -> bool:
+    """Whether no event of the query's stream between ``first`` and ``last`` that the binding
+    does not hold breaks contiguity: any does under strict contiguity, one of the binding's
+    partition (its equivalence values) under partition contiguity. Read from the buffers of
+    the binding's partition key where the equivalence attributes include it (events of other
+    keys are of other partitions), in no particular order."""
+    cq = ev.cq
+    strict = cq.strategy == "strict_contiguity" or not cq.equivalence
+    home = None if strict else _partition(first, cq.equivalence)
+    for buf in _buffers(ev, ALL if strict else _key_part(ev)):
+        for g in buf.range(first.ts, last.ts):
+            if id(g) in chosen or not (before(first, g) and before(g, last)):
+                continue
+            if strict or _partition(g, cq.equivalence) == home:
+                return False
+    return True
+
+
+def _key_part(ev):
+    """The partition key whose buffers hold every event that can share the binding's
+    equivalence values (ALL: the query is not evaluated per key)."""
+    part = ev.partition
+    if part is not ALL and ev.index.key_attr in ev.cq.equivalence:
+        return part
+    return ALL
+
+
+def _buffers(ev, part) -> list:
+    """The index buffers of the query's positive types (all types: one) in partition ``part``."""
+    index, cq = ev.index, ev.cq
+    types = (None,) if None in cq.positive_types else cq.positive_types
+    return [buf for buf in (index.buffer(part, t) for t in types) if buf is not None]
+
+
 def _gap(ev, e1: Event, e2: Event, chosen: set) -> list:
     """The stream events strictly between ``e1`` and ``e2`` that the binding does not hold."""
     return [g for g in _stream(ev, e1.ts, e2.ts)
@@ -99,16 +126,13 @@ def _gap(ev, e1: Event, e2: Event, chosen: set) -> list:
 
 
 def _stream(ev, lo: float, hi: float):
-    """The query's stream between ``lo`` and ``hi``: every partition, positive types only."""
-    index, cq = ev.index, ev.cq
-    if None in cq.positive_types:
-        buf = index.buffer(ALL, None)
-        return buf.range(lo, hi) if buf is not None else []
-    ranges = []
-    for t in cq.positive_types:
-        buf = index.buffer(ALL, t)
-        if buf is not None:
-            ranges.append(buf.range(lo, hi))
+    """The query's stream between ``lo`` and ``hi`` (positive types only), in order: of the
+    binding's partition key where the equivalence attributes include it (``_key_part``: an
+    event of another key fails every begin and take condition, ``_condition``), else of every
+    partition."""
+    ranges = [buf.range(lo, hi) for buf in _buffers(ev, _key_part(ev))]
+    if len(ranges) == 1:
+        return ranges[0]
     return list(merge(*ranges, key=lambda e: e.order))
 
 
