@@ -15,8 +15,9 @@ Esper's filter service indexes the constants of many statements rather than test
 - anything else: each distinct constant once (members with equal constants share the result).
 
 Constants that change which events a query takes rather than which bindings it keeps are part
-of the group key instead (conjuncts of negated or Kleene variables, SLIDE, every constant of a
-strategy other than skip-till-any-match). Different windows share a group when the pattern has
+of the group key instead (conjuncts of negated or Kleene variables, SLIDE, every constant under
+skip-till-next-match, whose begin and take conditions decide which events a run skips; the
+contiguity strategies accept a binding by its events alone, so their constants may differ). Different windows share a group when the pattern has
 no negation: the join runs over the largest and each member keeps the bindings within its own.
 """
 from __future__ import annotations
@@ -43,6 +44,9 @@ _SKIP = frozenset(("pos", "text"))
 _MONOTONE_OPS = frozenset(("+", "-", "*"))
 _TOKENS = itertools.count()           # unique tokens of group conditions (cep.evaluation.prefixes)
 _SAFE = 2 ** 53                       # larger ints may overflow float arithmetic (a failure)
+#: strategies under which a constant decides which bindings a query keeps, never which events
+#: it takes: contiguity is a property of the binding's events alone (cep.evaluation.strategies)
+_LOOSE = frozenset(("skip_till_any_match", "strict_contiguity", "partition_contiguity"))
 
 
 # --------------------------------------------------------------------------- signatures
@@ -105,7 +109,7 @@ def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, orde
     if params:
         query = _bind(query, params)
     special = {n for n, v in cq.variables.items() if v.kleene or v.negated}
-    loose = query.strategy == "skip_till_any_match"
+    loose = query.strategy in _LOOSE
     negation = any(v.negated for v in cq.variables.values())
     key: list = [_shape(query.pattern, []), tuple(query.equivalence), query.strategy, mode,
                  tuple(order) if order is not None else None]

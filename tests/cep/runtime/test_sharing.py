@@ -94,8 +94,10 @@ def compiles(q: A.Query, params: dict) -> bool:
 
 def shareable_pattern(q: A.Query) -> bool:
     """Variants of ``q`` that differ only in constants must form one group: no negated and no
-    Kleene variable, no SLIDE, skip_till_any_match (the issue's rules)."""
-    return (q.slide is None and q.strategy == "skip_till_any_match"
+    Kleene variable, no SLIDE, skip_till_any_match or a contiguity strategy (the issue's
+    rules; contiguity depends on the binding's events alone)."""
+    return (q.slide is None and q.strategy in ("skip_till_any_match", "strict_contiguity",
+                                               "partition_contiguity")
             and not any(v.negated or v.kleene for v in A.event_vars(q.pattern)))
 
 
@@ -557,6 +559,11 @@ KLEENE_STREAM = [ev("A", 1, "a1", x=1), ev("B", 2, "b1", x=1), ev("B", 3, "b2", 
 STRICT_STREAM = [ev("A", 1, "a1", x=1), ev("B", 2, "b1", x=2), ev("A", 3, "a2", x=0),
                  ev("B", 4, "b2", x=3), ev("B", 5, "b3", x=1), ev("A", 6, "a3", x=2),
                  ev("B", 7, "b4", x=5)]
+KEYED_STREAM = [ev("A", 1, "a1", x=1, k=0), ev("B", 2, "b1", x=2, k=1),
+                ev("B", 3, "b2", x=3, k=0), ev("A", 4, "a2", x=0, k=1),
+                ev("A", 5, "a3", x=2, k=0), ev("B", 6, "b3", x=4, k=1),
+                ev("B", 7, "b4", x=5, k=0), ev("B", 8, "b5", x=1, k=1),
+                ev("A", 9, "a4", x=0, k=0), ev("B", 12, "b6", x=3, k=0)]
 
 
 @pytest.mark.parametrize("template, values, stream, groups", [
@@ -575,11 +582,15 @@ STRICT_STREAM = [ev("A", 1, "a1", x=1), ev("B", 2, "b1", x=2), ev("A", 3, "a2", 
     # a SLIDE that differs: one group per slide
     ("PATTERN SEQ(A a, B b) WHERE a.x < b.x WITHIN 6 seconds SLIDE {v} seconds",
      [1, 2, 3], STRICT_STREAM, 3),
-    # any constant of a query whose strategy is not skip_till_any_match: one group per value
+    # any constant of a skip_till_next_match query: one group per value
     ("PATTERN SEQ(A a, B b) WHERE a.x < b.x + {v} WITHIN 10 seconds "
      "STRATEGY skip_till_next_match", [0, 1, 2], STRICT_STREAM, 3),
+    # ... under contiguity a constant only decides which bindings are kept: one group, windows
+    # too
     ("PATTERN SEQ(A a, B b) WHERE a.x < b.x + {v} WITHIN 10 seconds "
-     "STRATEGY strict_contiguity", [0, 1, 2], STRICT_STREAM, 3),
+     "STRATEGY strict_contiguity", [0, 1, 2], STRICT_STREAM, 1),
+    ("PATTERN SEQ(A a, B b) WHERE [k] AND a.x < b.x + {v} WITHIN {v} seconds "
+     "STRATEGY partition_contiguity", [1, 2, 3], KEYED_STREAM, 1),
     # ... but equal constants share a group whatever the strategy
     ("PATTERN SEQ(A a, B b) WHERE a.x < b.x + 1 WITHIN 10 seconds "
      "STRATEGY skip_till_next_match", [1, 1, 1], STRICT_STREAM, 1),
