@@ -17,6 +17,11 @@ per match), and each condition's counters are summed per trigger, so plans, stat
 output stay identical; the one difference is that a bulk evaluation neither reads nor stores
 shared plan prefixes (``cep.evaluation.prefixes``), so their reuse counts differ.
 
+Under the other selection strategies (skip-till-next-match, strict and partition contiguity:
+SASE+ NFA^b, cep.evaluation.strategies) the evaluator keeps the bindings of the same join
+that ``accepts`` keeps; so does a bulk evaluation, binding by binding over the index, the
+conditions it tests there counted per trigger like the join's (issue 35).
+
 A filter may also be an equality (``=``, ``!=``) of an attribute with a text or a number
 literal: a text is compared over the batches' text codes (``TimeBuffer.text_equal``), a row
 holding no ``str`` there is one the evaluator fails (left to it, as a non-number is for a
@@ -35,9 +40,11 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, replace
+from itertools import repeat
 
 import numpy as np
 
+from raycep.cep.evaluation.strategies import accepts
 from raycep.cep.evaluation.vector import compile_term, compile_vector
 from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
@@ -80,6 +87,19 @@ class BulkPlan:
     batch: bool = True           # matches share the prefix binding (Match.batch), as the
     #                              evaluator makes them when the last step checks nothing else
     checks: tuple = ()           # per step: its _Checks (conditions on it and steps before)
+    accept: tuple | None = None  # (cq, branch) under a selection strategy other than
+    #                              skip-till-any-match: a binding is kept where
+    #                              cep.evaluation.strategies.accepts keeps it
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What cep.evaluation.strategies.accepts reads of an evaluation (the evaluator's
+    Evaluation): the query, the branch, the index and the partition its trigger reads."""
+    cq: object
+    branch: object
+    index: object
+    partition: object
 
 
 @dataclass(frozen=True)
@@ -105,15 +125,19 @@ class _Negation:
     extreme: bool
 
 
-def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkPlan | None:
+def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None,
+             branch=None) -> BulkPlan | None:
     """The bulk plan of ``steps`` (cep.evaluation.steps.build_steps, the trigger's variable first),
     or None when the pattern is not one bulk evaluation reproduces (module docstring).
     ``opaque``: id(condition) of conditions whose expression is not what they evaluate (a
     query group's, cep.runtime.groups); ``loose``: for some of them, the conditions of the
     members with the extreme constants, ``(low, high)``: such a condition holds when one of
-    those does (an ordering comparison monotone in its constant)."""
+    those does (an ordering comparison monotone in its constant). ``branch``: the branch of
+    ``steps`` (needed under a selection strategy other than skip-till-any-match, whose
+    bindings are the join's that ``accepts`` keeps, as the evaluator does)."""
     loose = loose or {}
-    if cq.strategy != "skip_till_any_match" or cq.slide or len(steps) < 2:
+    strategic = cq.strategy != "skip_till_any_match"
+    if cq.slide or len(steps) < 2 or (strategic and branch is None):
         return None
     names = tuple(s.var.name for s in steps)
     types = tuple(s.var.type for s in steps)
@@ -150,7 +174,8 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> BulkP
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
                     tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
                     tuple(filters), tuple(negations),
-                    not (last.negations or last.check_used or last.conjuncts), tuple(checks))
+                    not (strategic or last.negations or last.check_used or last.conjuncts),
+                    tuple(checks), (cq, branch) if strategic else None)
 
 
 def _check(c, loose: dict, opaque: dict) -> _Check | None:
@@ -171,8 +196,6 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
     """Why ``plan_for`` refuses ``steps``: the first thing a bulk evaluation does not
     reproduce, in words (what ``Engine.stats()["paths"]`` tells a user)."""
     loose = loose or {}
-    if cq.strategy != "skip_till_any_match":
-        return f"selection strategy {cq.strategy} (bulk: skip_till_any_match)"
     if cq.slide:
         return "SLIDE"
     if len(steps) < 2:
@@ -536,6 +559,10 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
             trig = trig[parent]
             rows = [r[parent] for r in rows] + [cand]
             times = [t[parent] for t in times] + [ts[cand]]
+    if plan.accept is not None:
+        held = _accepted(plan, _Run(*plan.accept, index, None), partitions, tpart, cols, rows,
+                         parent, cand, triggers, bad, tallies)
+        cand, parent = cand[held], parent[held]
     owner = trig[parent]                 # per binding: its trigger
     if cap is not None:
         bad |= np.bincount(owner, minlength=n) >= cap
@@ -546,6 +573,46 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     counts = _counted(tallies, good, n)
     return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
                       fanned), good.tolist(), counts)
+
+
+def _accepted(plan: BulkPlan, run: _Run, partitions: list, tpart, cols, rows: list, parent,
+              cand, triggers: list, bad, tallies: list):
+    """Per binding of the join: whether its selection strategy keeps it
+    (cep.evaluation.strategies.accepts over the index, binding by binding, as the evaluator
+    decides each binding it completes). The conditions it tests (skip-till-next-match's
+    begin conditions over the gaps) are counted in ``tallies`` per trigger, not on the
+    conditions; a trigger for which one fails is left to the evaluator (``bad``)."""
+    if not len(cand):
+        return np.zeros(0, dtype=bool)
+    last = len(plan.names) - 1
+    first = rows[0][parent]
+    bound = [list(map(triggers.__getitem__, first.tolist()))]
+    bound += [cols[k].events(rows[k][parent]) for k in range(1, last)]
+    bound.append(cols[last].events(cand))
+    runs = [replace(run, partition=p) for p in partitions]
+    where = tpart[first].tolist() if tpart is not None else repeat(0)
+    names = plan.names
+    conjs = run.branch.conjuncts
+    saved = [(c.tested, c.passed, c.failed, c.last_error) for c in conjs]
+    counted: list = [[] for _ in conjs]          # per condition: (trigger, tested, passed)
+    held = np.zeros(len(cand), dtype=bool)
+    for i, (t, p, events) in enumerate(zip(first.tolist(), where, zip(*bound))):
+        before = [(c.tested, c.passed, c.failed) for c in conjs]
+        held[i] = accepts(runs[p], dict(zip(names, events)))
+        for k, c in enumerate(conjs):
+            if c.tested != before[k][0]:
+                counted[k].append((t, c.tested - before[k][0], c.passed - before[k][1]))
+                if c.failed != before[k][2]:
+                    bad[t] = True
+    for c, (tested, passed, failed, error) in zip(conjs, saved):
+        c.tested, c.passed, c.failed, c.last_error = tested, passed, failed, error
+    for c, got in zip(conjs, counted):
+        if got:
+            t, dt, dp = map(np.asarray, zip(*got))
+            tallies.append((c, np.repeat(t, dt),
+                            np.arange(int(dt.sum())) - np.repeat(np.cumsum(dt) - dt, dt)
+                            < np.repeat(dp, dt)))
+    return held
 
 
 def _counted(tallies: list, good, n: int) -> list:

@@ -578,7 +578,7 @@ class PatternManager:
         if got is None:
             from raycep.cep.evaluation.bulk import plan_for
             got = self._bulk[id(steps)] = (steps, plan_for(self.cq, steps, self._opaque,
-                                                           self._loose))
+                                                           self._loose, self.cq.branches[b]))
         return got[1]
 
     def _screen(self, b: int, name: str):

@@ -184,8 +184,8 @@ ODD = ("p", "", True, False, BIG, -BIG, 2 ** 60, None)                  # None: 
 
 @st.composite
 def bulk_queries(draw):
-    """``(text, n_vars, trigger type, eligible)``: SEQ of 2-4 variables of distinct types
-    with 0-3 order comparisons (variable against variable, or against an int or float
+    """``(text, n_vars, trigger type, eligible)``: SEQ of 2-4 variables of distinct types,
+    under any selection strategy (skip-till-any-match more often), with 0-3 order comparisons (variable against variable, or against an int or float
     literal on either side), sometimes a condition checked once its variables are bound
     (``a.x + b.y < 3``, ``a.z * c.x >= b.x``: no filter of one variable) and an optional
     ``[k]``; ``eligible``: no literal beyond 2**53
@@ -223,10 +223,15 @@ def bulk_queries(draw):
     if draw(st.integers(0, 3)) == 0:
         conds.insert(0, "[k]")
     window = draw(st.sampled_from([0.5, 1, 2, 3, 4.5, 8]), label="window")
+    strategy = draw(st.sampled_from(("skip_till_any_match",) * 3 + A.STRATEGIES[1:]),
+                    label="strategy")
     text = f"PATTERN SEQ({', '.join(f'{t} {v}' for t, v in zip(types, names))})"
     if conds:
         text += " WHERE " + " AND ".join(conds)
-    return text + f" WITHIN {window} seconds", n, types[-1], eligible
+    text += f" WITHIN {window} seconds"
+    if strategy != "skip_till_any_match":       # the join's bindings that accepts keeps
+        text += f" STRATEGY {strategy}"
+    return text, n, types[-1], eligible
 
 
 def random_stream(seed: int, n: int, ties: float, odd: float, keyed: bool) -> list:
@@ -301,7 +306,11 @@ def test_bulk_equals_process_of_each_event_and_the_oracle(query, order_seed, see
 
     # not vacuous: on a clean stream every trigger of a chunk with rows indexed ahead goes
     # bulk (at least those: the engine may take more chunks in bulk), none is left over
-    clean = eligible and not ties and not odd and cap is None and \
+    # (an exotic value, an infinity or a number near 2**53, may make an arithmetic result
+    # float64 cannot promise: with arithmetic in the query such a stream is not clean)
+    exotic = any(f" {op} " in text for op in "+-*") and \
+        any(e.attrs.get(a, 0) in EXOTIC[:5] for e in events for a in ATTRS)
+    clean = eligible and not ties and not odd and not exotic and cap is None and \
         ("[k]" not in text or keyed)
     if clean:
         expected = sum(sum(ev.type == trigger_type for ev in c) for c in chunks

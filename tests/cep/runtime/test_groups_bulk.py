@@ -6,7 +6,7 @@ several queries of one chunk as a MatchMix in the engine's order.
 Random groups: 2-8 queries of one SEQ shape of 2-3 variables (or an OR of two sequences, each
 conjunct of one branch) whose order comparisons differ only in their constants (under ``*``,
 ``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle or not,
-keyed or not, next to an unrelated query; streams with
+under skip-till-any-match or a contiguity strategy, keyed or not, next to an unrelated query; streams with
 ties and values that are not exact numbers (strings, missing attributes, large ints); fed as
 column batches in random chunks. Every query's matches equal, in order, those of ``process``
 event by event (sharing on), whose order is the per-trigger one (member by member, each in
@@ -58,6 +58,8 @@ def groups(draw):
         op = draw(st.sampled_from(("<", "<=", ">", ">=")))
         form = draw(st.sampled_from(("mul", "add", "sub", "const", "left")))
         shapes.append((x, ax, y, ay, op, form))
+    strategy = draw(st.sampled_from(("", "", "", " STRATEGY strict_contiguity",
+                                     " STRATEGY partition_contiguity")), label="strategy")
     windows = draw(st.booleans(), label="windows differ?") and not negation
     members = draw(st.integers(2, 8), label="members")
     order = tuple(draw(st.permutations(names), label="order"))
@@ -84,7 +86,7 @@ def groups(draw):
             int(out[0][1].rsplit("WITHIN ", 1)[1].split()[0])
         text = f"SEQ({pattern})" if not either else f"OR(SEQ({pattern}))"
         out.append((f"m{k}", f"PATTERN {text} WHERE {' AND '.join(conds)} "
-                             f"WITHIN {window} seconds"))
+                             f"WITHIN {window} seconds{strategy}"))
     out.append(("other", f"PATTERN SEQ(A p, B q) WHERE p.x < q.y WITHIN 2 seconds"))
     return out, order, keyed
 
