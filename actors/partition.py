@@ -122,7 +122,9 @@ class PartitionWorker:
         self.batches = 0
         self.redelivered = 0
         self.bad_rows = 0
-        self.outbox = deque() if worker.outbox else None    # (seq, record), oldest first
+        #: records, oldest first; sequence numbers ``outbox_seq - len(outbox) + 1`` on (a
+        #: record is a bytes object, not a pair: the collector tracks no container per record)
+        self.outbox = deque() if worker.outbox else None
         self.outbox_capacity = worker.outbox_capacity
         self.outbox_seq = 0
         self.refused = 0                             # batches refused (outbox over its limit)
@@ -392,9 +394,8 @@ class PartitionWorker:
             records, self._replay = self._replay, None
         if self.outbox is None:
             return [orjson.loads(r) for r in records]
-        seq = self.outbox_seq
-        self.outbox.extend(zip(range(seq + 1, seq + 1 + len(records)), records))
-        self.outbox_seq = seq + len(records)
+        self.outbox.extend(records)
+        self.outbox_seq += len(records)
         return []
 
     def set_outbox(self, enabled: bool = True, capacity: int | None = None):
@@ -418,13 +419,18 @@ class PartitionWorker:
         box = self.outbox
         if box is None:
             return {"records": [], "last": ack, "pending": 0}
-        if box and box[0][0] <= ack:
-            while box and box[0][0] <= ack:
+        done = min(len(box), ack - self._first_seq() + 1)
+        if done > 0:
+            for _ in range(done):
                 box.popleft()
             self._log("drain", (ack, 0))
-        out = [rec for _, rec in islice(box, limit)]
-        last = box[len(out) - 1][0] if out else ack
+        out = list(islice(box, limit))
+        last = self._first_seq() + len(out) - 1 if out else ack
         return {"records": out, "last": last, "pending": len(box) - len(out)}
+
+    def _first_seq(self) -> int:
+        """The sequence number of the oldest record in the outbox (or of the next one)."""
+        return self.outbox_seq - len(self.outbox) + 1
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
@@ -452,7 +458,8 @@ class PartitionWorker:
         return {"partition": self.partition, "engine": self.engine.snapshot(evicted, events),
                 "recent": list(self._recent) if recent else None, "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
-                "outbox": list(self.outbox) if self.outbox is not None else None,
+                "outbox": list(zip(range(self._first_seq(), self.outbox_seq + 1), self.outbox))
+                if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
                 "refused": self.refused, "recoveries": self.recoveries,
                 "rows": self._rows, "unplanned": dict(self._unplanned),
@@ -477,7 +484,7 @@ class PartitionWorker:
         self._recent_added = self._recent_saved = len(self._recent)
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]
-        self.outbox = deque(tuple(item) for item in snap["outbox"]) \
+        self.outbox = deque(record for _, record in snap["outbox"]) \
             if snap["outbox"] is not None else None
         self.outbox_seq, self.refused = snap["outbox_seq"], snap.get("refused", 0)
         self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)
