@@ -3,7 +3,12 @@ one shared event index and one pattern manager per registered query, fed by msgp
 
 A plain class, tested in-process; ``partition_actor()`` wraps it as the Ray actor (the only
 place ray is imported). The planner pushes plans with ``set_plan(query, order, version)`` and
-reads ``report()`` (the arguments of ``PlannerService.report``).
+reads ``report()`` (the arguments of ``PlannerService.report``). Until it does, a query is
+planned by the worker itself once it has seen ``WorkerSettings.first_plan`` events (as
+``raycep local`` plans after its first events: planner.local.first_plan), so that it is
+evaluated in bulk (cep.evaluation.bulk) rather than trigger by trigger; the planner's plans
+replace that one. Matches found in bulk become records in bulk too
+(cep.io.output.MatchLines.records).
 
 Delivery is at-least-once and idempotent: a batch whose ``(source, batch_id)`` was seen among
 the last ``WorkerSettings.remember_batches`` batches is acknowledged (``"redelivered":
@@ -46,10 +51,11 @@ from raycep.actors.handles import node_id
 from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
-from raycep.cep.io.output import MatchLines, match_json
+from raycep.cep.io.output import MatchLines
 from raycep.cep.lang.ast import Query
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
+from raycep.planner.local import first_plan
 from raycep.planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
@@ -81,6 +87,13 @@ class WorkerSettings:
     sharing: bool = True
     #: seconds of event time kept for queries registered later (cep.engine.Engine)
     retain: float = 0.0
+    #: events after which a query still without a plan (none given at registration, none
+    #: from the planner yet) gets one from this worker's own statistics (planner.local.
+    #: first_plan, the planner's default algorithm; its version stays the query's, so the
+    #: planner's plans replace it): a planned query is evaluated in bulk. 0: wait for the
+    #: planner (a query is then evaluated trigger by trigger until it plans). raycep local's
+    #: planner first looks after as many events (local.run.FIRST_PLAN_EVENTS)
+    first_plan: int = 200
 
 
 class PartitionWorker:
@@ -102,10 +115,16 @@ class PartitionWorker:
         self._recent_added = 0                      # batch ids ever added to _recent
         self._recent_saved = 0                      # ... when the last checkpoint was written
         self._reported: dict = {}                   # query -> [(tested, passed)] at last report
+        self.first_plan = worker.first_plan
+        self._rows = 0                               # rows of the batches accepted so far
+        self._unplanned: dict = {}                   # evaluator -> _rows when it was added
+        self.own_plans: set = set()                  # evaluators planned by this worker
         self.batches = 0
         self.redelivered = 0
         self.bad_rows = 0
-        self.outbox = deque() if worker.outbox else None    # (seq, record), oldest first
+        #: records, oldest first; sequence numbers ``outbox_seq - len(outbox) + 1`` on (a
+        #: record is a bytes object, not a pair: the collector tracks no container per record)
+        self.outbox = deque() if worker.outbox else None
         self.outbox_capacity = worker.outbox_capacity
         self.outbox_seq = 0
         self.refused = 0                             # batches refused (outbox over its limit)
@@ -130,8 +149,12 @@ class PartitionWorker:
         largest ``clock()`` of the actors; None: this actor's), and the last ``retain``
         seconds before it (cep.runtime.engine.Engine.add_query). ``mode``: optimistic or pessimistic
         handling of out-of-order events (None: the worker's default)."""
+        new = len(self.engine.evaluators)
         name = self.engine.add_query(text, name=name, params=params, order=order, mode=mode,
                                      since=since)
+        manager = self.engine.managers[name]
+        if self.first_plan and len(self.engine.evaluators) > new and manager.order is None:
+            self._unplanned[manager.name] = self._rows
         self._reported[name] = [(c.tested, c.passed)
                                 for c in self.engine.managers[name].cq.conjuncts]
         self._log("add_query", (name, text, params, order, mode, since))
@@ -150,8 +173,7 @@ class PartitionWorker:
                 added.append(self.add_query(name, text, params, order, mode, since))
         except BaseException:
             for name in added:
-                self.engine.remove_query(name)
-                self._reported.pop(name, None)
+                self._removed(name)
             raise
         finally:
             self._replaying = replaying
@@ -161,8 +183,7 @@ class PartitionWorker:
 
     def remove_query(self, name: str):
         """Unregister a query; its pending matches are dropped, the other queries are untouched."""
-        self.engine.remove_query(name)
-        self._reported.pop(name, None)
+        self._removed(name)
         self._log("remove_query", (name,))
 
     def remove_queries(self, names: list) -> list:
@@ -170,10 +191,20 @@ class PartitionWorker:
         returns those it removed. Logged as one change."""
         removed = [n for n in names if n in self.engine.managers]
         for name in removed:
-            self.engine.remove_query(name)
-            self._reported.pop(name, None)
+            self._removed(name)
         self._log("remove_queries", (removed,))
         return removed
+
+    def _removed(self, name: str) -> None:
+        """Unregister query ``name`` from the engine (and its evaluator, when it was the last
+        of its group)."""
+        manager = self.engine.managers.get(name)
+        self.engine.remove_query(name)                  # CepError: no such query
+        evaluator = manager.name
+        self._reported.pop(name, None)
+        if evaluator not in self.engine.evaluators:
+            self._unplanned.pop(evaluator, None)
+            self.own_plans.discard(evaluator)
 
     def queries(self) -> list:
         return list(self.engine.managers)
@@ -196,6 +227,8 @@ class PartitionWorker:
         if version is not None and version < manager.version:
             return False
         manager.set_order(tuple(order) if order is not None else None, version)
+        self._unplanned.pop(manager.name, None)
+        self.own_plans.discard(manager.name)
         self._log("set_plan", (query, order, version))
         return True
 
@@ -238,14 +271,7 @@ class PartitionWorker:
         engine = self.engine
         dup0 = engine.duplicates
         capped0 = self._truncated()
-        source = decoded.source
-        rows = decoded.events
-        if isinstance(rows, tuple):
-            self.rates.observe_many(rows)
-            matches = engine.process_many(list(rows), source)
-        else:                                   # a column batch: Events only where used
-            self.rates.observe_runs(rows.types, rows.times)
-            matches = engine.process_columns(rows, source=source)
+        matches = self._process(decoded.events, decoded.source)
         released = engine.observe(clock) if clock is not None else None
         if released:
             matches = [*matches, *released]
@@ -269,6 +295,54 @@ class PartitionWorker:
                 "matches": records, "queued": len(out) - len(records),
                 "outbox": len(box) if box is not None else 0,
                 "truncated": self._truncated() - capped0, "redelivered": False}
+
+    def _process(self, rows, source: str) -> list:
+        """Process the rows of a batch (a tuple of Events, or a column batch: Events only
+        where used, matches found in bulk as MatchBlock / MatchMix entries), cut where a
+        query is due for its first plan (``_plan_first``)."""
+        out: list = []
+        i, n = 0, len(rows)
+        while True:
+            if self._unplanned and self._rows >= self._plan_due():
+                self._plan_first()
+            if i >= n:
+                return out
+            j = n if not self._unplanned else min(n, i + self._plan_due() - self._rows)
+            if isinstance(rows, tuple):
+                part = list(rows[i:j])
+                self.rates.observe_many(part)
+                out += self.engine.process_many(part, source)
+            else:
+                self.rates.observe_runs(rows.types[i:j], rows.times[i:j])
+                out += self.engine.process_columns(rows, i, j, source=source, blocks=True)
+            self._rows += j - i
+            i = j
+
+    def _plan_due(self) -> int:
+        """The count of rows at which the next query without a plan gets its first."""
+        return min(self._unplanned.values()) + self.first_plan
+
+    def _plan_first(self) -> None:
+        """Plan the queries that have waited ``first_plan`` rows for a plan, from this
+        worker's statistics (planner.local.first_plan). Not logged: replaying the batches
+        plans them again (and a plan never changes the matches)."""
+        rates = self.rates.rates()
+        keys = max(1, self.engine.index.partitions())
+        for name, since in list(self._unplanned.items()):
+            if since + self.first_plan > self._rows:
+                continue
+            del self._unplanned[name]
+            manager = self.engine.evaluators.get(name)
+            if manager is None or manager.order is not None:
+                continue
+            try:
+                plan = first_plan(manager, rates, keys)
+            except PlanningError as exc:
+                log.warning("partition %s: no first plan for %s: %s", self.partition, name,
+                            exc)
+                continue
+            manager.set_order(plan.order, plan.version)
+            self.own_plans.add(name)
 
     def _refuse(self, why: str):
         """Backpressure: refuse a batch (nothing changed but the counter; logged once until
@@ -308,9 +382,9 @@ class PartitionWorker:
 
     def _records(self, matches: list) -> list:
         """Match and retraction records as JSON texts (bytes): ``match_record`` assembled
-        from the events' cached JSON (cep.io.output)."""
-        lines = self._lines
-        return [match_json(m, lines) for m in matches]
+        from the events' cached JSON, those of the matches found in bulk (MatchBlock and
+        MatchMix entries) made in bulk too (cep.io.output.MatchLines.records)."""
+        return self._lines.records(matches)
 
     # ---------------------------------------------------------------- outbox
     def _deliver(self, records: list) -> list:
@@ -320,9 +394,8 @@ class PartitionWorker:
             records, self._replay = self._replay, None
         if self.outbox is None:
             return [orjson.loads(r) for r in records]
-        seq = self.outbox_seq
-        self.outbox.extend(zip(range(seq + 1, seq + 1 + len(records)), records))
-        self.outbox_seq = seq + len(records)
+        self.outbox.extend(records)
+        self.outbox_seq += len(records)
         return []
 
     def set_outbox(self, enabled: bool = True, capacity: int | None = None):
@@ -346,13 +419,18 @@ class PartitionWorker:
         box = self.outbox
         if box is None:
             return {"records": [], "last": ack, "pending": 0}
-        if box and box[0][0] <= ack:
-            while box and box[0][0] <= ack:
+        done = min(len(box), ack - self._first_seq() + 1)
+        if done > 0:
+            for _ in range(done):
                 box.popleft()
             self._log("drain", (ack, 0))
-        out = [rec for _, rec in islice(box, limit)]
-        last = box[len(out) - 1][0] if out else ack
+        out = list(islice(box, limit))
+        last = self._first_seq() + len(out) - 1 if out else ack
         return {"records": out, "last": last, "pending": len(box) - len(out)}
+
+    def _first_seq(self) -> int:
+        """The sequence number of the oldest record in the outbox (or of the next one)."""
+        return self.outbox_seq - len(self.outbox) + 1
 
     # ---------------------------------------------------------------- state
     def stats(self) -> dict:
@@ -364,6 +442,7 @@ class PartitionWorker:
                    plans={name: {"order": list(m.order) if m.order else None,
                                  "version": m.version}
                           for name, m in self.engine.managers.items()},
+                   own_plans=sorted(self.own_plans),
                    recoveries=self.recoveries, recovery=self.recovery, pid=os.getpid(),
                    node=node_id(),
                    checkpoint=self.durable.stats() if self.durable is not None else None)
@@ -379,9 +458,12 @@ class PartitionWorker:
         return {"partition": self.partition, "engine": self.engine.snapshot(evicted, events),
                 "recent": list(self._recent) if recent else None, "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
-                "outbox": list(self.outbox) if self.outbox is not None else None,
+                "outbox": list(zip(range(self._first_seq(), self.outbox_seq + 1), self.outbox))
+                if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
-                "refused": self.refused, "recoveries": self.recoveries}
+                "refused": self.refused, "recoveries": self.recoveries,
+                "rows": self._rows, "unplanned": dict(self._unplanned),
+                "own_plans": sorted(self.own_plans)}
 
     @classmethod
     def restore(cls, snap: dict, settings=None) -> "PartitionWorker":
@@ -402,11 +484,14 @@ class PartitionWorker:
         self._recent_added = self._recent_saved = len(self._recent)
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]
-        self.outbox = deque(tuple(item) for item in snap["outbox"]) \
+        self.outbox = deque(record for _, record in snap["outbox"]) \
             if snap["outbox"] is not None else None
         self.outbox_seq, self.refused = snap["outbox_seq"], snap.get("refused", 0)
         self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)
         self.recoveries = snap.get("recoveries", 0)
+        self._rows = snap.get("rows", 0)
+        self._unplanned = dict(snap.get("unplanned", {})) if self.first_plan else {}
+        self.own_plans = set(snap.get("own_plans", ()))
         self._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]
                           for name, m in self.engine.managers.items()}
 

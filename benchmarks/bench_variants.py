@@ -2,7 +2,7 @@
 
     python3 -m benchmarks.bench_variants [--rows 20000] [--seed 7] [--rule-seed 99]
                                          [--counts 1,100,1000] [--repeat 3] [--symbols 0]
-                                         [--no-sharing-check]
+                                         [--no-sharing-check] [--worker]
 
 Rules: the i-th of shape ``i % 3`` with constants drawn at random from ``--rule-seed``
 (``variants``): a SEQ of 3 with two price ratios (``b.price < a.price * D AND c.price >
@@ -22,22 +22,36 @@ Per N, ``raycep local --query SET --events TICKS --key symbol --out OUT`` with d
 the 1-rule run's. ``--no-sharing-check``: also the 100-rule set with ``--no-sharing`` once,
 its match lines compared with the shared run's (sorted).
 
+``--worker`` (issue 36; instead of the table): the set of the largest N in one
+``actors.partition.PartitionWorker`` in-process (no Ray, no planner actor: its queries are
+planned by the worker after ``WorkerSettings.first_plan`` events) against ``raycep local
+--workers 1`` on the same ticks and rules, runs interleaved, median of ``--repeat``. The worker
+is fed the ticks as msgpack column batches of 2,000 (schema 2, what the Spark job sends; made
+before the clock starts) and timed over every ``ingest`` plus ``advance(inf)``, twice: with an
+outbox (how the cluster runs it: records are JSON bytes, drained after each batch as the
+gateway does) and without (``ingest`` returns the records as dicts, as bench_cluster's
+``run_worker``). Ratio: local's seconds over the worker's (the issue's target: 0.8).
+
 Hold-out: constants were tuned with ``--rule-seed 1 --seed 7``; report with other seeds.
 Figures to stdout, progress to stderr.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
 import sys
 import tempfile
+import time
 
-from benchmarks.bench_multiquery import (log, make_ticks, parse_counts, run_local, same_lines,
-                                         write_queries)
+from benchmarks.bench_multiquery import (log, make_ticks, parse_counts, read_ticks, run_local,
+                                         same_lines, write_queries)
 
 TARGETS = {100: 0.3, 1000: 0.1}         # issue 35: events/s of the set / of its first rule
+WORKER_BATCH = 2_000                    # events per msgpack batch sent to the worker
+WORKER_TARGET = 0.8                     # issue 36: the worker's speed / raycep local's
 
 
 def variants(n: int, seed: int) -> list:
@@ -110,6 +124,92 @@ def table(result: dict) -> list:
     return lines
 
 
+def worker_batches(ticks: str) -> list:
+    """The tick file as msgpack column batches of WORKER_BATCH events (one source)."""
+    from raycep.cep.io.codec import encode_batch
+    events = read_ticks(ticks)
+    return [encode_batch(events[k:k + WORKER_BATCH], "bench", f"b{k}", 2)
+            for k in range(0, len(events), WORKER_BATCH)]
+
+
+def run_worker(batches: list, rules: list, outbox: bool) -> dict:
+    """One PartitionWorker (key ``symbol``, default settings) with ``rules``: seconds of every
+    ``ingest`` plus ``advance(inf)`` (with an outbox: each drained after every call) and the
+    records it gave."""
+    from raycep.actors.partition import PartitionWorker, WorkerSettings
+    worker = PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=outbox))
+    for name, text in rules:
+        worker.add_query(name, text)
+    records, ack = 0, 0
+
+    def drain():
+        nonlocal records, ack
+        while outbox:
+            page = worker.drain(ack)
+            if not page["records"]:
+                return
+            records += len(page["records"])
+            ack = page["last"]
+    t0 = time.perf_counter()
+    for batch in batches:
+        records += len(worker.ingest(batch)["matches"])
+        drain()
+    records += len(worker.advance(math.inf))
+    drain()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "records": records, "plans": len(worker.own_plans),
+            "paths": worker.engine.paths()}
+
+
+def bench_worker(tmp: str, ticks: str, rules: list, repeat: int) -> dict:
+    """``raycep local --workers 1`` and one PartitionWorker (with and without an outbox) on
+    ``rules``, interleaved (the order reversed every other round) after an untimed warm-up."""
+    query_file = write_queries(os.path.join(tmp, "worker.cep"), rules)
+    batches = worker_batches(ticks)
+    out = os.path.join(tmp, "local.jsonl")
+    log("warm-up (not counted) ...")
+    run_local(query_file, ticks, out, workers=1)
+    run_worker(batches[:1], rules, True)
+    cells = {"local": lambda: run_local(query_file, ticks, out, workers=1),
+             "outbox": lambda: run_worker(batches, rules, True),
+             "dicts": lambda: run_worker(batches, rules, False)}
+    runs: dict = {name: [] for name in cells}
+    for rep in range(repeat):
+        for name in (cells if rep % 2 == 0 else tuple(reversed(cells))):
+            r = cells[name]()
+            log(f"round {rep + 1}/{repeat}: {name}: {r['seconds']:.3f} s, "
+                f"{r.get('records', r.get('matches')):,} matches")
+            runs[name].append(r)
+    return {"runs": runs, "batches": len(batches)}
+
+
+def worker_table(result: dict) -> list:
+    runs = result["runs"]
+    local = statistics.median(r["seconds"] for r in runs["local"])
+    matches = runs["local"][0]["matches"]
+    lines = [f"{'run':>28} {'seconds':>8} {'events/s':>10} {'ratio':>6} {'target':>6} "
+             f"{'matches':>9} {'seconds (runs)':>24}"]
+    for name, label in (("local", "raycep local --workers 1"),
+                        ("outbox", "worker, outbox (cluster)"),
+                        ("dicts", "worker, records as dicts")):
+        found = runs[name]
+        seconds = statistics.median(r["seconds"] for r in found)
+        count = found[0].get("records", matches)
+        if count != matches:
+            raise AssertionError(f"{label}: {count} matches, raycep local {matches}")
+        events = runs["local"][0]["events"]
+        lines.append(f"{label:>28} {seconds:>8.3f} {events / seconds:>10,.0f} "
+                     f"{local / seconds:>6.3f} {'' if name == 'local' else WORKER_TARGET:>6} "
+                     f"{count:>9,} {' '.join('%.3f' % r['seconds'] for r in found):>24}")
+    first = runs["outbox"][0]
+    bulk = sum(p["bulk"] for p in first["paths"].values())
+    every = bulk + sum(p["per_trigger"] for p in first["paths"].values())
+    lines.append(f"worker: {first['plans']} evaluators planned by the worker, bulk share "
+                 f"{bulk / every if every else 0:.3f}; local bulk share "
+                 f"{runs['local'][0].get('bulk_share')}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=20_000)
@@ -120,13 +220,25 @@ def main(argv=None) -> int:
     ap.add_argument("--symbols", type=int, default=0,
                     help="K symbols instead of examples/make_ticks.py's 8")
     ap.add_argument("--no-sharing-check", action="store_true")
+    ap.add_argument("--worker", action="store_true",
+                    help="instead: one PartitionWorker against raycep local --workers 1 with "
+                         "the largest count's rules")
     args = ap.parse_args(argv)
-    if 1 not in args.counts:
+    if 1 not in args.counts and not args.worker:
         ap.error("--counts must include 1 (the baseline)")
     with tempfile.TemporaryDirectory(prefix="bench_variants_") as tmp:
         path = os.path.join(tmp, "ticks.csv")
         ticks = many_symbols(path, args.rows, args.symbols, args.seed) if args.symbols \
             else make_ticks(path, args.rows, args.seed)
+        if args.worker:
+            n = max(args.counts)
+            result = bench_worker(tmp, ticks, variants(n, args.rule_seed), args.repeat)
+            print(f"{n} rules (--rule-seed {args.rule_seed}), {args.rows:,} ticks (seed "
+                  f"{args.seed}): one PartitionWorker in-process ({result['batches']} column "
+                  f"batches of {WORKER_BATCH:,}, ingest + advance(inf)) against raycep local "
+                  f"--workers 1; median of {args.repeat} runs, interleaved")
+            print("\n".join(worker_table(result)))
+            return 0
         result = bench(tmp, ticks, args.counts, args.repeat, args.rule_seed)
         source = f"{args.symbols} symbols" if args.symbols else "examples/make_ticks.py"
         print(f"raycep local --key symbol (default settings), {args.rows:,} ticks ({source}, "

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+from binascii import hexlify
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import msgpack
 
@@ -290,3 +292,68 @@ def match_id(match) -> str:
     body = msgpack.packb([match.query, [[v, list(i) if isinstance(i, tuple) else i]
                                         for v, i in items]], use_bin_type=True)
     return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+class _Local(threading.local):
+    """Per thread: one msgpack Packer (not thread-safe), as match_id packs (no ``default``)."""
+
+    def __init__(self):
+        packer = msgpack.Packer(use_bin_type=True)
+        self.pack, self.array = packer.pack, packer.pack_array_header
+
+
+_LOCAL = _Local()
+_ID = attrgetter("id")
+_BLAKE = hashlib.blake2b(digest_size=12)       # never updated: copied per match (_digest)
+
+
+def _digest(body: bytes, new=_BLAKE.copy) -> bytes:
+    """``blake2b(body, digest_size=12).digest()``; a copy of a fresh hash is quicker to make
+    than a hash with keyword arguments."""
+    h = new()
+    h.update(body)
+    return h.digest()
+
+
+def block_ids(block: MatchBlock) -> list:
+    """``match_id`` of each match of ``block``, in order, as hex bytes, without Match objects:
+    ``match_id``'s msgpack body is ``[query, [[var, id], ...]]`` with the variables sorted, so
+    it is joined from fragments, each packed once (the query's head; per prefix binding,
+    the pairs of the variables before and after the last one; per last event, its pair),
+    then hashed, one blake2b per match (C-level maps)."""
+    import numpy as np
+    names, last = block.names, len(block.names) - 1
+    pack, array = _LOCAL.pack, _LOCAL.array(len(names))
+    if block.members is None:
+        columns = [repeat(b"\x92" + pack(block.query) + array)]
+    else:                               # a group's: each match's query is a member's
+        heads = np.empty(len(block.queries), dtype=object)
+        heads[:] = [b"\x92" + pack(q) + array for q in block.queries]
+        columns = [heads[block.members].tolist()]
+    pre = post = None                   # per prefix binding: the pairs before / after the last
+    seen = False
+    for k in sorted(range(len(names)), key=names.__getitem__):
+        if k == last:
+            columns.append(_pairs(pack, names[k], block.lasts)[block.last].tolist())
+            seen = True
+            continue
+        pairs = _pairs(pack, names[k], block.heads[k])
+        if seen:
+            post = pairs if post is None else post + pairs
+        else:
+            pre = pairs if pre is None else pre + pairs
+    if pre is not None:
+        columns.insert(1, pre[block.prefix].tolist())
+    if post is not None:
+        columns.append(post[block.prefix].tolist())
+    return list(map(hexlify, map(_digest, map(b"".join, zip(*columns)))))
+
+
+def _pairs(pack, var: str, events: list):
+    """``[var, event id]`` packed for each of ``events`` (a MatchBlock binds Events, no
+    Kleene tuples), as a numpy object array (block_ids)."""
+    import numpy as np
+    key = b"\x92" + pack(var)
+    out = np.empty(len(events), dtype=object)
+    out[:] = list(map(key.__add__, map(pack, map(_ID, events))))
+    return out

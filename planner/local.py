@@ -15,8 +15,9 @@ from raycep.cep.errors import PlanningError
 from raycep.cep.runtime.engine import Engine
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.algorithms import ALGORITHMS
-from raycep.planner.plan import TREE_NFA, make_plan
-from raycep.planner.stats import RateTracker, SelectivityTracker, Statistics, per_key
+from raycep.planner.plan import TREE_NFA, Plan, make_plan
+from raycep.planner.stats import (RateTracker, SelectivityEstimator, SelectivityTracker,
+                                  Statistics, per_key)
 
 ADAPTIVE = "adaptive"
 
@@ -35,6 +36,25 @@ def settings_for(planner: str) -> AdaptationSettings | None:
         return AdaptationSettings(algorithm=planner, adaptive=False)
     known = ", ".join([ADAPTIVE, *(f"{ADAPTIVE}:{a}" for a in ALGORITHMS), *ALGORITHMS, TREE_NFA])
     raise PlanningError(f"unknown planner {planner!r} (known: {known})")
+
+
+def first_plan(manager, rates: dict, keys: int = 1,
+               settings: AdaptationSettings = AdaptationSettings()) -> Plan:
+    """A plan of evaluator ``manager`` (a PatternManager or GroupManager) from what its engine
+    measured so far, as ``PlannedEngine``'s first look makes it: the stream's arrival
+    ``rates`` (over ``keys`` partition keys for an evaluator evaluated per key, ``per_key``),
+    the selectivities of its conjuncts' counters since they were compiled (a
+    SelectivityEstimator's first sample), ``settings``' algorithm. Its version is the
+    manager's current one. For a partition actor that has no plan from the planner yet
+    (actors.partition.WorkerSettings.first_plan)."""
+    cq = manager.cq
+    estimator = SelectivityEstimator()
+    estimator.add({k: c.tested for k, c in enumerate(cq.conjuncts)},
+                  {k: c.passed for k, c in enumerate(cq.conjuncts)})
+    if manager.partitioned:
+        rates = per_key(rates, keys)
+    return make_plan(cq, Statistics(rates, estimator.sample()), settings.algorithm,
+                     settings.alpha, version=manager.version, name=manager.name)
 
 
 @dataclass(frozen=True)

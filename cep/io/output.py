@@ -19,12 +19,14 @@ from operator import attrgetter, is_, is_not, itemgetter
 import orjson
 
 from raycep.cep.event import Event, prepare_json
-from raycep.cep.match import MatchBlock, MatchMix, match_id
+from raycep.cep.match import MatchBlock, MatchMix, block_ids, match_id
 
 _QUERY, _BASE, _NAME, _EVENT = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _JSON = attrgetter("_json")
 
 _RETRACTED = b',"retracted":true'
+#: a record's end after its last event (MatchLines.records): the id field around the id
+_ID_OPEN, _ID_CLOSE = b'},"id":"', b'"}'
 _BLOCKS = frozenset((MatchBlock, MatchMix))
 #: the lines of a MatchBlock are joined this many at a time (MatchLines.block)
 PIECE_LINES = 2048
@@ -209,9 +211,60 @@ class MatchLines:
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         return _joined(rows[offsets[mix.which] + mix.at], gather)
 
+    def records(self, matches) -> list:
+        """``[match_json(m, self) for m in matches]``: each match's record with its ``id``
+        (bytes, no newline), where ``matches`` may hold MatchBlock and MatchMix entries
+        standing for their matches; their records are made in bulk (``_parts`` with the
+        ids of ``cep.match.block_ids``), without Match objects."""
+        if not isinstance(matches, list):
+            matches = list(matches)
+        at = list(compress(range(len(matches)), map(_BLOCKS.__contains__, map(type, matches))))
+        if not at:
+            return [match_json(m, self) for m in matches]
+        out, k = [], 0
+        for j in (*at, len(matches)):
+            out += [match_json(m, self) for m in matches[k:j]]
+            if j < len(matches):
+                item = matches[j]
+                out += self._block_records(item) if item.__class__ is MatchBlock else \
+                    self._mix_records(item)
+            k = j + 1
+        return out
+
+    def _block_records(self, block: MatchBlock) -> list:
+        """``records`` of a MatchBlock: its lines' cells up to the closing brace of
+        ``"events"``, then the id field (joined per match through ``zip``, which reuses its
+        tuple: no container per match for the garbage collector to track)."""
+        columns = self._columns(block, _ID_OPEN)
+        if columns is None:
+            return []
+        return list(map(b"".join, zip(*(c.tolist() for c in columns), block_ids(block),
+                                      repeat(_ID_CLOSE))))
+
+    def _mix_records(self, mix: MatchMix) -> list:
+        """``records`` of a MatchMix: each part's, put in the mix's order."""
+        import numpy as np
+        made = [self._block_records(p) if p.__class__ is MatchBlock else
+                [match_json(m, self) for m in p] for p in mix.parts]
+        offsets = np.concatenate(([0], np.cumsum([len(r) for r in made])[:-1]))
+        flat = [r for rs in made for r in rs]
+        return list(map(flat.__getitem__, (offsets[mix.which] + mix.at).tolist()))
+
     def _parts(self, block: MatchBlock):
         """The lines of ``block`` as a numpy object array of bytes, a row per match whose
         cells joined are its line (None: no match); counts them."""
+        import numpy as np
+        columns = self._columns(block)
+        if columns is None:
+            return None
+        parts = np.empty((len(block), len(columns)), dtype=object)
+        for c, column in enumerate(columns):
+            parts[:, c] = column
+        return parts
+
+    def _columns(self, block: MatchBlock, end: bytes = b"}}\n"):
+        """``_parts`` as its columns: numpy object arrays of bytes, a cell per match (None:
+        no match); counts them. ``end``: what follows the last event (the line's end)."""
         import numpy as np
         n = len(block)
         if not n:
@@ -246,14 +299,12 @@ class MatchLines:
                     pre = frags if pre is None else pre + frags
             sep = b","
         if post is None:
-            mid = mid + b"}}\n"
+            mid = mid + end
         else:
-            post = post + b"}}\n"
-        columns = [c for c in (heads, pre, mid, post) if c is not None]
-        parts = np.empty((n, len(columns)), dtype=object)
-        for c, column in enumerate(columns):
-            parts[:, c] = column[block.last if column is mid else
-                                 block.members if column is heads else block.prefix]
+            post = post + end
+        columns = [column[block.last if column is mid else
+                          block.members if column is heads else block.prefix]
+                   for column in (heads, pre, mid, post) if column is not None]
         if heads is None:
             self.counts[block.query] = self.counts.get(block.query, 0) + n
         else:
@@ -261,7 +312,7 @@ class MatchLines:
                                                        minlength=len(block.queries)).tolist()):
                 if k:
                     self.counts[q] = self.counts.get(q, 0) + k
-        return parts
+        return columns
 
     @property
     def written(self) -> int:

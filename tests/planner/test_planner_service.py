@@ -59,8 +59,9 @@ def test_the_gateway_installs_new_plans_on_the_querys_actors(make_cluster, caplo
     assert changed["q"]["version"] == 1
     order = tuple(changed["q"]["order"])
     manager = alive.engine.managers["q"]
-    assert (manager.order, manager.version) == (order, 1)
-    assert broken.engine.managers["q"].order is None            # still the Tree-NFA default
+    assert (manager.order, manager.version) == (order, 1) and not alive.own_plans
+    # the broken actor keeps the plan it made itself after 200 events (WorkerSettings.first_plan)
+    assert broken.own_plans == {"q"} and broken.engine.managers["q"].order is not None
     assert "actor died" in caplog.text
 
 
