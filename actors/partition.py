@@ -4,11 +4,11 @@ one shared event index and one pattern manager per registered query, fed by msgp
 A plain class, tested in-process; ``partition_actor()`` wraps it as the Ray actor (the only
 place ray is imported). The planner pushes plans with ``set_plan(query, order, version)`` and
 reads ``report()`` (the arguments of ``PlannerService.report``). Until it does, a query is
-planned by the worker itself once it has seen ``WorkerSettings.first_plan`` events (as
-``raycep local`` plans after its first events: planner.local.first_plan), so that it is
-evaluated in bulk (cep.evaluation.bulk) rather than trigger by trigger; the planner's plans
-replace that one. Matches found in bulk become records in bulk too
-(cep.io.output.MatchLines.records).
+planned by the worker itself, as ``raycep local`` plans: a provisional plan from the default
+statistics at its registration, one from the measured statistics once it has seen
+``WorkerSettings.first_plan`` events (planner.local), so that it is evaluated in bulk
+(cep.evaluation.bulk) rather than trigger by trigger; the planner's plans replace them.
+Matches found in bulk become records in bulk too (cep.io.output.MatchLines.records).
 
 Delivery is at-least-once and idempotent: a batch whose ``(source, batch_id)`` was seen among
 the last ``WorkerSettings.remember_batches`` batches is acknowledged (``"redelivered":
@@ -55,7 +55,7 @@ from raycep.cep.io.output import MatchLines
 from raycep.cep.lang.ast import Query
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
-from raycep.planner.local import first_plan
+from raycep.planner.local import first_plan, provisional_plan
 from raycep.planner.stats import RateTracker
 
 log = logging.getLogger("raycep.actors")
@@ -87,12 +87,13 @@ class WorkerSettings:
     sharing: bool = True
     #: seconds of event time kept for queries registered later (cep.engine.Engine)
     retain: float = 0.0
-    #: events after which a query still without a plan (none given at registration, none
-    #: from the planner yet) gets one from this worker's own statistics (planner.local.
-    #: first_plan, the planner's default algorithm; its version stays the query's, so the
-    #: planner's plans replace it): a planned query is evaluated in bulk. 0: wait for the
-    #: planner (a query is then evaluated trigger by trigger until it plans). raycep local's
-    #: planner first looks after as many events (local.run.FIRST_PLAN_EVENTS)
+    #: a query registered without a plan runs a provisional one from the default statistics
+    #: (planner.local.provisional_plan), then, after this many events, one from this
+    #: worker's measured statistics (planner.local.first_plan), until the planner's: a
+    #: planned query is evaluated in bulk. Both use the planner's default algorithm and keep
+    #: the query's plan version, so the planner's plans replace them. 0: neither (the query
+    #: is evaluated trigger by trigger until the planner plans it). raycep local does the
+    #: same, its planner's first look after as many events (local.run.FIRST_PLAN_EVENTS)
     first_plan: int = 200
 
 
@@ -154,6 +155,7 @@ class PartitionWorker:
                                      since=since)
         manager = self.engine.managers[name]
         if self.first_plan and len(self.engine.evaluators) > new and manager.order is None:
+            self._plan(manager, provisional_plan)
             self._unplanned[manager.name] = self._rows
         self._reported[name] = [(c.tested, c.passed)
                                 for c in self.engine.managers[name].cq.conjuncts]
@@ -323,8 +325,8 @@ class PartitionWorker:
         return min(self._unplanned.values()) + self.first_plan
 
     def _plan_first(self) -> None:
-        """Plan the queries that have waited ``first_plan`` rows for a plan, from this
-        worker's statistics (planner.local.first_plan). Not logged: replaying the batches
+        """Plan the queries that have waited ``first_plan`` rows for a plan from this
+        worker's statistics (planner.local.first_plan). Not logged: replaying the log
         plans them again (and a plan never changes the matches)."""
         rates = self.rates.rates()
         keys = max(1, self.engine.index.partitions())
@@ -333,16 +335,21 @@ class PartitionWorker:
                 continue
             del self._unplanned[name]
             manager = self.engine.evaluators.get(name)
-            if manager is None or manager.order is not None:
-                continue
-            try:
-                plan = first_plan(manager, rates, keys)
-            except PlanningError as exc:
-                log.warning("partition %s: no first plan for %s: %s", self.partition, name,
-                            exc)
-                continue
-            manager.set_order(plan.order, plan.version)
-            self.own_plans.add(name)
+            if manager is not None:
+                self._plan(manager, lambda m: first_plan(m, rates, keys))
+
+    def _plan(self, manager, make) -> None:
+        """Install ``make(manager)``, a plan of this worker's own, at the manager's version
+        (so the planner's plans replace it); a query that cannot be planned is logged and
+        keeps its order."""
+        try:
+            plan = make(manager)
+        except PlanningError as exc:
+            log.warning("partition %s: no plan of its own for %s: %s", self.partition,
+                        manager.name, exc)
+            return
+        manager.set_order(plan.order, plan.version)
+        self.own_plans.add(manager.name)
 
     def _refuse(self, why: str):
         """Backpressure: refuse a batch (nothing changed but the counter; logged once until

@@ -38,6 +38,15 @@ def settings_for(planner: str) -> AdaptationSettings | None:
     raise PlanningError(f"unknown planner {planner!r} (known: {known})")
 
 
+def provisional_plan(manager, settings: AdaptationSettings = AdaptationSettings()) -> Plan:
+    """A plan of evaluator ``manager`` from the default statistics (equal rates, no
+    selectivity measured), until measured ones give a better (``first_plan``): evaluated in
+    bulk from its first events rather than one by one in the ad hoc order. Its version is
+    the manager's current one."""
+    return make_plan(manager.cq, None, settings.algorithm, settings.alpha,
+                     version=manager.version, name=manager.name)
+
+
 def first_plan(manager, rates: dict, keys: int = 1,
                settings: AdaptationSettings = AdaptationSettings()) -> Plan:
     """A plan of evaluator ``manager`` (a PatternManager or GroupManager) from what its engine
@@ -141,10 +150,10 @@ class PlannedEngine:
         the next look, from the measured rates and selectivities) replaces it. Not a plan
         of the policy: ``history`` does not list it."""
         policy, manager = self.policies[name], self.engine.evaluators[name]
-        s = policy.settings
-        if policy.plan is None and manager.order is None and s.algorithm != TREE_NFA:
-            plan = make_plan(manager.cq, None, s.algorithm, s.alpha, name=name)
-            manager.set_order(plan.order, manager.version)
+        if policy.plan is None and manager.order is None and \
+                policy.settings.algorithm != TREE_NFA:
+            manager.set_order(provisional_plan(manager, policy.settings).order,
+                              manager.version)
 
     def _in_steps(self, i: int, n: int, run) -> list:
         """``run(a, b)`` over rows ``i`` to ``n - 1`` in pieces that end where the planner

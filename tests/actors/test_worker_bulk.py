@@ -2,11 +2,12 @@
 (issue 36): its records are, in order and byte for byte, ``match_json`` of each match (and
 ``late_record`` of each late event) of one Engine fed the same events one by one.
 
-Without a plan from the planner a query gets one from the worker's own statistics after
-``WorkerSettings.first_plan`` rows (planner.local.first_plan); the reference engine switches
-to the same orders at the same row, so even the order of the matches within a trigger is
-the same. A plan the planner installs (``set_plan``) replaces the worker's; a query
-registered with an order, or given one by the planner before, keeps it.
+Without a plan from the planner a query runs a provisional plan (default statistics) from
+its registration and one from the worker's own statistics after ``WorkerSettings.first_plan``
+rows (planner.local); the reference engine runs the same orders from the same rows, so even
+the order of the matches within a trigger is the same. A plan the planner installs
+(``set_plan``) replaces the worker's; a query registered with an order, or given one by the
+planner before, keeps it.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from raycep.cep.event import Event
 from raycep.cep.io.codec import encode_batch
 from raycep.cep.io.output import match_json
 from raycep.cep.runtime.engine import Engine
+from raycep.planner.local import first_plan, provisional_plan
 
 from test_groups_bulk import SLOW, groups
 from test_groups_bulk import stream as group_stream
@@ -63,11 +65,13 @@ def ticks(n: int, seed: int, symbols: int = 3) -> list:
 
 
 def run_worker(queries: list, batches: list, key, first_plan: int, outbox: bool) -> tuple:
-    """``(records as JSON bytes in order, the worker)``; ``queries``: ``(name, text, order)``."""
+    """``(records as JSON bytes in order, the worker, its provisional orders)``; ``queries``:
+    ``(name, text, order)``."""
     w = PartitionWorker("p0", key, worker=WorkerSettings(outbox=outbox, first_plan=first_plan,
                                                          outbox_capacity=10 ** 9))
     for name, text, order in queries:
         w.add_query(name, text, order=order)
+    provisional = {name: w.engine.evaluators[name].order for name in w.own_plans}
     got = []
     for k, events in enumerate(batches):
         ack = w.ingest(encode_batch(events, SOURCE, f"b{k}", 2))
@@ -75,16 +79,19 @@ def run_worker(queries: list, batches: list, key, first_plan: int, outbox: bool)
     got += [orjson.dumps(r) for r in w.advance(math.inf)]
     if outbox:
         got = w.drain(0, 10 ** 9)["records"]
-    return got, w
+    return got, w, provisional
 
 
-def run_engine(queries: list, batches: list, key, plan_at: int | None, orders: dict) -> list:
+def run_engine(queries: list, batches: list, key, provisional: dict, plan_at: int | None,
+               orders: dict) -> list:
     """What the worker should give: each event processed on its own, the worker's
-    ``orders`` (evaluator -> order) installed after ``plan_at`` events, an eviction and the
-    late events after each batch."""
+    ``provisional`` orders (evaluator -> order) from the start and its ``orders`` after
+    ``plan_at`` events, an eviction and the late events after each batch."""
     eng = Engine(key)
     for name, text, order in queries:
         eng.add_query(text, name=name, order=order)
+    for name, order in provisional.items():
+        eng.evaluators[name].set_order(order)
     out, seen, evicted_at = [], 0, None
     for events in batches:
         for ev in events:
@@ -104,10 +111,10 @@ def check(queries: list, events: list, cuts: list, key, first_plan: int, outbox:
     """The worker's records against the reference engine's; returns the worker and its
     records."""
     batches = [events[a:b] for a, b in zip(cuts, cuts[1:])]
-    got, w = run_worker(queries, batches, key, first_plan, outbox)
+    got, w, provisional = run_worker(queries, batches, key, first_plan, outbox)
     orders = {name: w.engine.evaluators[name].order for name in w.own_plans}
     plan_at = first_plan if first_plan and w.own_plans else None
-    want = run_engine(queries, batches, key, plan_at, orders)
+    want = run_engine(queries, batches, key, provisional, plan_at, orders)
     if outbox:
         assert got == want
     else:                     # returned as dicts (made from the records), same content
@@ -142,8 +149,8 @@ def test_worker_records_equal_the_engine_event_by_event(case, seed, n, forced, f
     note("\n".join(f"{name}: {text}" for name, text, _ in setup) + f"\norder={order}")
     with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
         w, _ = check(setup, events, cuts, "k" if keyed else None, first_plan, outbox)
-    if forced or not first_plan or n < first_plan:
-        assert not w.own_plans
+    assert bool(w.own_plans) == (not forced and first_plan > 0)
+    assert not w._unplanned or n < first_plan
 
 
 def test_variant_rules_in_bulk_equal_the_engine():
@@ -185,14 +192,20 @@ def feed(w: PartitionWorker, events: list, size: int = 100, tag: str = "b") -> N
 
 
 def test_first_plan_after_its_rows_and_the_planner_replaces_it():
-    """Planned when 200 rows were seen (in the middle of a batch), at the version the query
+    """A provisional plan (default statistics) from the registration, one from the measured
+    statistics when 200 rows were seen (in the middle of a batch), at the version the query
     had; the planner's first plan (version 1) replaces it; a plan older than the current
     one is ignored as before."""
     w = stock_worker()
     events = ticks(400, 2)
+    assert w.own_plans == {"r0", "r1", "r2"} and set(w._unplanned) == w.own_plans
+    assert all(m.order == provisional_plan(m).order for m in w.engine.managers.values())
     feed(w, events[:150], 150)
-    assert all(m.order is None for m in w.engine.managers.values()) and not w.own_plans
-    feed(w, events[150:300], 150, "c")
+    assert set(w._unplanned) == {"r0", "r1", "r2"}
+    with mock.patch("raycep.actors.partition.first_plan", wraps=first_plan) as measured:
+        feed(w, events[150:300], 150, "c")
+    assert measured.call_count == 3 and not w._unplanned
+    assert measured.call_args.args[1]["Stock"] > 0                # the measured rates
     assert w.own_plans == {"r0", "r1", "r2"}
     manager = w.engine.managers["r0"]
     own = manager.order
@@ -208,7 +221,8 @@ def test_first_plan_after_its_rows_and_the_planner_replaces_it():
 
 def test_no_first_plan_when_off_given_or_decided_by_the_planner():
     """``first_plan=0``: the old behaviour (no plan until the planner's); a query registered
-    with an order keeps it; a query the planner planned before is not planned again."""
+    with an order keeps it; a query the planner planned before its first look is not
+    planned again (its provisional plan is replaced)."""
     events = ticks(500, 3)
     off = stock_worker(first_plan=0)
     feed(off, events)
@@ -221,7 +235,7 @@ def test_no_first_plan_when_off_given_or_decided_by_the_planner():
     feed(w, events)
     assert w.engine.managers["given"].order == ("b", "a")
     assert w.engine.managers["planned"].order is None
-    assert w.own_plans == {"later"}
+    assert w.own_plans == {"later"} and not w._unplanned
 
 
 def test_a_query_added_midstream_is_planned_after_its_own_rows():
@@ -237,10 +251,11 @@ def test_a_query_added_midstream_is_planned_after_its_own_rows():
     w.add_query("member", PAIR.format(u=1.02, w=10))            # joins r2's group
     assert w.engine.managers["member"] is w.engine.managers["r2"]
     w.remove_query("gone")
+    assert "late" in w.own_plans and "gone" not in {*w._unplanned, *w.own_plans}
     feed(w, events[300:450], 50, "c")
-    assert "late" not in w.own_plans and w.engine.managers["late"].order is None
+    assert "late" in w._unplanned
     feed(w, events[450:], 50, "d")
-    assert "late" in w.own_plans and "gone" not in w._unplanned
+    assert "late" in w.own_plans and not w._unplanned
     assert w.engine.managers["late"].order is not None
 
 
@@ -251,9 +266,11 @@ def test_the_wait_for_a_first_plan_survives_a_snapshot():
     w = stock_worker()
     feed(w, events[:100])
     again = PartitionWorker.restore(w.snapshot())
+    assert again._unplanned == w._unplanned and again.own_plans == w.own_plans
     feed(again, events[100:300], 100, "c")
     feed(w, events[100:300], 100, "c")
     assert again.own_plans == w.own_plans == {"r0", "r1", "r2"}
+    assert again._unplanned == w._unplanned == {}
     assert {n: m.order for n, m in again.engine.managers.items()} == \
         {n: m.order for n, m in w.engine.managers.items()}
     assert PartitionWorker.restore(again.snapshot()).own_plans == again.own_plans
