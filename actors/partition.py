@@ -427,9 +427,8 @@ class PartitionWorker:
         if box is None:
             return {"records": [], "last": ack, "pending": 0}
         done = min(len(box), ack - self._first_seq() + 1)
-        if done > 0:
-            for _ in range(done):
-                box.popleft()
+        if done > 0:                    # popleft ``done`` times, in C (records are never None)
+            deque(islice(iter(box.popleft, None), done), maxlen=0)
             self._log("drain", (ack, 0))
         out = list(islice(box, limit))
         last = self._first_seq() + len(out) - 1 if out else ack

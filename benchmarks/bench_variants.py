@@ -24,10 +24,11 @@ its match lines compared with the shared run's (sorted).
 
 ``--worker`` (issue 36; instead of the table): the set of the largest N in one
 ``actors.partition.PartitionWorker`` in-process (no Ray, no planner actor: its queries are
-planned by the worker after ``WorkerSettings.first_plan`` events) against ``raycep local
---workers 1`` on the same ticks and rules, runs interleaved, median of ``--repeat``. The worker
-is fed the ticks as msgpack column batches of 2,000 (schema 2, what the Spark job sends; made
-before the clock starts) and timed over every ``ingest`` plus ``advance(inf)``, twice: with an
+planned by the worker, ``WorkerSettings.first_plan``) against ``raycep local --workers 1`` on
+the same ticks and rules, each run in a fresh process, runs interleaved, median of
+``--repeat``. The worker is fed the ticks as msgpack column batches of 2,000 (schema 2, what
+the Spark job sends; made before the clock starts, after a warm-up on the first batch) and
+timed over every ``ingest`` plus ``advance(inf)``, twice: with an
 outbox (how the cluster runs it: records are JSON bytes, drained after each batch as the
 gateway does) and without (``ingest`` returns the records as dicts, as bench_cluster's
 ``run_worker``). Ratio: local's seconds over the worker's (the issue's target: 0.8).
@@ -161,18 +162,33 @@ def run_worker(batches: list, rules: list, outbox: bool) -> dict:
             "paths": worker.engine.paths()}
 
 
+def worker_once(ticks: str, rules: list, outbox: bool) -> dict:
+    """``run_worker`` in this process after an untimed warm-up on the first batch (run in a
+    fresh process per measurement, as raycep local runs: no heap left by another run)."""
+    batches = worker_batches(ticks)
+    run_worker(batches[:1], rules, outbox)
+    return run_worker(batches, rules, outbox)
+
+
+def in_fresh_process(fn, *args):
+    """``fn(*args)`` in a new Python process (spawned, not forked)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def bench_worker(tmp: str, ticks: str, rules: list, repeat: int) -> dict:
     """``raycep local --workers 1`` and one PartitionWorker (with and without an outbox) on
-    ``rules``, interleaved (the order reversed every other round) after an untimed warm-up."""
+    ``rules``, each run in a fresh process, interleaved (the order reversed every other
+    round) after an untimed warm-up."""
     query_file = write_queries(os.path.join(tmp, "worker.cep"), rules)
-    batches = worker_batches(ticks)
     out = os.path.join(tmp, "local.jsonl")
     log("warm-up (not counted) ...")
     run_local(query_file, ticks, out, workers=1)
-    run_worker(batches[:1], rules, True)
     cells = {"local": lambda: run_local(query_file, ticks, out, workers=1),
-             "outbox": lambda: run_worker(batches, rules, True),
-             "dicts": lambda: run_worker(batches, rules, False)}
+             "outbox": lambda: in_fresh_process(worker_once, ticks, rules, True),
+             "dicts": lambda: in_fresh_process(worker_once, ticks, rules, False)}
     runs: dict = {name: [] for name in cells}
     for rep in range(repeat):
         for name in (cells if rep % 2 == 0 else tuple(reversed(cells))):
@@ -180,7 +196,7 @@ def bench_worker(tmp: str, ticks: str, rules: list, repeat: int) -> dict:
             log(f"round {rep + 1}/{repeat}: {name}: {r['seconds']:.3f} s, "
                 f"{r.get('records', r.get('matches')):,} matches")
             runs[name].append(r)
-    return {"runs": runs, "batches": len(batches)}
+    return {"runs": runs, "batches": math.ceil(runs["local"][0]["events"] / WORKER_BATCH)}
 
 
 def worker_table(result: dict) -> list:
