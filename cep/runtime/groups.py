@@ -205,12 +205,6 @@ class Variants:
         self.separable = separable or {}
         self.entries = entries              # [(value, check(env), member mask)], sorted if ordered
         self.checks = [e[1] for e in entries]
-        self.all = 0
-        for e in entries:
-            self.all |= e[2]
-        self.prefix = [0]
-        for e in entries:
-            self.prefix.append(self.prefix[-1] | e[2])
         self.other = other                  # equal: the other side's closure
         #: ordered: the entries per class of constant (int, float), each sorted: Python's
         #: arithmetic is exact on ints and rounds with a float, so truth is monotone in the
