@@ -44,7 +44,7 @@ from itertools import repeat
 
 import numpy as np
 
-from raycep.cep.evaluation.strategies import accepts
+from raycep.cep.evaluation.strategies import Run, accepts
 from raycep.cep.evaluation.vector import compile_term, compile_vector
 from raycep.cep.event import EXACT, EXACT_INT, kind_of
 from raycep.cep.lang import ast
@@ -90,16 +90,6 @@ class BulkPlan:
     accept: tuple | None = None  # (cq, branch) under a selection strategy other than
     #                              skip-till-any-match: a binding is kept where
     #                              cep.evaluation.strategies.accepts keeps it
-
-
-@dataclass(frozen=True)
-class _Run:
-    """What cep.evaluation.strategies.accepts reads of an evaluation (the evaluator's
-    Evaluation): the query, the branch, the index and the partition its trigger reads."""
-    cq: object
-    branch: object
-    index: object
-    partition: object
 
 
 @dataclass(frozen=True)
@@ -560,7 +550,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
             rows = [r[parent] for r in rows] + [cand]
             times = [t[parent] for t in times] + [ts[cand]]
     if plan.accept is not None:
-        held = _accepted(plan, _Run(*plan.accept, index, None), partitions, tpart, cols, rows,
+        held = _accepted(plan, Run(*plan.accept, index, None), partitions, tpart, cols, rows,
                          parent, cand, triggers, bad, tallies)
         cand, parent = cand[held], parent[held]
     owner = trig[parent]                 # per binding: its trigger
@@ -575,7 +565,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
                       fanned), good.tolist(), counts)
 
 
-def _accepted(plan: BulkPlan, run: _Run, partitions: list, tpart, cols, rows: list, parent,
+def _accepted(plan: BulkPlan, run: Run, partitions: list, tpart, cols, rows: list, parent,
               cand, triggers: list, bad, tallies: list):
     """Per binding of the join: whether its selection strategy keeps it
     (cep.evaluation.strategies.accepts over the index, binding by binding, as the evaluator

@@ -71,6 +71,9 @@ class Evaluation:
         self.proven: dict = {}            # Kleene runs chosen as the NFA^b does (accepts)
         self.deferred = tuple(n for n in branch.negations if n.deferred)
         self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
+        # whether the strategy keeps a completed binding (None: every one; a query group of
+        # skip-till-next-match variants judges each binding per member, cep.runtime.groups)
+        self.accept = None if cq.strategy == "skip_till_any_match" else accepts
         self.query = query                # results are Match objects, or binding dicts while
         self.order = order                # deferred negations still have to confirm them
 
@@ -764,7 +767,8 @@ class Evaluation:
     def _complete(self):
         env = self.env
         if not self.plain:
-            if self.cq.strategy != "skip_till_any_match" and not accepts(self, env, self.proven):
+            accept = self.accept
+            if accept is not None and not accept(self, env, self.proven):
                 return
             if self.deferred:
                 tmin = min(v.ts if v.__class__ is Event else v[0].ts for v in env.values())

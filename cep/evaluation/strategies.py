@@ -10,6 +10,7 @@ element of a Kleene block the run may take its epsilon proceed edge at any point
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from heapq import merge
 
 from raycep.cep.event import Event, before
@@ -17,6 +18,17 @@ from raycep.cep.lang.expressions import field_value
 from raycep.cep.store.index import ALL
 
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class Run:
+    """What ``accepts`` reads of an evaluation (the evaluator's Evaluation), where a binding
+    is judged outside one: the query, the branch, the index and the partition its trigger
+    reads (bulk evaluation; a query group's members, each under its own conditions)."""
+    cq: object
+    branch: object
+    index: object
+    partition: object
 
 
 def accepts(ev, env: dict, proven: dict | None = None) -> bool:

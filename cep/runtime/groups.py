@@ -15,9 +15,12 @@ Esper's filter service indexes the constants of many statements rather than test
 - anything else: each distinct constant once (members with equal constants share the result).
 
 Constants that change which events a query takes rather than which bindings it keeps are part
-of the group key instead (conjuncts of negated or Kleene variables, SLIDE, every constant under
-skip-till-next-match, whose begin and take conditions decide which events a run skips; the
-contiguity strategies accept a binding by its events alone, so their constants may differ). Different windows share a group when the pattern has
+of the group key instead (conjuncts of negated or Kleene variables, SLIDE; the contiguity
+strategies accept a binding by its events alone, so their constants may differ). Under
+skip-till-next-match a member's constants also decide which events its run skips: the group's
+join still finds every binding any member can keep (its Kleene runs, whose conditions do not
+differ, are chosen once), and each binding is then accepted per member under the member's own
+conditions (cep.evaluation.strategies.accepts), where one query's evaluation accepts it. Different windows share a group when the pattern has
 no negation: the join runs over the largest and each member keeps the bindings within its own.
 """
 from __future__ import annotations
@@ -31,12 +34,14 @@ from itertools import repeat
 from operator import itemgetter
 
 from raycep.cep.evaluation.manager import PatternManager
+from raycep.cep.evaluation.strategies import Run, accepts
 from raycep.cep.event import Event
 from raycep.cep.lang import ast
 from raycep.cep.lang.compiler import CompiledQuery, compile_query
 from raycep.cep.lang.expressions import ORDERING, EvalFailure, arith_getter, compile_expr
 from raycep.cep.lang.validate import conjuncts as split_conjuncts
 from raycep.cep.match import Match, MatchBlock
+from raycep.cep.store.index import ALL
 
 _new = tuple.__new__
 _BASE, _VAR, _EVENT = itemgetter(1), itemgetter(2), itemgetter(3)
@@ -47,6 +52,7 @@ _SAFE = 2 ** 53                       # larger ints may overflow float arithmeti
 #: strategies under which a constant decides which bindings a query keeps, never which events
 #: it takes: contiguity is a property of the binding's events alone (cep.evaluation.strategies)
 _LOOSE = frozenset(("skip_till_any_match", "strict_contiguity", "partition_contiguity"))
+_NEXT = "skip_till_next_match"      # constants may differ; each member accepts its bindings
 
 
 # --------------------------------------------------------------------------- signatures
@@ -108,8 +114,8 @@ def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, orde
     the group's floor, not the member's)."""
     if params:
         query = _bind(query, params)
-    special = {n for n, v in cq.variables.items() if v.kleene or v.negated}
-    loose = query.strategy in _LOOSE
+    taking = _taking(query.pattern, cq)
+    loose = query.strategy in _LOOSE or (query.strategy == _NEXT and len(cq.branches) == 1)
     negation = any(v.negated for v in cq.variables.values())
     key: list = [_shape(query.pattern, []), tuple(query.equivalence), query.strategy, mode,
                  tuple(order) if order is not None else None]
@@ -117,7 +123,7 @@ def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, orde
     for expr, c in zip(split_conjuncts(query.where), cq.conjuncts):
         lits: list = []
         shape = _shape(expr, lits)
-        if loose and not (c.vars & special):
+        if loose and not taking(c.vars, expr):
             key.append(shape)
             values.append(tuple(lits))
         else:                               # the constants decide which events are taken
@@ -129,6 +135,46 @@ def signature(query: ast.Query, params: dict, cq: CompiledQuery, mode: str, orde
     if any(not n.before for b in cq.branches for n in b.negations):
         key.append(("floor", start[0]))
     return tuple(key), Member(name, cq, dict(params or {}), tuple(values), cq.window, *start)
+
+
+def _taking(pattern, cq: CompiledQuery):
+    """Whether a conjunct (its variables, its expression) decides which events a run takes
+    (so its constants are part of the group key): one over a negated variable, or a begin or
+    take condition of a Kleene variable. In a sequence of variables a conjunct is the
+    condition of the last variable it names (cep.evaluation.strategies), so one that reads a
+    Kleene variable before a simple one as a whole (``c.price < LAST(b.price) * 0.99``: an
+    element by position, LEN, an aggregate of all elements) keeps bindings, as the simple
+    variable's conditions do; element by element (``b.x``, ``b[i-1].x``, ``sum(b[..i].x)``)
+    or in other patterns it decides."""
+    kleene = {n for n, v in cq.variables.items() if v.kleene}
+    negated = {n for n, v in cq.variables.items() if v.negated}
+    flat = pattern.__class__ is ast.Seq and all(
+        c.__class__ is ast.EventVar for c in pattern.children)
+    position = {n: i for i, n in enumerate(cq.variables)}
+
+    def taking(names, expr) -> bool:
+        if names & negated:
+            return True
+        if not names & kleene:
+            return False
+        return not flat or max(names, key=position.__getitem__) in kleene or \
+            _element_wise(expr, kleene)
+    return taking
+
+
+def _element_wise(node, kleene: set) -> bool:
+    """Whether ``node`` reads a Kleene variable of ``kleene`` element by element."""
+    cls = node.__class__
+    if cls is ast.Attr:
+        return node.var in kleene and (node.index is None or node.index.base == "i")
+    if cls is ast.Aggregate:
+        return node.var in kleene and node.upto is not None
+    if not dataclasses.is_dataclass(node):
+        return False
+    return any(_element_wise(getattr(node, f.name), kleene) for f in dataclasses.fields(node)
+               if f.name != "pos") or any(
+        _element_wise(x, kleene) for f in dataclasses.fields(node)
+        if isinstance(getattr(node, f.name), tuple) for x in getattr(node, f.name))
 
 
 # --------------------------------------------------------------------------- constant indexes
@@ -464,6 +510,11 @@ class GroupManager(PatternManager):
         self._windows = None
         self._names_of: dict = {}
         self._shape = None                  # what the group's compiled query was built for
+        # skip-till-next-match variants (one branch: the only ones that group) each accept
+        # their own bindings
+        self._next = member.cq.strategy == _NEXT and len(member.cq.branches) == 1
+        self._accepting = False             # ... and the evaluation leaves it to them
+        self._held_floors = None
         self.stale = True
         super().__init__(name, member.cq, index, order, settings, mode)
         self.refresh()
@@ -506,6 +557,7 @@ class GroupManager(PatternManager):
         members = self.members
         first = members[0]
         self.single = len(members) == 1
+        self._accepting = self._next and not self.single
         self._label = first.name if self.single else self.name
         varying = tuple(k for k in range(len(first.values))
                         if len({m.values[k] for m in members}) > 1)
@@ -516,6 +568,11 @@ class GroupManager(PatternManager):
         self.since = min(m.since for m in members)
         self._floors = Floors(members) \
             if len({(m.floor, m.since) for m in members}) > 1 else None
+        # a binding held back (SLIDE, a deferred negation, pessimistic mode) may have been found
+        # while other members, registered earlier, were in the group: it is released to the
+        # members whose floor and since it respects
+        self._held_floors = Floors(members) \
+            if any(m.floor > -math.inf or m.since > -math.inf for m in members) else None
         self._all = (1 << len(members)) - 1
         self._names_of = {}
         self.varying_texts = [f"{first.cq.conjuncts[k].text} ({len(t.entries)} constants, "
@@ -632,6 +689,37 @@ class GroupManager(PatternManager):
             mask &= self._floors.mask(env)
         return mask
 
+    def _accepted_by(self, env: dict, mask: int) -> int:
+        """The members of ``mask`` whose skip-till-next-match run selects the binding ``env``
+        (each under its own conditions: cep.evaluation.strategies.accepts)."""
+        part = ALL
+        if self.partitioned:
+            first = next(iter(env.values()))
+            key = (first if first.__class__ is Event else first[0]).key
+            if key is not None:
+                part = key
+        index, members, out = self.index, self.members, 0
+        for k in self._member_positions(mask):
+            cq = members[k].cq
+            if accepts(Run(cq, cq.branches[0], index, part), env):
+                out |= 1 << k
+        return out
+
+    def _evaluation(self, b: int, trigger: Event):
+        ev = super()._evaluation(b, trigger)
+        if self._accepting:                 # each member's own, in _fan / _matches
+            ev.accept = None
+        return ev
+
+    def _bulk_plan(self, b: int, name: str):
+        return None if self._accepting else super()._bulk_plan(b, name)
+
+    def _refusal(self) -> str | None:
+        if self._accepting:
+            return ("skip-till-next-match variants in one group (each member's selection "
+                    "decided binding by binding)")
+        return super()._refusal()
+
     # ------------------------------------------------------------ fan-out (manager hooks)
     def _in_order(self) -> bool:
         return self.single or self._member_columns() is not None
@@ -649,7 +737,10 @@ class GroupManager(PatternManager):
         by_mask: dict = {}                  # member mask -> the bindings' numbers
         for i, m in enumerate(results):
             _, base, var, event, _ = m
-            mask = self._mask(base if var is None else {**base, var: event})
+            env = base if var is None else {**base, var: event}
+            mask = self._mask(env)
+            if mask and self._accepting:
+                mask = self._accepted_by(env, mask)
             if mask:
                 found = by_mask.get(mask)
                 if found is None:
@@ -734,10 +825,15 @@ class GroupManager(PatternManager):
                 self._recheck.discard(seq)
                 if not self._holds(env):
                     return []
-        if self.single and allowed is None:
+        held = seq is not None and (self._next or self._held_floors is not None)
+        if self.single and allowed is None and not held:
             names = (self._label,)
-        else:
-            mask = self._mask(env)
+        else:                               # (a binding held back may have been found by
+            mask = self._mask(env)          # the group before it was down to one member)
+            if mask and seq is not None and self._held_floors is not None:
+                mask &= self._held_floors.mask(env)
+            if mask and self._next:
+                mask = self._accepted_by(env, mask)
             names = self._member_names(mask) if mask else ()
             if allowed is not None:
                 names = tuple(n for n in names if n in allowed)
