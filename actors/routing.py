@@ -138,6 +138,47 @@ class RoutingTable:
                 entry[1].append(i)
         return out
 
+    def route_table(self, table) -> dict | None:
+        """``route`` of the rows of a pyarrow Table (a schema-2 batch's columns, cep.io.codec)
+        without building events: ``{target: row indexes}`` (numpy, ascending); None when the
+        table cannot be routed this way (a ``type`` column that is not text without nulls, a
+        key column with nulls, a key that cannot be hashed: the caller then decodes the rows,
+        which names the problem). Each distinct key is hashed once."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        names = table.schema.names
+        if "type" not in names or not pa.types.is_string(table.schema.field("type").type) \
+                or table.column("type").null_count:
+            return None
+        column = self.key_attr if self.key_attr is not None else "key"
+        n, wanted, rows = self.partitions, self.global_types, table.num_rows
+        if column in names:
+            keys = table.column(column).combine_chunks()
+            if keys.null_count:          # (a row without its key attribute: the key column
+                return None              # may stand in; decoded rows say which)
+            codes = pc.dictionary_encode(keys)
+            try:
+                places = np.array([partition_of(k, n) for k in codes.dictionary.to_pylist()],
+                                  dtype=np.int64)
+            except (IngestError, TypeError):
+                return None
+            target = places[codes.indices.to_numpy(zero_copy_only=False)] \
+                if len(places) else np.zeros(0, dtype=np.int64)
+            out: dict = {int(t): np.flatnonzero(target == t) for t in np.unique(target)}
+        else:
+            out = {GLOBAL_PARTITION: np.arange(rows)} if rows else {}
+        if wanted is None:
+            every = np.arange(rows)
+        elif wanted:
+            mask = pc.is_in(table.column("type"), value_set=pa.array(sorted(wanted)))
+            every = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        else:
+            every = np.zeros(0, dtype=np.int64)
+        if len(every):
+            out[GLOBAL] = every
+        return out
+
     def to_dict(self) -> dict:
         return {"partitions": self.partitions, "key_attr": self.key_attr,
                 "global_types": None if self.global_types is None else sorted(self.global_types),

@@ -7,7 +7,8 @@ import asyncio
 import itertools
 import math
 
-from raycep.cep.io.codec import decode_batch, encode_batch, encode_rows, read_header
+from raycep.cep.io.codec import (decode_batch, encode_batch, encode_columns, encode_rows,
+                                 read_header)
 from raycep.cep.errors import IngestError, OverloadedError
 from raycep.cep.event import make_event
 from raycep.cep.lang.validate import finite, short_repr
@@ -40,7 +41,9 @@ class Ingest:
         A version-1 batch of array rows (what ``Client.send`` and producers write) is routed
         by each row's type and key and forwarded as it came, without building events here:
         the actors decode and validate each row once, and their bad rows come back named by
-        the row's index in this request."""
+        the row's index in this request. A version-2 batch (columns: ``Client.send`` of a
+        table) is routed by its key column and each actor gets its rows as columns, which it
+        evaluates in bulk (``Engine.process_columns``)."""
         if batch or isinstance(body, (bytes, bytearray)):
             header, rows = read_header(body)
             if header["schema_version"] == 1:
@@ -48,6 +51,12 @@ class Ingest:
                 if routed is not None:
                     return await self._forward(routed, len(rows), header["source"],
                                                header["batch_id"])
+            else:
+                table = _table(rows)
+                routed = self.actors.routing.route_table(table) if table is not None else None
+                if routed is not None:
+                    return await self._forward_table(table, routed, header["source"],
+                                                     header["batch_id"])
             batch, problems = decode_batch(header, errors="collect")
             events, source, batch_id = list(batch.events), batch.source, batch.batch_id
         else:
@@ -82,17 +91,35 @@ class Ingest:
         bid = self._actor_batch_id(batch_id)
         payloads = {t: encode_rows(rows, source, f"{bid}:{t}")
                     for t, (rows, _) in routed.items()}
-        acks = await self._dispatch(payloads, latest_time(
-            r[1] for rows, _ in routed.values() for r in rows))
+        clock = latest_time(r[1] for rows, _ in routed.values() for r in rows)
+        return await self._forwarded(payloads, {t: o for t, (_, o) in routed.items()}, n_rows,
+                                     clock)
+
+    async def _forward_table(self, table, routed: dict, source: str,
+                             batch_id: str | None = None) -> dict:
+        """Send each actor its rows of ``table`` (``RoutingTable.route_table``) as columns."""
+        import pyarrow as pa
+        bid = self._actor_batch_id(batch_id)
+        payloads = {t: encode_columns(table.take(pa.array(rows)), source, f"{bid}:{t}")
+                    for t, rows in routed.items()}
+        return await self._forwarded(payloads, {t: rows.tolist() for t, rows in routed.items()},
+                                     table.num_rows, _latest_column_time(table))
+
+    async def _forwarded(self, payloads: dict, origins: dict, n_rows: int,
+                         clock: float | None) -> dict:
+        """Dispatch ``payloads``; the acknowledgement, an actor's bad rows named by their index
+        in the request (``origins``: per target, its rows' indexes)."""
+        acks = await self._dispatch(payloads, clock)
         bad: dict = {}
-        for (target, (_, origin)), ack in zip(routed.items(), acks):
+        for target, ack in zip(payloads, acks):
+            origin = origins[target]
             for row, field, reason in ack.get("bad", ()):
                 index = origin[row] if row is not None and 0 <= row < len(origin) else row
                 bad.setdefault(index, IngestError(reason, index, field))
         good = n_rows - len(bad)
         self.events_in += good
         self.bad_rows += len(bad)
-        return merge_acks(list(routed), acks, good, [str(e) for _, e in sorted(
+        return merge_acks(list(payloads), acks, good, [str(e) for _, e in sorted(
             bad.items(), key=lambda item: -1 if item[0] is None else item[0])])
 
     def _actor_batch_id(self, batch_id: str | None) -> str:
@@ -191,6 +218,32 @@ def check_watermark(watermark, force) -> float:
     if not isinstance(force, bool):
         raise IngestError(f"must be true or false, got {type_name(force)}", field="force")
     return float(watermark)
+
+
+def _table(data):
+    """The pyarrow Table of a version-2 batch's Arrow bytes when its rows can be forwarded as
+    columns (a ``ts`` column of numbers: event times in seconds); None otherwise (the rows are
+    then decoded here, which names what is wrong)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    try:
+        table = ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowException, ValueError, OSError):
+        return None
+    if "ts" not in table.schema.names:
+        return None
+    kind = table.schema.field("ts").type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
+        return None
+    return table
+
+
+def _latest_column_time(table) -> float | None:
+    """``latest_time`` of a table's ``ts`` column (numbers)."""
+    import numpy as np
+    times = table.column("ts").to_numpy().astype(np.float64, copy=False)
+    times = times[np.isfinite(times)]
+    return float(times.max()) if len(times) else None
 
 
 def latest_time(times) -> float | None:

@@ -88,3 +88,35 @@ def test_route_rows_routes_wire_rows_as_route_routes_their_events(key_attr, glob
         assert routed == [rows[i] for i in indexes]
     for bad in ({"type": "A", "ts": 1.0}, ["A"], [1, 1.0], ["A", 1.0, [1]]):
         assert table.route_rows(rows[:3] + [bad]) is None
+
+
+@pytest.mark.parametrize("key_attr, global_types", [(None, frozenset()), ("sym", {"A"}),
+                                                    ("sym", None), ("n", frozenset())])
+def test_route_table_routes_columns_as_route_routes_their_events(key_attr, global_types):
+    """RoutingTable.route_table (the gateway's path for a table, no events built) sends each
+    row where route sends its event; a table it cannot route so makes it decline (None)."""
+    import pyarrow as pa
+    from raycep.actors.routing import RoutingTable
+    table = RoutingTable(3, key_attr, None if global_types is None else frozenset(global_types))
+    n = 60
+    columns = {"type": ["AB"[i % 2] for i in range(n)], "ts": [float(i) for i in range(n)],
+               "sym": [f"s{i % 5}" for i in range(n)], "n": [i % 4 for i in range(n)],
+               "key": [f"k{i % 3}" for i in range(n)]}
+    events = [Event(columns["type"][i], columns["ts"][i],
+                    {"sym": columns["sym"][i], "n": columns["n"][i]}, key=columns["key"][i])
+              for i in range(n)]
+    want = table.route(events)
+    got = table.route_table(pa.table(columns))
+    assert set(got) == set(want)
+    for target, indexes in got.items():
+        assert [events[i] for i in indexes.tolist()] == want[target]
+    no_key = pa.table({k: v for k, v in columns.items() if k not in ("sym", "n", "key")})
+    if key_attr is not None:                  # no key column: every row to the global
+        got = table.route_table(no_key)       # partition, as events without the attribute
+        want = table.route([Event(e.type, e.ts, {}) for e in events])
+        assert {t: i.tolist() for t, i in got.items()} == \
+            {t: [events.index(next(x for x in events if x.ts == e.ts)) for e in v]
+             for t, v in want.items()}
+    assert table.route_table(pa.table({**columns, "type": [1] * n})) is None
+    null_key = table.route_table(pa.table({**columns, "sym": [None] + columns["sym"][1:]}))
+    assert (null_key is None) == (key_attr == "sym")

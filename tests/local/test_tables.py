@@ -562,7 +562,10 @@ def test_client_sends_a_dataframe_as_columns(make_cluster):
         client.advance(2000.0)
         client.drained()
         got[how] = ids_of(read_all(client, "seq3"))
-        if how == "frame":
+        bulk = sum(a["paths"].get("seq3", {}).get("bulk", 0)
+                   for a in client.stats()["actors"].values())
+        assert (bulk > 0) == (how == "frame"), bulk  # a table's rows reach the actors as
+        if how == "frame":                           # columns, evaluated in bulk
             with pytest.raises(TypeError):
                 client.send(42)
             with pytest.raises(TypeError):
