@@ -104,6 +104,10 @@ class PartitionWorker:
                  checkpoint: CheckpointSettings | None = None):
         """``settings``: the engine's ManagerSettings; ``checkpoint``: where the worker saves
         its state and restores it from (None: nowhere, a restart starts empty)."""
+        # what column batches use, loaded now rather than in the first batch (~0.5 s)
+        import numpy  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        import raycep.cep.io.columns  # noqa: F401
         self.partition = partition
         self.engine = Engine(key_attr, settings, disorder=disorder, mode=worker.mode,
                              sharing=worker.sharing, retain=worker.retain)
@@ -464,7 +468,7 @@ class PartitionWorker:
         return {"partition": self.partition, "engine": self.engine.snapshot(evicted, events),
                 "recent": list(self._recent) if recent else None, "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
-                "outbox": list(zip(range(self._first_seq(), self.outbox_seq + 1), self.outbox))
+                "outbox": {"first": self._first_seq(), "records": list(self.outbox)}
                 if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
                 "refused": self.refused, "recoveries": self.recoveries,
@@ -490,8 +494,9 @@ class PartitionWorker:
         self._recent_added = self._recent_saved = len(self._recent)
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]
-        self.outbox = deque(record for _, record in snap["outbox"]) \
-            if snap["outbox"] is not None else None
+        box = snap["outbox"]                # (a list of (seq, record) pairs: earlier
+        self.outbox = None if box is None else deque(   # snapshots)
+            box["records"] if box.__class__ is dict else (record for _, record in box))
         self.outbox_seq, self.refused = snap["outbox_seq"], snap.get("refused", 0)
         self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)
         self.recoveries = snap.get("recoveries", 0)

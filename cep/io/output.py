@@ -362,6 +362,38 @@ def match_json(match, lines: MatchLines | None = None) -> bytes:
     return (lines or MatchLines()).line(match, b',"id":"' + match_id(match).encode() + b'"')[:-1]
 
 
+_HEAD = b'{"query":"'
+_TAIL_RETRACTED = _RETRACTED + b"}"
+
+
+def record_meta(data: bytes) -> tuple | None:
+    """``(query, identity)`` of a match or retraction record's JSON as ``match_json`` and
+    ``MatchLines.records`` write it, read from its head and tail without parsing it whole
+    (identity: its id, ``"retracted:" + id`` for a retraction); None for any other text (a
+    late-event record, a query name or id with escapes: parse those)."""
+    if not data.startswith(_HEAD):
+        return None
+    end = data.find(b'"', 10)
+    query = data[10:end]
+    if end < 0 or b"\\" in query:
+        return None
+    retracted = data.endswith(_TAIL_RETRACTED)
+    stop = len(data) - (len(_TAIL_RETRACTED) if retracted else 1)
+    start = data.rfind(b',"id":"', end, stop)
+    ident = data[start + 7:stop - 1]
+    if start < 0 or data[stop - 1:stop] != b'"' or b'"' in ident or b"\\" in ident:
+        return None
+    ident = ident.decode()
+    return query.decode(), "retracted:" + ident if retracted else ident
+
+
+def record_identity(record: dict):
+    """What makes an output record (a mapping) a duplicate: its id, ``"retracted:" + id``
+    for a retraction (a match and its retraction share the id); None without an id."""
+    rid = record.get("id")
+    return "retracted:" + rid if rid is not None and record.get("retracted") else rid
+
+
 def match_record(match) -> dict:
     """``match.to_dict()`` plus its ``id`` (a Retraction: the same id, ``"retracted": true``)."""
     return orjson.loads(match_json(match))

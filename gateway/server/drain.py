@@ -9,6 +9,7 @@ import logging
 import orjson
 
 from raycep.cep.errors import CepError, NotFoundError
+from raycep.cep.io.output import record_identity, record_meta
 from raycep.gateway.server.actors import Actors
 from raycep.gateway.server.settings import GatewaySettings
 
@@ -56,7 +57,7 @@ class Outboxes:
         while True:
             page = await self.actors.call(target, "drain", self._acks[target],
                                           self.settings.drain_limit)
-            self.put_matches([orjson.loads(r) for r in page["records"]])
+            self.put_records(page["records"])
             moved += len(page["records"])
             self._acks[target] = page["last"]
             if not page["pending"]:
@@ -90,6 +91,23 @@ class Outboxes:
                     log.warning("draining %s works again", target)
                 moved += r
         return moved
+
+    def put_records(self, records: list) -> None:
+        """Store records as the actors give them (JSON bytes), by query, without parsing a
+        match or retraction (cep.io.output.record_meta reads its query and id; the store
+        keeps the bytes); late-event records under LATE."""
+        by_query: dict = {}
+        for data in records:
+            meta = record_meta(data)
+            if meta is None:
+                rec = orjson.loads(data)
+                meta = (LATE if rec.get("late") else rec["query"], record_identity(rec))
+            entry = by_query.get(meta[0])
+            if entry is None:
+                entry = by_query[meta[0]] = []
+            entry.append((meta[1], data))
+        for qid, items in by_query.items():
+            self.store.put_raw(qid, items)
 
     def put_matches(self, records: list) -> None:
         """Store match, retraction and late-event records (late events under LATE)."""

@@ -38,6 +38,10 @@ class GatewayService:
 
     def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
                  registry, store, settings: GatewaySettings = GatewaySettings()):
+        # what routing a table's columns uses, loaded now rather than in the first request
+        import numpy  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.ipc  # noqa: F401
         self.key_attr = key_attr
         self.registry = registry
         self.store = store

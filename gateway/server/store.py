@@ -20,6 +20,8 @@ from itertools import islice
 
 import orjson
 
+from raycep.cep.io.output import record_identity
+
 log = logging.getLogger("raycep.gateway")
 
 
@@ -31,25 +33,33 @@ class _Stream:
     def __init__(self, base: int):
         self.base = base          # cursors of this stream start at base + 1
         self.head = base          # latest cursor assigned
-        self.records: deque[dict] = deque()
+        self.records: deque = deque()  # (cursor, identity, the record's JSON bytes)
         self.ids: set[str] = set()
         self.dropped = 0
         self.duplicates = 0
 
 
-def _identity(record: dict):
-    """What makes a record a duplicate: its id, and whether it is a retraction."""
-    rid = record.get("id")
-    return "retracted:" + rid if rid is not None and record.get("retracted") else rid
-
-
-def _line(record: dict) -> str:
-    """A record as one JSON line, keys sorted (orjson; json for what orjson refuses)."""
+def _json(record: dict) -> bytes:
+    """A record (without its cursor) as compact JSON (orjson; json for what orjson refuses)."""
+    if "cursor" in record:
+        record = {k: v for k, v in record.items() if k != "cursor"}
     try:
-        return orjson.dumps(record, default=str, option=orjson.OPT_SORT_KEYS
-                            | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+        return orjson.dumps(record, default=str, option=orjson.OPT_NON_STR_KEYS)
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(record, sort_keys=True, default=str) + "\n"
+        return json.dumps(record, default=str, separators=(",", ":")).encode()
+
+
+def _line(cursor: int, data: bytes) -> bytes:
+    """A stored record as its sink line: its JSON with its ``"cursor"`` last."""
+    return b"%s,\"cursor\":%d}\n" % (data[:-1], cursor) if len(data) > 2 else \
+        b'{"cursor":%d}\n' % cursor
+
+
+def _record(entry: tuple) -> dict:
+    """A stored record as a reader gets it: its fields and its ``"cursor"``."""
+    record = orjson.loads(entry[2])
+    record["cursor"] = entry[0]
+    return record
 
 
 #: records of the JSONL sink whose ids the store remembers (read back at start): more than the
@@ -85,7 +95,7 @@ def _sink_tail(path: str, count: int) -> list:
         except orjson.JSONDecodeError:
             continue                                 # a line cut by a crash, or the first
         if isinstance(record, dict):                 # line read from its middle
-            out.append(_identity(record))
+            out.append(record_identity(record))
     return out
 
 
@@ -135,9 +145,15 @@ class MatchStore:
 
     # -- writing -------------------------------------------------------------------------
     def put(self, query: str, records: list[dict]) -> int:
-        """Append ``records`` to the stream of ``query``; returns how many were appended.
+        """``put_raw`` of records given as mappings."""
+        return self.put_raw(query, [(record_identity(r), _json(r)) for r in records])
 
-        Each appended record is a copy with a new ``"cursor"``. Records whose ``"id"`` is
+    def put_raw(self, query: str, records: list) -> int:
+        """Append ``records``, ``[(identity, the record's JSON bytes)]`` (identity: its id, or
+        ``"retracted:" + id``, or None), to the stream of ``query``; returns how many were
+        appended. Records are kept as their JSON and parsed when read.
+
+        Each appended record gets a new ``"cursor"``. Records whose ``"id"`` is
         already retained (or repeated within ``records``) are duplicates and skipped; records
         for a query that is not open are counted in ``orphans``. The new records are written
         to the JSONL sink first, then retained, so the sink receives every one of them even
@@ -151,16 +167,14 @@ class MatchStore:
         fresh: list = []
         seen: set = set()
         cursor = stream.head
-        for record in records:
-            match_id = _identity(record)
+        ids, written = stream.ids, self._written_ids
+        for match_id, data in records:
             if match_id is not None:
-                if match_id in stream.ids or match_id in seen or match_id in self._written_ids:
+                if match_id in ids or match_id in seen or match_id in written:
                     continue
                 seen.add(match_id)
             cursor += 1
-            stored = dict(record)
-            stored["cursor"] = cursor
-            fresh.append(stored)
+            fresh.append((cursor, match_id, data))
         if fresh:
             self._write_sink(fresh)
             if self.jsonl_path is not None:
@@ -180,7 +194,7 @@ class MatchStore:
     def _drop_oldest(self, query: str, stream: _Stream, count: int) -> None:
         before = stream.dropped
         for _ in range(count):
-            stream.ids.discard(_identity(stream.records.popleft()))
+            stream.ids.discard(stream.records.popleft()[1])
         stream.dropped += count
         # warn on the first drop, then once per `capacity` further drops (drops 1, 1 + c, ...)
         first = before + 1 + (-before) % self.capacity
@@ -190,17 +204,17 @@ class MatchStore:
                 "policy drop-oldest): readers are too slow; raise the capacity or use the "
                 "JSONL sink to keep every match", query, n, self.capacity)
 
-    def _write_sink(self, records: list[dict]) -> None:
+    def _write_sink(self, records: list) -> None:
         if self.jsonl_path is None:
             return
         if self._sink is None:
             parent = os.path.dirname(self.jsonl_path)
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            self._sink = open(self.jsonl_path, "a", encoding="utf-8")
+            self._sink = open(self.jsonl_path, "ab")
             if _ends_torn(self.jsonl_path):          # a line cut by a crash: end it, so the
-                self._sink.write("\n")              # next record is a line of its own
-        self._sink.write("".join(_line(r) for r in records))
+                self._sink.write(b"\n")             # next record is a line of its own
+        self._sink.write(b"".join([_line(c, data) for c, _, data in records]))
         self._sink.flush()
 
     def _remember(self, identities) -> None:
@@ -237,11 +251,11 @@ class MatchStore:
         missed = 0
         start = 0
         if stream.records:
-            oldest = stream.records[0]["cursor"]
+            oldest = stream.records[0][0]
             # cursors of the retained records are contiguous: oldest .. head
             start = max(0, since - oldest + 1)
             missed = max(0, oldest - max(since, stream.base) - 1)
-        matches = [dict(r) for r in islice(stream.records, start, start + max(0, limit))]
+        matches = [_record(r) for r in islice(stream.records, start, start + max(0, limit))]
         return {
             "matches": matches,
             # nothing after ``since`` is retained: continue from the head (a reader that starts

@@ -316,3 +316,22 @@ def test_snapshot_restore_continues_with_the_same_matches():
     ids = [{r["id"] for r in records(x.drain(0))} for x in (w, clone)]
     assert ids[0] == ids[1] == expected_ids(events, ("seq", SEQ3))
     assert clone.stats()["events"] == w.stats()["events"] == len(events)
+
+
+def test_a_snapshot_keeps_the_outbox_and_one_with_sequence_pairs_restores_too():
+    """The outbox is saved as its first sequence number and its records (packed natively,
+    no pair per record); a snapshot from before, with (seq, record) pairs, restores alike."""
+    w = PartitionWorker("p0", key_attr="k", worker=WorkerSettings(outbox=True))
+    w.add_query("seq", SEQ3)
+    w.ingest(encode_batch(stream(300, seed=3), "s", "b1"))
+    assert len(w.drain(0)["records"]) > 5
+    w.drain(5)                                    # the first 5 acknowledged
+    snap = w.snapshot()
+    first, held = snap["outbox"]["first"], snap["outbox"]["records"]
+    assert first == 6 and held and len(held) == w.stats()["outbox"]
+    pairs = dict(snap, outbox=[(first + k, r) for k, r in enumerate(held)])
+    for state in (snap, pairs):
+        clone = PartitionWorker.restore(state)
+        page = clone.drain(5)
+        assert page["records"] == held[:len(page["records"])] and page["last"] == \
+            5 + len(page["records"])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from unittest import mock
 
+import orjson
+
 import pytest
 
 from hypothesis import given, note, settings
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 
 import raycep.cep.runtime.engine
 from raycep.cep.event import Event, trusted_event
-from raycep.cep.io.output import MatchLines, match_json
+from raycep.cep.io.output import MatchLines, match_json, record_identity, record_meta
 from raycep.cep.match import MatchBlock, MatchMix, block_ids, match_id
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.batch import ColumnBatch
@@ -64,6 +66,9 @@ def check(setup: list, events: list, cuts: list, keyed: bool, sharing: bool) -> 
         got += lines.records(iter(found))
     got += lines.records(eng.advance(math.inf))
     assert got == want
+    for record in got:                  # what the gateway reads of a record without parsing
+        parsed = orjson.loads(record)
+        assert record_meta(record) == (parsed["query"], record_identity(parsed))
     return in_blocks
 
 
@@ -125,3 +130,21 @@ def test_a_group_block_and_a_mix_are_made_in_bulk():
     assert MatchLines().records(mixes) == [match_json(m) for m in matches]
     block = next(p for p in mixes[0].parts if p.__class__ is MatchBlock)
     assert block_ids(block) == [match_id(m).encode() for m in block]
+
+
+def test_record_meta_reads_query_and_identity_or_declines():
+    """``record_meta`` gives what parsing gives for matches and retractions (non-ASCII and
+    quoted names too) and declines texts of another form: a late-event record, a name with
+    a JSON escape."""
+    a, b = Event("A", 1.0, {"x": 1}, id="a1"), Event("B", 2.0, {"x": "y"}, id="b1")
+    from raycep.cep.match import Match, Retraction
+    for name in NAMES:
+        m = Match(name, {"a": a, "b": b}, ("a", "b"))
+        for out in (m, Retraction.of(m)):
+            data = match_json(out)
+            parsed = orjson.loads(data)
+            assert record_meta(data) == (name, record_identity(parsed))
+        assert record_meta(match_json(Retraction.of(m)))[1] == "retracted:" + m.id
+    escaped = match_json(Match('q"1', {"a": a}, ("a",)))
+    assert record_meta(escaped) is None
+    assert record_meta(orjson.dumps({"late": True, "id": "late:s:a1"})) is None
