@@ -66,6 +66,9 @@ def cluster_cases(draw):
     case.seed = draw(st.integers(0, 2 ** 16), label="interleaving seed")
     # a retention: queries registered mid-stream also see the last seconds before them
     case.retain = draw(st.sampled_from((0.0, 0.0, 0.5, 2.0)), label="retain")
+    # batches sent as Arrow tables where their columns allow (each actor gets its rows as
+    # columns and evaluates them in bulk), else as events (rows)
+    case.tables = draw(st.booleans(), label="tables?")
     if case.slack is not None:        # delays are at most case.slack: with a tie in ts an
         case.slack += 1.0             # event delayed by exactly that would be late
     if case.producers > 1:            # any interleaving stays within the slack: none is late
@@ -77,7 +80,7 @@ def cluster_cases(draw):
 def describe_feed(case) -> str:
     return (describe(case) + f"\nregistration order {[case.members[i].name for i in case.order]}"
             f" batches {case.batches} producers {case.producers} "
-            f"partitions {case.partitions}")
+            f"partitions {case.partitions} tables {case.tables}")
 
 
 def changes_at(case, at: int) -> tuple:
@@ -122,11 +125,34 @@ def batches_of(events: list, sizes: list) -> list:
     return out
 
 
+def table_of(events: list):
+    """``events`` as a pyarrow table (``type``, ``ts``, ``id``, a column per attribute), or
+    None where a column would mix kinds of values (a table holds one type per column) or an
+    attribute is named like a column of the event itself."""
+    import pyarrow as pa
+    names = sorted({a for e in events for a in e.attrs})
+    if {"type", "ts", "id", "key"} & set(names):
+        return None
+    columns = {"type": [e.type for e in events], "ts": [e.ts for e in events],
+               "id": [e.id for e in events]}
+    for name in names:
+        values = [e.attrs.get(name) for e in events]
+        if len({type(v) for v in values if v is not None}) > 1:
+            return None
+        columns[name] = values
+    try:
+        return pa.table(columns)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+
+
 def send_phase(client_of, case, events: list, rng: random.Random):
     """Send ``events`` in the case's batch sizes: by one producer in order, or by several
     producers at once, each with its own client and source, in a random interleaving (each
     producer's batches in arrival order)."""
     batches = batches_of(events, case.batches)
+    if case.tables:
+        batches = [table_of(b) or b for b in batches]
     if case.producers == 1:
         client = client_of(0)
         for batch in batches:
