@@ -409,7 +409,8 @@ def test_cluster_equals_engine_through_real_ray(ray_session, tmp_path):
     case = SimpleNamespace(events=events, arrivals=events, keyed=True, members=members,
                            cuts=[], slack=max(e.ts for e in events) + 1.0,
                            order=list(range(len(members))), batches=[7, 50, 1, 23],
-                           producers=2, partitions=2, seed=3, restore_at=None, retain=0.0)
+                           producers=2, partitions=2, seed=3, restore_at=None, retain=0.0,
+                           tables=True)   # batches as Arrow tables: columns to the actors
     from raycep.cep.store.disorder import DisorderSettings
     cluster = RayCluster(2, "k", GatewaySettings(port=0, plan_every=0.5,
                                                  registry_path=str(tmp_path / "r.sqlite")),
