@@ -162,19 +162,12 @@ def _taking(pattern, cq: CompiledQuery):
     return taking
 
 
-def _element_wise(node, kleene: set) -> bool:
-    """Whether ``node`` reads a Kleene variable of ``kleene`` element by element."""
-    cls = node.__class__
-    if cls is ast.Attr:
-        return node.var in kleene and (node.index is None or node.index.base == "i")
-    if cls is ast.Aggregate:
-        return node.var in kleene and node.upto is not None
-    if not dataclasses.is_dataclass(node):
-        return False
-    return any(_element_wise(getattr(node, f.name), kleene) for f in dataclasses.fields(node)
-               if f.name != "pos") or any(
-        _element_wise(x, kleene) for f in dataclasses.fields(node)
-        if isinstance(getattr(node, f.name), tuple) for x in getattr(node, f.name))
+def _element_wise(expr, kleene: set) -> bool:
+    """Whether ``expr`` reads a Kleene variable of ``kleene`` element by element."""
+    return any((n.__class__ is ast.Attr and n.var in kleene
+                and (n.index is None or n.index.base == "i"))
+               or (n.__class__ is ast.Aggregate and n.var in kleene and n.upto is not None)
+               for n in ast.walk_expr(expr))
 
 
 # --------------------------------------------------------------------------- constant indexes
