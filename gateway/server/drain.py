@@ -96,25 +96,19 @@ class Outboxes:
         """Store records as the actors give them (JSON bytes), by query, without parsing a
         match or retraction (cep.io.output.record_meta reads its query and id; the store
         keeps the bytes); late-event records under LATE."""
-        by_query: dict = {}
+        by_stream: dict = {}
         for data in records:
-            meta = record_meta(data)
-            if meta is None:
-                rec = orjson.loads(data)
-                meta = (LATE if rec.get("late") else rec["query"], record_identity(rec))
-            entry = by_query.get(meta[0])
-            if entry is None:
-                entry = by_query[meta[0]] = []
-            entry.append((meta[1], data))
-        for qid, items in by_query.items():
+            stream, identity = _meta(data)
+            by_stream.setdefault(stream, []).append((identity, data))
+        for qid, items in by_stream.items():
             self.store.put_raw(qid, items)
 
     def put_matches(self, records: list) -> None:
         """Store match, retraction and late-event records (late events under LATE)."""
-        by_query: dict = {}
+        by_stream: dict = {}
         for rec in records:
-            by_query.setdefault(LATE if rec.get("late") else rec["query"], []).append(rec)
-        for qid, recs in by_query.items():
+            by_stream.setdefault(_stream(rec), []).append(rec)
+        for qid, recs in by_stream.items():
             self.store.put(qid, recs)
 
     def matches(self, qid: str, since: int = 0, limit: int = 1000) -> dict:
@@ -132,3 +126,18 @@ class Outboxes:
     def late_total(self) -> int:
         """How many late events the store has received."""
         return self.store.stats(LATE).get("total", 0) if LATE in self.store.queries() else 0
+
+
+def _stream(record: dict) -> str:
+    """The store stream of an output record: its query's, or LATE for a late event."""
+    return LATE if record.get("late") else record["query"]
+
+
+def _meta(data: bytes) -> tuple:
+    """``(stream, identity)`` of an actor's record (JSON bytes)."""
+    meta = record_meta(data)
+    if meta is None:
+        record = orjson.loads(data)
+        meta = (_stream(record), record_identity(record))
+    return meta
+

@@ -102,19 +102,20 @@ class Ingest:
         bid = self._actor_batch_id(batch_id)
         payloads = {t: encode_columns(table.take(pa.array(rows)), source, f"{bid}:{t}")
                     for t, rows in routed.items()}
-        return await self._forwarded(payloads, {t: rows.tolist() for t, rows in routed.items()},
-                                     table.num_rows, _latest_column_time(table))
+        return await self._forwarded(payloads, routed, table.num_rows,
+                                     _latest_column_time(table))
 
     async def _forwarded(self, payloads: dict, origins: dict, n_rows: int,
                          clock: float | None) -> dict:
         """Dispatch ``payloads``; the acknowledgement, an actor's bad rows named by their index
-        in the request (``origins``: per target, its rows' indexes)."""
+        in the request (``origins``: per target, its rows' indexes, a list or numpy array)."""
         acks = await self._dispatch(payloads, clock)
         bad: dict = {}
         for target, ack in zip(payloads, acks):
             origin = origins[target]
             for row, field, reason in ack.get("bad", ()):
-                index = origin[row] if row is not None and 0 <= row < len(origin) else row
+                index = int(origin[row]) if row is not None and 0 <= row < len(origin) \
+                    else row
                 bad.setdefault(index, IngestError(reason, index, field))
         good = n_rows - len(bad)
         self.events_in += good
