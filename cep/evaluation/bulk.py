@@ -693,7 +693,9 @@ def _members(members, plan: BulkPlan, cols, rows: list, times: list, parent, can
     bad[owner[unsure]] = True
     keep = ~bad[owner[binding]]
     binding, member = binding[keep], member[keep]
-    at = np.lexsort((binding, member, owner[binding]))
+    # by trigger, then member, then binding: ``binding`` comes ascending (resolve), so a
+    # stable sort on (trigger, member) keeps it (a third of lexsort's time on 1M pairs)
+    at = np.argsort(owner[binding] * len(members.names) + member, kind="stable")
     return binding[at], member[at], members.names
 
 

@@ -114,7 +114,7 @@ class MemberColumns:
 
     def resolve(self, get, first, last, bound: frozenset) -> tuple:
         """``(binding, member, unsure)``: the pairs of a binding and a member that accepts
-        it (a binding's members in order), and per binding whether a conjunct could not be
+        it (bindings ascending, a binding's members in order), and per binding whether a conjunct could not be
         decided over columns. ``get(var, attr)``: the bindings' values (vector module);
         ``first``/``last``: each binding's earliest and latest event time; ``bound``: the
         variables a binding binds (a conjunct of others, another branch's of an OR, does
