@@ -41,13 +41,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 
 import orjson
 
 from raycep.actors.handles import node_id
+from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
@@ -107,7 +108,9 @@ class PartitionWorker:
         # what column batches use, loaded now rather than in the first batch (~0.5 s)
         import numpy  # noqa: F401
         import pyarrow.compute  # noqa: F401
+        import raycep.cep.evaluation.bulk  # noqa: F401
         import raycep.cep.io.columns  # noqa: F401
+        import raycep.cep.runtime.members  # noqa: F401
         self.partition = partition
         self.engine = Engine(key_attr, settings, disorder=disorder, mode=worker.mode,
                              sharing=worker.sharing, retain=worker.retain)
@@ -129,7 +132,7 @@ class PartitionWorker:
         self.bad_rows = 0
         #: records, oldest first; sequence numbers ``outbox_seq - len(outbox) + 1`` on (a
         #: record is a bytes object, not a pair: the collector tracks no container per record)
-        self.outbox = deque() if worker.outbox else None
+        self.outbox = Outbox() if worker.outbox else None
         self.outbox_capacity = worker.outbox_capacity
         self.outbox_seq = 0
         self.refused = 0                             # batches refused (outbox over its limit)
@@ -291,8 +294,8 @@ class PartitionWorker:
         self.batches += 1
         self.bad_rows += len(problems)
         late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
-        out = self._records(matches) + late
-        records = self._deliver(out)
+        out, meta = self._records(matches, late)
+        records = self._deliver(out, meta)
         self._log("ingest", (batch, after, clock), out, len(decoded.events))
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
@@ -374,8 +377,8 @@ class PartitionWorker:
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will arrive any more (later ones are late): the
         matches that waited for it (as records with ids; queued instead with an outbox)."""
-        out = self._records(self.engine.advance(watermark))
-        records = self._deliver(out)
+        out, meta = self._records(self.engine.advance(watermark))
+        records = self._deliver(out, meta)
         self._log("advance", (watermark,), out)
         return records
 
@@ -383,29 +386,39 @@ class PartitionWorker:
         """The stream's event time reached ``clock`` in events this actor was not sent
         (cep.runtime.engine.Engine.observe): the matches that waited for it (records; queued with an
         outbox)."""
-        out = self._records(self.engine.observe(clock))
+        out, meta = self._records(self.engine.observe(clock))
         if self.engine.clock != self._evicted_at:
             self.engine.evict()
             self._evicted_at = self.engine.clock
-        records = self._deliver(out)
+        records = self._deliver(out, meta)
         self._log("observe", (clock,), out)
         return records
 
-    def _records(self, matches: list) -> list:
-        """Match and retraction records as JSON texts (bytes): ``match_record`` assembled
-        from the events' cached JSON, those of the matches found in bulk (MatchBlock and
-        MatchMix entries) made in bulk too (cep.io.output.MatchLines.records)."""
-        return self._lines.records(matches)
+    def _records(self, matches: list, late: list = ()) -> tuple:
+        """``(records, (queries, identities))``: match and retraction records as JSON texts
+        (bytes), ``match_record`` assembled from the events' cached JSON, those of the
+        matches found in bulk (MatchBlock and MatchMix entries) made in bulk too, with their
+        queries and ids (cep.io.output.MatchLines.records); then the ``late`` records (their
+        query and identity None: read from the record)."""
+        meta: tuple = ([], [])
+        records = self._lines.records(matches, meta)
+        if late:
+            records += late
+            meta[0].extend(repeat(None, len(late)))
+            meta[1].extend(repeat(None, len(late)))
+        return records, meta
 
     # ---------------------------------------------------------------- outbox
-    def _deliver(self, records: list) -> list:
-        """Queue ``records`` (JSON texts) in the outbox (returns []; never drops: ``ingest``
-        refuses batches while it is full) or hand them back as dicts (no outbox)."""
+    def _deliver(self, records: list, meta: tuple = (None, None)) -> list:
+        """Queue ``records`` (JSON texts; ``meta``: their queries and identities, as
+        ``_records`` gives them) in the outbox (returns []; never drops: ``ingest`` refuses
+        batches while it is full) or hand them back as dicts (no outbox)."""
         if self._replay is not None:              # the records this change gave before
             records, self._replay = self._replay, None
+            meta = (None, None)
         if self.outbox is None:
             return [orjson.loads(r) for r in records]
-        self.outbox.extend(records)
+        self.outbox.extend(records, *meta)
         self.outbox_seq += len(records)
         return []
 
@@ -417,26 +430,29 @@ class PartitionWorker:
                 raise ValueError(f"outbox capacity must be an integer >= 1, got {capacity!r}")
             self.outbox_capacity = capacity
         if enabled and self.outbox is None:
-            self.outbox = deque()
+            self.outbox = Outbox()
         elif not enabled and self.outbox is not None and not self.outbox:
             self.outbox = None
         self._log("set_outbox", (enabled, capacity))
 
     def drain(self, ack: int = 0, limit: int = 10_000) -> dict:
         """Forget the outbox records up to sequence number ``ack`` (delivered) and return the
-        next ones: ``{"records": [...], "last": seq of the last returned (or ack),
-        "pending": how many remain after those}``. Each record is its JSON text (bytes, what
-        ``match_record`` / ``late_record`` give, serialised): cheap to ship through Ray."""
+        next ones: ``{"records": [...], "queries": [...], "ids": [...], "last": seq of the
+        last returned (or ack), "pending": how many remain after those}``. Each record is its
+        JSON text (bytes, what ``match_record`` / ``late_record`` give, serialised): cheap to
+        ship through Ray; ``queries`` and ``ids`` hold each record's query and identity
+        (cep.io.output.record_meta) where the worker knew them, else None."""
         box = self.outbox
         if box is None:
-            return {"records": [], "last": ack, "pending": 0}
+            return {"records": [], "queries": [], "ids": [], "last": ack, "pending": 0}
         done = min(len(box), ack - self._first_seq() + 1)
-        if done > 0:                    # popleft ``done`` times, in C (records are never None)
-            deque(islice(iter(box.popleft, None), done), maxlen=0)
+        if done > 0:
+            box.forget(done)
             self._log("drain", (ack, 0))
-        out = list(islice(box, limit))
+        out, queries, idents = box.page(limit)
         last = self._first_seq() + len(out) - 1 if out else ack
-        return {"records": out, "last": last, "pending": len(box) - len(out)}
+        return {"records": out, "queries": queries, "ids": idents, "last": last,
+                "pending": len(box) - len(out)}
 
     def _first_seq(self) -> int:
         """The sequence number of the oldest record in the outbox (or of the next one)."""
@@ -468,7 +484,7 @@ class PartitionWorker:
         return {"partition": self.partition, "engine": self.engine.snapshot(evicted, events),
                 "recent": list(self._recent) if recent else None, "batches": self.batches,
                 "redelivered": self.redelivered, "bad_rows": self.bad_rows,
-                "outbox": {"first": self._first_seq(), "records": list(self.outbox)}
+                "outbox": {"first": self._first_seq(), "records": list(self.outbox.records)}
                 if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
                 "refused": self.refused, "recoveries": self.recoveries,
@@ -495,7 +511,7 @@ class PartitionWorker:
         self.batches, self.redelivered = snap["batches"], snap["redelivered"]
         self.bad_rows = snap["bad_rows"]
         box = snap["outbox"]                # (a list of (seq, record) pairs: earlier
-        self.outbox = None if box is None else deque(   # snapshots)
+        self.outbox = None if box is None else Outbox(  # snapshots)
             box["records"] if box.__class__ is dict else (record for _, record in box))
         self.outbox_seq, self.refused = snap["outbox_seq"], snap.get("refused", 0)
         self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from raycep.actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
                                  WAL_KIND, event_rows, header, intern, read_one, read_records,
-                                 record, row_event, write_file)
+                                 record, record_parts, row_event, write_file)
 from raycep.cep.errors import RecoveryError
 
 CHECKPOINT = "checkpoint"
@@ -217,12 +217,13 @@ class DurableLog:
             else:
                 self._restart_wal()
         self.seq += 1
-        rec = record([self.seq, op, args, outputs])
-        self._wal.write(rec)
+        head, payload = record_parts([self.seq, op, args, outputs])
+        self._wal.write(head)
+        self._wal.write(payload)
         self._wal.flush()
         if self.fsync:
             os.fsync(self._wal.fileno())
-        self.wal_bytes += len(rec)
+        self.wal_bytes += len(head) + len(payload)
         self.since_events += events
 
     def due(self) -> bool:

@@ -157,6 +157,13 @@ def record(value) -> bytes:
     return frame(pack(value))
 
 
+def record_parts(value) -> tuple:
+    """``record(value)`` as its frame header and payload, to write one after the other (a
+    log record of a batch's outputs is megabytes: joined, it would be copied once more)."""
+    payload = pack(value)
+    return _HEAD.pack(len(payload), zlib.crc32(payload)), payload
+
+
 def header(kind: str) -> bytes:
     return MAGIC + frame(msgpack.packb({"format": kind, "version": VERSION}))
 

@@ -103,6 +103,11 @@ def run_serve(rules: list, ticks: str, timeout: float = 600.0, profile: str | No
             sum(after[p][3] for p in after if p not in before)
         actors = sum(after[p][3] - before.get(p, (0, "", "", 0.0))[3] for p in after
                      if "PartitionWorker" in after[p][2])
+        split: dict = {}
+        for p in after:
+            kind = _kind(after[p][2])
+            split[kind] = split.get(kind, 0.0) + after[p][3] - \
+                before.get(p, (0, "", "", 0.0))[3]
         client.close()
         for spy in spies:
             spy.send_signal(2)
@@ -110,7 +115,16 @@ def run_serve(rules: list, ticks: str, timeout: float = 600.0, profile: str | No
     finally:
         stop(proc)
     return {"seconds": seconds, "cpu": cpu, "actors_cpu": actors, "client_cpu": mine,
-            "matches": stored, "events": table.num_rows}
+            "matches": stored, "events": table.num_rows, "split": split}
+
+
+#: the processes of a raycep serve, by what their command line names
+KINDS = ("PartitionWorker", "GatewayServer", "Planner", "raylet", "gcs_server", "dashboard",
+         "log_monitor", "monitor")
+
+
+def _kind(cmd: str) -> str:
+    return next((k for k in KINDS if k in cmd), "other")
 
 
 def main(argv=None) -> int:
@@ -169,6 +183,9 @@ def main(argv=None) -> int:
           f"{statistics.median(r['cpu'] - r['actors_cpu'] for r in s):.3f} s; the client "
           f"(reading and sending the table) {statistics.median(r['client_cpu'] for r in s):.3f}"
           f" s, not counted")
+    kinds = sorted({k for r in s for k in r["split"]})
+    print("serve CPU by process (median s): " + ", ".join(
+        f"{k} {statistics.median(r['split'].get(k, 0.0) for r in s):.3f}" for k in kinds))
     return 0
 
 

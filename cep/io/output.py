@@ -13,7 +13,7 @@ exactly ``match.to_dict()`` without its ``start`` and ``end`` (plus the extra fi
 """
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_, is_not, itemgetter
 
 import orjson
@@ -211,44 +211,71 @@ class MatchLines:
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         return _joined(rows[offsets[mix.which] + mix.at], gather)
 
-    def records(self, matches) -> list:
+    def records(self, matches, meta: tuple | None = None) -> list:
         """``[match_json(m, self) for m in matches]``: each match's record with its ``id``
         (bytes, no newline), where ``matches`` may hold MatchBlock and MatchMix entries
         standing for their matches; their records are made in bulk (``_parts`` with the
-        ids of ``cep.match.block_ids``), without Match objects."""
+        ids of ``cep.match.block_ids``), without Match objects. ``meta``: two lists to
+        extend with each record's query and identity (``record_meta``) where they come
+        with the bulk ids, None for the others (read from the record when needed)."""
         if not isinstance(matches, list):
             matches = list(matches)
         at = list(compress(range(len(matches)), map(_BLOCKS.__contains__, map(type, matches))))
         if not at:
-            return [match_json(m, self) for m in matches]
+            out = [match_json(m, self) for m in matches]
+            _unknown(meta, len(out))
+            return out
         out, k = [], 0
         for j in (*at, len(matches)):
             out += [match_json(m, self) for m in matches[k:j]]
+            _unknown(meta, j - k)
             if j < len(matches):
                 item = matches[j]
-                out += self._block_records(item) if item.__class__ is MatchBlock else \
-                    self._mix_records(item)
+                out += self._block_records(item, meta) if item.__class__ is MatchBlock else \
+                    self._mix_records(item, meta)
             k = j + 1
         return out
 
-    def _block_records(self, block: MatchBlock) -> list:
+    def _block_records(self, block: MatchBlock, meta: tuple | None = None) -> list:
         """``records`` of a MatchBlock: its lines' cells up to the closing brace of
         ``"events"``, then the id field (joined per match through ``zip``, which reuses its
         tuple: no container per match for the garbage collector to track)."""
         columns = self._columns(block, _ID_OPEN)
         if columns is None:
             return []
-        return list(map(b"".join, zip(*(c.tolist() for c in columns), block_ids(block),
+        ids = block_ids(block)
+        if meta is not None:
+            queries, idents = meta
+            if block.members is None:
+                queries += repeat(block.query, len(ids))
+            else:
+                import numpy as np
+                names = np.empty(len(block.queries), dtype=object)
+                names[:] = block.queries
+                queries += names[block.members].tolist()
+            idents += map(bytes.decode, ids)
+        return list(map(b"".join, zip(*(c.tolist() for c in columns), ids,
                                       repeat(_ID_CLOSE))))
 
-    def _mix_records(self, mix: MatchMix) -> list:
+    def _mix_records(self, mix: MatchMix, meta: tuple | None = None) -> list:
         """``records`` of a MatchMix: each part's, put in the mix's order."""
         import numpy as np
-        made = [self._block_records(p) if p.__class__ is MatchBlock else
-                [match_json(m, self) for m in p] for p in mix.parts]
+        made, metas = [], []
+        for p in mix.parts:
+            got = ([], []) if meta is not None else None
+            made.append(self._block_records(p, got) if p.__class__ is MatchBlock else
+                        [match_json(m, self) for m in p])
+            if got is not None and p.__class__ is not MatchBlock:
+                _unknown(got, len(made[-1]))
+            metas.append(got)
         offsets = np.concatenate(([0], np.cumsum([len(r) for r in made])[:-1]))
-        flat = [r for rs in made for r in rs]
-        return list(map(flat.__getitem__, (offsets[mix.which] + mix.at).tolist()))
+        order = (offsets[mix.which] + mix.at).tolist()
+        if meta is not None:
+            for into, k in zip(meta, (0, 1)):
+                flat = list(chain.from_iterable(got[k] for got in metas))
+                into += map(flat.__getitem__, order)
+        flat = list(chain.from_iterable(made))
+        return list(map(flat.__getitem__, order))
 
     def _parts(self, block: MatchBlock):
         """The lines of ``block`` as a numpy object array of bytes, a row per match whose
@@ -322,6 +349,13 @@ class MatchLines:
     def _count(self, match, n: int) -> None:
         into = self.retractions if match.retracted else self.counts
         into[match[0]] = into.get(match[0], 0) + n
+
+
+def _unknown(meta: tuple | None, n: int) -> None:
+    """``records``' meta for ``n`` records made one by one: not known (None each)."""
+    if meta is not None and n:
+        meta[0].extend(repeat(None, n))
+        meta[1].extend(repeat(None, n))
 
 
 def _joined(parts, gather: bool) -> list:

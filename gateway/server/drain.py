@@ -57,7 +57,7 @@ class Outboxes:
         while True:
             page = await self.actors.call(target, "drain", self._acks[target],
                                           self.settings.drain_limit)
-            self.put_records(page["records"])
+            self.put_records(page["records"], page.get("queries"), page.get("ids"))
             moved += len(page["records"])
             self._acks[target] = page["last"]
             if not page["pending"]:
@@ -92,16 +92,26 @@ class Outboxes:
                 moved += r
         return moved
 
-    def put_records(self, records: list) -> None:
+    def put_records(self, records: list, queries: list | None = None,
+                    idents: list | None = None) -> None:
         """Store records as the actors give them (JSON bytes), by query, without parsing a
-        match or retraction (cep.io.output.record_meta reads its query and id; the store
-        keeps the bytes); late-event records under LATE."""
+        match or retraction: ``queries`` / ``idents`` are their queries and identities where
+        the actor knew them (a drain page's), else cep.io.output.record_meta reads them; the
+        store keeps the bytes; late-event records under LATE."""
         by_stream: dict = {}
-        for data in records:
-            stream, identity = _meta(data)
-            by_stream.setdefault(stream, []).append((identity, data))
-        for qid, items in by_stream.items():
-            self.store.put_raw(qid, items)
+        if queries is None:
+            queries = idents = [None] * len(records)
+        for stream, identity, data in zip(queries, idents, records):
+            if stream is None:
+                stream, identity = _meta(data)
+            got = by_stream.get(stream)
+            if got is None:
+                by_stream[stream] = ([identity], [data])
+            else:
+                got[0].append(identity)
+                got[1].append(data)
+        for qid, (ids, datas) in by_stream.items():
+            self.store.put_raw(qid, ids, datas)
 
     def put_matches(self, records: list) -> None:
         """Store match, retraction and late-event records (late events under LATE)."""

@@ -42,6 +42,9 @@ class GatewayService:
         import numpy  # noqa: F401
         import pyarrow.compute  # noqa: F401
         import pyarrow.ipc  # noqa: F401
+        # (pyarrow's first conversion of Python values imports pandas when it is installed:
+        # ~0.3 s of the first table's request otherwise)
+        pyarrow.compute.dictionary_encode(pyarrow.array(["x"]))
         self.key_attr = key_attr
         self.registry = registry
         self.store = store

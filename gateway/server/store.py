@@ -146,15 +146,16 @@ class MatchStore:
     # -- writing -------------------------------------------------------------------------
     def put(self, query: str, records: list[dict]) -> int:
         """``put_raw`` of records given as mappings."""
-        return self.put_raw(query, [(record_identity(r), _json(r)) for r in records])
+        return self.put_raw(query, [record_identity(r) for r in records],
+                            [_json(r) for r in records])
 
-    def put_raw(self, query: str, records: list) -> int:
-        """Append ``records``, ``[(identity, the record's JSON bytes)]`` (identity: its id, or
-        ``"retracted:" + id``, or None), to the stream of ``query``; returns how many were
-        appended. Records are kept as their JSON and parsed when read.
+    def put_raw(self, query: str, idents: list, datas: list) -> int:
+        """Append records, their JSON bytes ``datas`` with their ``idents`` (identity: its id,
+        or ``"retracted:" + id``, or None), to the stream of ``query``; returns how many
+        were appended. Records are kept as their JSON and parsed when read.
 
         Each appended record gets a new ``"cursor"``. Records whose ``"id"`` is
-        already retained (or repeated within ``records``) are duplicates and skipped; records
+        already retained (or repeated within ``datas``) are duplicates and skipped; records
         for a query that is not open are counted in ``orphans``. The new records are written
         to the JSONL sink first, then retained, so the sink receives every one of them even
         when the store drops the oldest right away, and a failed sink write changes nothing
@@ -162,27 +163,31 @@ class MatchStore:
         """
         stream = self._streams.get(query)
         if stream is None:
-            self.orphans += len(records)
+            self.orphans += len(datas)
             return 0
-        fresh: list = []
-        seen: set = set()
-        cursor = stream.head
         ids, written = stream.ids, self._written_ids
-        for match_id, data in records:
-            if match_id is not None:
-                if match_id in ids or match_id in seen or match_id in written:
-                    continue
-                seen.add(match_id)
-            cursor += 1
-            fresh.append((cursor, match_id, data))
+        seen = set(idents)
+        if len(seen) == len(idents) and None not in seen and seen.isdisjoint(ids) and \
+                seen.isdisjoint(written):       # no duplicate (the usual page): in C
+            cursors = range(stream.head + 1, stream.head + 1 + len(datas))
+            fresh = list(zip(cursors, idents, datas))
+        else:
+            fresh, seen, cursor = [], set(), stream.head
+            for match_id, data in zip(idents, datas):
+                if match_id is not None:
+                    if match_id in ids or match_id in seen or match_id in written:
+                        continue
+                    seen.add(match_id)
+                cursor += 1
+                fresh.append((cursor, match_id, data))
         if fresh:
             self._write_sink(fresh)
             if self.jsonl_path is not None:
                 self._remember(seen)
-        stream.duplicates += len(records) - len(fresh)
+        stream.duplicates += len(datas) - len(fresh)
         if not fresh:
             return 0
-        stream.head = cursor
+        stream.head = fresh[-1][0]
         stream.records.extend(fresh)
         stream.ids.update(seen)
         excess = len(stream.records) - self.capacity
@@ -220,12 +225,14 @@ class MatchStore:
     def _remember(self, identities) -> None:
         """Keep the identities of the last SINK_MEMORY records written to the sink."""
         written, ids = self._written, self._written_ids
-        for identity in identities:
-            if identity is not None and identity not in ids:
-                written.append(identity)
-                ids.add(identity)
-        while len(written) > SINK_MEMORY:
-            ids.discard(written.popleft())
+        new = set(identities)
+        new.discard(None)
+        new -= ids
+        written.extend(new)
+        ids |= new
+        excess = len(written) - SINK_MEMORY
+        if excess > 0:                       # popleft ``excess`` times, in C
+            ids.difference_update(list(islice(iter(written.popleft, None), excess)))
 
     def close_sink(self) -> None:
         """Close the JSONL sink (it reopens in append mode on the next put)."""

@@ -230,6 +230,34 @@ def test_outbox_keeps_matches_until_acknowledged():
     assert len(ids) == len(set(ids)) and set(ids) == expected_ids(events, ("seq", SEQ3))
 
 
+def test_outbox_pages_carry_the_query_and_identity_of_records_made_in_bulk():
+    """A drained page names each record's query and identity where the worker made the
+    record in bulk (the gateway stores those without reading them), None elsewhere; both
+    are what reading the record gives, also for a group's members and after a restore."""
+    events = stream(400, seed=3)
+    w = PartitionWorker("p0", key_attr="k", worker=WorkerSettings(outbox=True, first_plan=1))
+    w.add_query("seq", SEQ3)
+    for x in (2, 5, 7):                         # variants: one group, matches in one block
+        w.add_query(f"v{x}", PAIR.replace("WITHIN", f"AND a.x < {x} WITHIN"))
+    for k in range(0, len(events), 100):
+        w.ingest(encode_batch(events[k:k + 100], "s", f"b{k}", 2))
+    w.advance(float("inf"))
+    page = w.drain(0, limit=100_000)
+    assert len(page["records"]) == len(page["queries"]) == len(page["ids"]) > 0
+    known = 0
+    for data, query, ident in zip(page["records"], page["queries"], page["ids"]):
+        record = orjson.loads(data)
+        if query is not None:
+            assert (query, ident) == (record["query"], record["id"])
+            known += 1
+    assert {q for q in page["queries"] if q} == {"seq", "v2", "v5", "v7"}
+    assert known == len(page["records"])       # column batches: every match in bulk
+    again = PartitionWorker.restore(w.snapshot())
+    restored = again.drain(0, limit=100_000)     # a restored outbox: read at the gateway
+    assert restored["records"] == page["records"]
+    assert restored["queries"] == [None] * len(page["records"])
+
+
 def _drain_ids(w, ack=0) -> tuple:
     """(every record id in the outbox after ``ack``, the last sequence number), acknowledged."""
     ids = []

@@ -56,6 +56,8 @@ def check(setup: list, events: list, cuts: list, keyed: bool, sharing: bool) -> 
     want = [match_json(m) for ev in events for m in ref.process(ev)]
     want += [match_json(m) for m in ref.advance(math.inf)]
     eng, lines, got, in_blocks = engine(setup, keyed, sharing), MatchLines(), [], 0
+    meta: tuple = ([], [])
+    made = 0                            # matches whose records are made from a MatchBlock
     for a, b in zip(cuts, cuts[1:]):
         found = eng.process_columns(ColumnBatch.from_events(events[a:b]), blocks=True)
         for item in found:
@@ -63,12 +65,21 @@ def check(setup: list, events: list, cuts: list, keyed: bool, sharing: bool) -> 
                 assert block_ids(item) == [m.id.encode() for m in item]
             if item.__class__ in (MatchBlock, MatchMix):
                 in_blocks += len(item)
-        got += lines.records(iter(found))
-    got += lines.records(eng.advance(math.inf))
+            parts = item.parts if item.__class__ is MatchMix else (item,)
+            made += sum(len(p) for p in parts if p.__class__ is MatchBlock)
+        got += lines.records(iter(found), meta)
+    got += lines.records(eng.advance(math.inf), meta)
     assert got == want
-    for record in got:                  # what the gateway reads of a record without parsing
-        parsed = orjson.loads(record)
-        assert record_meta(record) == (parsed["query"], record_identity(parsed))
+    assert len(meta[0]) == len(meta[1]) == len(got)
+    known = 0
+    for record, query, ident in zip(got, *meta):  # what the gateway reads of a record
+        parsed = orjson.loads(record)               # without parsing it: from the record,
+        want_meta = (parsed["query"], record_identity(parsed))  # or as the worker made it
+        assert record_meta(record) == want_meta
+        if query is not None:
+            assert (query, ident) == want_meta
+            known += 1
+    assert known == made                # every record made from a block comes with its meta
     return in_blocks
 
 
