@@ -13,7 +13,9 @@ volume could have written").
 Kinds (version 1):
 
 * ``raycep.wal``: records ``[seq, op, args, outputs]``: one logged change of the worker
-  (``op`` one of ``LOGGED_OPS``), ``outputs`` the records it gave (JSON texts, bytes);
+  (``op`` one of ``LOGGED_OPS``), ``outputs`` the records it gave, in order: each a
+  record (its JSON text, bytes) or, for a record that replaying the change gives again (a
+  match found in bulk), its identity (str: its id, ``"retracted:" + id`` for a retraction);
 * ``raycep.checkpoint``: one record, the map ``{"partition", "seq", "at", "evicted":
   [first live list, lists written], "segments": [names], "mark": [ts, [ids]], "state":
   worker snapshot without its buffered events and batch ids}``;

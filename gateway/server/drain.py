@@ -57,7 +57,9 @@ class Outboxes:
         while True:
             page = await self.actors.call(target, "drain", self._acks[target],
                                           self.settings.drain_limit)
-            self.put_records(page["records"], page.get("queries"), page.get("ids"))
+            names = page.get("names")
+            self.put_records(page["records"], None if names is None else
+                             list(map(names.__getitem__, page["queries"])), page.get("ids"))
             moved += len(page["records"])
             self._acks[target] = page["last"]
             if not page["pending"]:

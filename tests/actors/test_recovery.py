@@ -4,11 +4,13 @@ sink), and the checkpoint store's own guarantees (torn log record, another clust
 import json
 import os
 import pathlib
+import shutil
 
 import pytest
 
 from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.recovery import CheckpointSettings, DurableLog, claim
+from raycep.actors.state_format import WAL_KIND, header, read_records, record
 from raycep.cep.errors import RecoveryError
 from raycep.cep.io.codec import encode_batch
 from raycep.cep.io.sources import read_events
@@ -234,3 +236,40 @@ def test_client_drained_waits_until_the_actors_handed_over_their_matches(tmp_pat
     finally:
         cluster.stop()
     assert stored == local_ids(events)
+
+
+def test_the_log_keeps_bulk_matches_by_identity_and_a_replay_restores_them_in_order(tmp_path):
+    """The write-ahead log keeps a record that replaying gives again (a match found in bulk)
+    as its identity, not its text: the log is a fraction of the records' size, and a
+    restarted worker's outbox holds the same records in the same order; a log naming a
+    record the replay does not give is refused with a RecoveryError."""
+    _, events = tick_rows(3_000)
+    batches = [encode_batch(events[i:i + 500], "s", f"b{i}", 2) for i in range(0, 3_000, 500)]
+    options = dict(worker=WorkerSettings(outbox=True),
+                   checkpoint=CheckpointSettings(str(tmp_path), every_events=10**9))
+    worker = PartitionWorker("p0", "symbol", **options)
+    bulk = [q for q in QUERIES if q.name != "rally"]    # (Kleene: evaluated per trigger)
+    for q in bulk:
+        worker.add_query(q.name, q)
+    for b in batches:
+        worker.ingest(b)
+    records = list(worker.outbox)
+    assert len(records) > 100
+    wal = tmp_path / "p0" / "wal"
+    logged, _ = read_records(str(wal), WAL_KIND)
+    outputs = [x for r in logged if r[1] == "ingest" for x in r[3]]
+    assert len(outputs) == len(records)
+    assert all(isinstance(x, str) for x in outputs)             # column batches: all in bulk
+    assert sum(map(len, outputs)) < sum(map(len, records)) / 5
+    # a copy whose log names a match its replay does not give: refused, not guessed
+    shutil.copytree(tmp_path / "p0", tmp_path / "bad" / "p0")
+    change = next(r for r in logged if r[1] == "ingest" and r[3])
+    change[3][0] = "0" * 24
+    (tmp_path / "bad" / "p0" / "wal").write_bytes(header(WAL_KIND) +
+                                                   b"".join(map(record, logged)))
+    again = PartitionWorker("p0", "symbol", **options)
+    assert again.recovery["replayed"] == len(batches) + len(bulk)
+    assert list(again.outbox) == records
+    with pytest.raises(RecoveryError, match="did not give record '0+'"):
+        PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=True),
+                        checkpoint=CheckpointSettings(str(tmp_path / "bad")))
