@@ -203,11 +203,14 @@ class MatchLines:
         # the parts' cells in one matrix (short rows padded with b""), rows in the mix's order
         width = max(c.shape[1] for c in cells)
         sizes = [len(c) for c in cells]
-        rows = np.full((sum(sizes), width), b"", dtype=object)
-        at = 0
-        for c in cells:
-            rows[at:at + len(c), :c.shape[1]] = c
-            at += len(c)
+        if all(c.shape[1] == width for c in cells):
+            rows = np.concatenate(cells)
+        else:
+            rows = np.full((sum(sizes), width), b"", dtype=object)
+            at = 0
+            for c in cells:
+                rows[at:at + len(c), :c.shape[1]] = c
+                at += len(c)
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         return _joined(rows[offsets[mix.which] + mix.at], gather)
 

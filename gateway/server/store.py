@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections import deque
-from itertools import islice
+from itertools import compress, islice
 
 import orjson
 
@@ -28,12 +28,15 @@ log = logging.getLogger("raycep.gateway")
 class _Stream:
     """The retained matches of one query plus its counters."""
 
-    __slots__ = ("base", "head", "records", "ids", "dropped", "duplicates")
+    __slots__ = ("base", "head", "records", "idents", "ids", "dropped", "duplicates")
 
     def __init__(self, base: int):
         self.base = base          # cursors of this stream start at base + 1
         self.head = base          # latest cursor assigned
-        self.records: deque = deque()  # (cursor, identity, the record's JSON bytes)
+        # the retained records' JSON bytes and identities, oldest first; their cursors are
+        # contiguous, ``head - len(records) + 1`` to ``head`` (no tuple per record)
+        self.records: deque = deque()
+        self.idents: deque = deque()
         self.ids: set[str] = set()
         self.dropped = 0
         self.duplicates = 0
@@ -55,10 +58,10 @@ def _line(cursor: int, data: bytes) -> bytes:
         b'{"cursor":%d}\n' % cursor
 
 
-def _record(entry: tuple) -> dict:
+def _record(cursor: int, data: bytes) -> dict:
     """A stored record as a reader gets it: its fields and its ``"cursor"``."""
-    record = orjson.loads(entry[2])
-    record["cursor"] = entry[0]
+    record = orjson.loads(data)
+    record["cursor"] = cursor
     return record
 
 
@@ -165,41 +168,40 @@ class MatchStore:
         if stream is None:
             self.orphans += len(datas)
             return 0
+        given = len(datas)
         ids, written = stream.ids, self._written_ids
         seen = set(idents)
-        if len(seen) == len(idents) and None not in seen and seen.isdisjoint(ids) and \
-                seen.isdisjoint(written):       # no duplicate (the usual page): in C
-            cursors = range(stream.head + 1, stream.head + 1 + len(datas))
-            fresh = list(zip(cursors, idents, datas))
-        else:
-            fresh, seen, cursor = [], set(), stream.head
-            for match_id, data in zip(idents, datas):
-                if match_id is not None:
-                    if match_id in ids or match_id in seen or match_id in written:
-                        continue
+        if len(seen) != given or None in seen or not seen.isdisjoint(ids) or \
+                not seen.isdisjoint(written):   # (else no duplicate, the usual page: in C)
+            keep, seen = [], set()
+            for match_id in idents:
+                fresh = match_id is None or not (match_id in ids or match_id in seen or
+                                                 match_id in written)
+                keep.append(fresh)
+                if fresh and match_id is not None:
                     seen.add(match_id)
-                cursor += 1
-                fresh.append((cursor, match_id, data))
-        if fresh:
-            self._write_sink(fresh)
-            if self.jsonl_path is not None:
-                self._remember(seen)
-        stream.duplicates += len(datas) - len(fresh)
-        if not fresh:
+            idents, datas = list(compress(idents, keep)), list(compress(datas, keep))
+        stream.duplicates += given - len(datas)
+        if not datas:
             return 0
-        stream.head = fresh[-1][0]
-        stream.records.extend(fresh)
+        self._write_sink(stream.head + 1, datas)
+        if self.jsonl_path is not None:
+            self._remember(seen)
+        stream.head += len(datas)
+        stream.records.extend(datas)
+        stream.idents.extend(idents)
         stream.ids.update(seen)
         excess = len(stream.records) - self.capacity
         if excess > 0:
             self._drop_oldest(query, stream, excess)
         self._wake(query)
-        return len(fresh)
+        return len(datas)
 
     def _drop_oldest(self, query: str, stream: _Stream, count: int) -> None:
         before = stream.dropped
         for _ in range(count):
-            stream.ids.discard(stream.records.popleft()[1])
+            stream.records.popleft()
+            stream.ids.discard(stream.idents.popleft())
         stream.dropped += count
         # warn on the first drop, then once per `capacity` further drops (drops 1, 1 + c, ...)
         first = before + 1 + (-before) % self.capacity
@@ -209,7 +211,8 @@ class MatchStore:
                 "policy drop-oldest): readers are too slow; raise the capacity or use the "
                 "JSONL sink to keep every match", query, n, self.capacity)
 
-    def _write_sink(self, records: list) -> None:
+    def _write_sink(self, first: int, datas: list) -> None:
+        """Append the records ``datas`` to the sink (their cursors from ``first`` on)."""
         if self.jsonl_path is None:
             return
         if self._sink is None:
@@ -219,7 +222,7 @@ class MatchStore:
             self._sink = open(self.jsonl_path, "ab")
             if _ends_torn(self.jsonl_path):          # a line cut by a crash: end it, so the
                 self._sink.write(b"\n")             # next record is a line of its own
-        self._sink.write(b"".join([_line(c, data) for c, _, data in records]))
+        self._sink.write(b"".join(map(_line, range(first, first + len(datas)), datas)))
         self._sink.flush()
 
     def _remember(self, identities) -> None:
@@ -258,11 +261,13 @@ class MatchStore:
         missed = 0
         start = 0
         if stream.records:
-            oldest = stream.records[0][0]
+            oldest = stream.head - len(stream.records) + 1
             # cursors of the retained records are contiguous: oldest .. head
             start = max(0, since - oldest + 1)
             missed = max(0, oldest - max(since, stream.base) - 1)
-        matches = [_record(r) for r in islice(stream.records, start, start + max(0, limit))]
+        stop = start + max(0, limit)
+        matches = list(map(_record, range(oldest + start, oldest + stop) if stream.records
+                           else (), islice(stream.records, start, stop)))
         return {
             "matches": matches,
             # nothing after ``since`` is retained: continue from the head (a reader that starts
