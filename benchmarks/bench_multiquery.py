@@ -63,6 +63,7 @@ import json
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,26 @@ def run_local(query_file: str, ticks: str, out: str, sharing: bool = True,
         raise RuntimeError(f"{' '.join(cmd)} exited with status {done.returncode}:\n"
                            f"{done.stderr[-2000:]}")
     return json.loads(lines[-1])
+
+
+def run_local_cpu(query_file: str, ticks: str, out: str, idle: float = 0.0) -> dict:
+    """``raycep local --workers 1``: its summary plus ``cpu`` (its CPU seconds less
+    ``idle``: the same command's CPU on one row, its start-up); ``out`` removed first, as
+    ``run_local`` does."""
+    if os.path.isfile(out):
+        os.remove(out)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "raycep", "local", "--query", query_file,
+                           "--events", ticks, "--out", out, "--key", "symbol", "--workers",
+                           "1"], capture_output=True, text=True, cwd=ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"raycep local exited with status {done.returncode}:\n"
+                           f"{done.stderr[-2000:]}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    summary["cpu"] = cpu - idle
+    return summary
 
 
 def same_lines(a: str, b: str) -> bool:

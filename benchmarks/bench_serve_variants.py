@@ -26,37 +26,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchmarks.bench_multiquery import ROOT, log, make_ticks, write_queries
+from benchmarks.bench_multiquery import ROOT, log, make_ticks, run_local_cpu, write_queries
 from benchmarks.bench_recovery import serve, stop
 from benchmarks.bench_variants import variants
 from benchmarks.idle_cpu import descendants
 
 TARGET = 0.8                            # issue 35: serve's events per core / local's
-
-
-def run_local_cpu(query_file: str, ticks: str, out: str, idle: float = 0.0) -> dict:
-    """``raycep local --workers 1``: its summary plus ``cpu`` (its CPU seconds less
-    ``idle``)."""
-    import json
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "raycep", "local", "--query", query_file,
-                           "--events", ticks, "--out", out, "--key", "symbol", "--workers",
-                           "1"], capture_output=True, text=True, cwd=ROOT)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode:
-        raise RuntimeError(f"raycep local exited with status {done.returncode}:\n"
-                           f"{done.stderr[-2000:]}")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    summary["cpu"] = cpu - idle
-    return summary
 
 
 def _cpu(tree: dict) -> float:

@@ -15,3 +15,4 @@ def test_worker_part_compares_the_worker_with_raycep_local(capsys):
     assert "raycep local --workers 1" in out
     assert "worker, outbox (cluster)" in out and "worker, records as dicts" in out
     assert "3 evaluators planned by the worker" in out
+    assert "per core" in out.splitlines()[1]           # the target: CPU seconds per core
