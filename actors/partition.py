@@ -130,8 +130,8 @@ class PartitionWorker:
         self.batches = 0
         self.redelivered = 0
         self.bad_rows = 0
-        #: records, oldest first; sequence numbers ``outbox_seq - len(outbox) + 1`` on (a
-        #: record is a bytes object, not a pair: the collector tracks no container per record)
+        #: records, oldest first, with their queries and identities (actors/outbox.py);
+        #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
         self.outbox = Outbox() if worker.outbox else None
         self.outbox_capacity = worker.outbox_capacity
         self.outbox_seq = 0
@@ -442,8 +442,9 @@ class PartitionWorker:
         those}``. Each record is its JSON text (bytes, what ``match_record`` / ``late_record``
         give, serialised): cheap to ship through Ray; ``ids`` holds each record's identity
         and ``queries`` its query as a position in ``names`` (a str per record would be
-        decoded anew per record at the gateway), where the worker knew them (else None,
-        and ``names`` None)."""
+        decoded anew per record at the gateway) where the worker knew them; a record it
+        did not has identity None and a position whose name is None (the gateway reads
+        the record)."""
         box = self.outbox
         if box is None:
             return {"records": [], "names": [], "queries": [], "ids": [], "last": ack,
