@@ -20,6 +20,8 @@ examples/make_ticks.py (``--rows``, ``--seed``). Per repetition, interleaved:
   from ``/proc``; the client's own CPU (reading and encoding the table) separately.
 
 Per-core ratio: local's CPU seconds over serve's (events per CPU-second of serve over local's).
+Serve's CPU is also printed by process (the gateway, the partition actors, the planner, Ray's
+own processes), medians over the runs.
 Figures to stdout, progress to stderr.
 """
 from __future__ import annotations
