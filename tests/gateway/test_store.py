@@ -4,6 +4,8 @@ import json
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raycep.gateway.server.store import MatchStore
 
@@ -243,3 +245,55 @@ def test_a_new_store_on_the_same_sink_does_not_write_its_records_again(tmp_path)
     assert lines[-2] == '{"id": "torn", "qu'
     assert [json.loads(line)["id"] for line in lines[:-2] + lines[-1:]] == \
         ["m0", "m1", "m2", "m3", "m4", "m0", "m5"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pages=st.lists(st.tuples(
+    st.sampled_from(["q1", "q2"]), st.booleans(),     # (every record with an id?)
+    st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 30)), st.booleans()),
+             max_size=12)), max_size=12),
+    capacity=st.integers(1, 8), sink=st.booleans())
+def test_put_raw_keeps_what_a_record_by_record_store_keeps(tmp_path_factory, pages, capacity,
+                                                          sink):
+    """``put_raw`` (a page without duplicates appended at once, else record by record)
+    against a plain model: per query, each record not retained when the page came, not
+    earlier in its page and not in the sink gets the next cursor; the newest ``capacity``
+    are kept; the sink holds every appended record once, as its line."""
+    path = tmp_path_factory.mktemp("sink") / "m.jsonl" if sink else None
+    store = MatchStore(capacity=capacity, jsonl_path=str(path) if path else None)
+    model = {q: {"head": 0, "kept": [], "dups": 0} for q in ("q1", "q2")}
+    written, lines = set(), []
+    for q in model:
+        store.open(q)
+    for n, (query, with_ids, items) in enumerate(pages):
+        if with_ids:
+            items = [x for x in items if x[0] is not None]
+        idents, datas = [], []
+        for k, (i, retracted) in enumerate(items):
+            ident = None if i is None else ("retracted:" if retracted else "") + f"m{i}"
+            idents.append(ident)
+            datas.append(json.dumps({"query": query, "page": n, "at": k},
+                                    separators=(",", ":")).encode())
+        m, seen = model[query], set()
+        retained = {x for _, x, _ in m["kept"]}
+        for ident, data in zip(idents, datas):
+            if ident is not None and (ident in retained or ident in seen or ident in written):
+                m["dups"] += 1
+                continue
+            if ident is not None:
+                seen.add(ident)
+            m["head"] += 1
+            m["kept"] = (m["kept"] + [(m["head"], ident, data)])[-capacity:]
+            lines.append(data[:-1] + b',"cursor":%d}' % m["head"])
+        if sink:
+            written |= seen
+        assert store.put_raw(query, idents, datas) == len(seen) + sum(
+            1 for x in idents if x is None)
+    for q, m in model.items():
+        got = store.read(q, since=0, limit=100)["matches"]
+        assert [(r.pop("cursor"), r) for r in got] == \
+            [(c, json.loads(d)) for c, _, d in m["kept"]]
+        assert store.stats(q)["duplicates"] == m["dups"]
+        assert store.stats(q)["head"] == m["head"]
+    if sink:
+        assert (path.read_bytes().splitlines() if path.exists() else []) == lines
