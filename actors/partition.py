@@ -43,7 +43,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import islice
 
 import orjson
 
@@ -52,7 +52,7 @@ from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError, RecoveryError
 from raycep.cep.io.codec import decode_batch
-from raycep.cep.io.output import MatchLines, record_identity, record_meta
+from raycep.cep.io.output import MatchLines, record_identity, record_meta, unknown_meta
 from raycep.cep.lang.ast import Query
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
@@ -402,10 +402,8 @@ class PartitionWorker:
         query and identity None: read from the record)."""
         meta: tuple = ([], [])
         records = self._lines.records(matches, meta)
-        if late:
-            records += late
-            meta[0].extend(repeat(None, len(late)))
-            meta[1].extend(repeat(None, len(late)))
+        records += late
+        unknown_meta(meta, len(late))
         return records, meta
 
     # ---------------------------------------------------------------- outbox

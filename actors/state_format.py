@@ -150,8 +150,13 @@ def intern(value, table: dict):
 
 
 # ------------------------------------------------------------------ files
+def frame_head(payload: bytes) -> bytes:
+    """The header of ``payload``'s record: its length and crc32."""
+    return _HEAD.pack(len(payload), zlib.crc32(payload))
+
+
 def frame(payload: bytes) -> bytes:
-    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+    return frame_head(payload) + payload
 
 
 def record(value) -> bytes:
@@ -163,7 +168,7 @@ def record_parts(value) -> tuple:
     """``record(value)`` as its frame header and payload, to write one after the other (a
     log record of a batch's outputs is megabytes: joined, it would be copied once more)."""
     payload = pack(value)
-    return _HEAD.pack(len(payload), zlib.crc32(payload)), payload
+    return frame_head(payload), payload
 
 
 def header(kind: str) -> bytes:

@@ -64,6 +64,7 @@ import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,15 @@ def run_local_cpu(query_file: str, ticks: str, out: str, idle: float = 0.0) -> d
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     summary["cpu"] = cpu - idle
     return summary
+
+
+def local_startup_cpu(query_file: str, ticks: str, out: str, tmp: str) -> float:
+    """``raycep local --workers 1``'s CPU seconds on the first row of ``ticks`` alone (its
+    start-up and imports; median of 3), to subtract from ``run_local_cpu``'s."""
+    one = os.path.join(tmp, "one.csv")
+    with open(ticks) as f, open(one, "w") as g:
+        g.write(f.readline() + f.readline())
+    return statistics.median(run_local_cpu(query_file, one, out)["cpu"] for _ in range(3))
 
 
 def same_lines(a: str, b: str) -> bool:

@@ -34,7 +34,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks.bench_multiquery import ROOT, log, make_ticks, run_local_cpu, write_queries
+from benchmarks.bench_multiquery import (local_startup_cpu, log, make_ticks, run_local_cpu,
+                                         write_queries)
 from benchmarks.bench_recovery import serve, stop
 from benchmarks.bench_variants import variants
 from benchmarks.idle_cpu import descendants
@@ -126,10 +127,7 @@ def main(argv=None) -> int:
         query_file = write_queries(os.path.join(tmp, "rules.cep"), rules)
         out = os.path.join(tmp, "local.jsonl")
         log("warm-up, and raycep local's CPU on one row (start-up, not counted) ...")
-        one = os.path.join(tmp, "one.csv")
-        with open(ticks) as f, open(one, "w") as g:
-            g.write(f.readline() + f.readline())
-        idle = statistics.median(run_local_cpu(query_file, one, out)["cpu"] for _ in range(3))
+        idle = local_startup_cpu(query_file, ticks, out, tmp)
         run_local_cpu(query_file, ticks, out)
         runs: dict = {"local": [], "serve": []}
         cells = {"local": lambda: run_local_cpu(query_file, ticks, out, idle),

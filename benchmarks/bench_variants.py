@@ -50,8 +50,9 @@ import sys
 import tempfile
 import time
 
-from benchmarks.bench_multiquery import (log, make_ticks, parse_counts, read_ticks, run_local,
-                                         run_local_cpu, same_lines, write_queries)
+from benchmarks.bench_multiquery import (local_startup_cpu, log, make_ticks, parse_counts,
+                                         read_ticks, run_local, run_local_cpu, same_lines,
+                                         write_queries)
 
 TARGETS = {100: 0.3, 1000: 0.1}         # issue 35: events/s of the set / of its first rule
 WORKER_BATCH = 2_000                    # events per msgpack batch sent to the worker
@@ -188,10 +189,7 @@ def bench_worker(tmp: str, ticks: str, rules: list, repeat: int) -> dict:
     query_file = write_queries(os.path.join(tmp, "worker.cep"), rules)
     out = os.path.join(tmp, "local.jsonl")
     log("warm-up, and raycep local's CPU on one row (start-up, not counted) ...")
-    one = os.path.join(tmp, "one.csv")
-    with open(ticks) as f, open(one, "w") as g:
-        g.write(f.readline() + f.readline())
-    idle = statistics.median(run_local_cpu(query_file, one, out)["cpu"] for _ in range(3))
+    idle = local_startup_cpu(query_file, ticks, out, tmp)
     run_local(query_file, ticks, out, workers=1)
     cells = {"local": lambda: run_local_cpu(query_file, ticks, out, idle),
              "outbox": lambda: in_fresh_process(worker_once, ticks, rules, True),

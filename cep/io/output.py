@@ -13,7 +13,7 @@ exactly ``match.to_dict()`` without its ``start`` and ``end`` (plus the extra fi
 """
 from __future__ import annotations
 
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, is_, is_not, itemgetter
 
 import orjson
@@ -226,12 +226,12 @@ class MatchLines:
         at = list(compress(range(len(matches)), map(_BLOCKS.__contains__, map(type, matches))))
         if not at:
             out = [match_json(m, self) for m in matches]
-            _unknown(meta, len(out))
+            unknown_meta(meta, len(out))
             return out
         out, k = [], 0
         for j in (*at, len(matches)):
             out += [match_json(m, self) for m in matches[k:j]]
-            _unknown(meta, j - k)
+            unknown_meta(meta, j - k)
             if j < len(matches):
                 item = matches[j]
                 out += self._block_records(item, meta) if item.__class__ is MatchBlock else \
@@ -248,15 +248,8 @@ class MatchLines:
             return []
         ids = block_ids(block)
         if meta is not None:
-            queries, idents = meta
-            if block.members is None:
-                queries += repeat(block.query, len(ids))
-            else:
-                import numpy as np
-                names = np.empty(len(block.queries), dtype=object)
-                names[:] = block.queries
-                queries += names[block.members].tolist()
-            idents += map(bytes.decode, ids)
+            meta[0].extend(islice(block.labels(0, len(ids)), len(ids)))
+            meta[1].extend(map(bytes.decode, ids))
         return list(map(b"".join, zip(*(c.tolist() for c in columns), ids,
                                       repeat(_ID_CLOSE))))
 
@@ -269,7 +262,7 @@ class MatchLines:
             made.append(self._block_records(p, got) if p.__class__ is MatchBlock else
                         [match_json(m, self) for m in p])
             if got is not None and p.__class__ is not MatchBlock:
-                _unknown(got, len(made[-1]))
+                unknown_meta(got, len(made[-1]))
             metas.append(got)
         offsets = np.concatenate(([0], np.cumsum([len(r) for r in made])[:-1]))
         order = (offsets[mix.which] + mix.at).tolist()
@@ -354,8 +347,9 @@ class MatchLines:
         into[match[0]] = into.get(match[0], 0) + n
 
 
-def _unknown(meta: tuple | None, n: int) -> None:
-    """``records``' meta for ``n`` records made one by one: not known (None each)."""
+def unknown_meta(meta: tuple | None, n: int) -> None:
+    """``MatchLines.records``' meta for ``n`` records made one by one (or that are not
+    matches): not known, None each."""
     if meta is not None and n:
         meta[0].extend(repeat(None, n))
         meta[1].extend(repeat(None, n))

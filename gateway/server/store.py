@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections import deque
-from itertools import compress, islice
+from itertools import compress, count, islice
 
 import orjson
 
@@ -260,14 +260,13 @@ class MatchStore:
         since = max(0, since)
         missed = 0
         start = 0
+        # cursors of the retained records are contiguous: oldest .. head
+        oldest = stream.head - len(stream.records) + 1
         if stream.records:
-            oldest = stream.head - len(stream.records) + 1
-            # cursors of the retained records are contiguous: oldest .. head
             start = max(0, since - oldest + 1)
             missed = max(0, oldest - max(since, stream.base) - 1)
-        stop = start + max(0, limit)
-        matches = list(map(_record, range(oldest + start, oldest + stop) if stream.records
-                           else (), islice(stream.records, start, stop)))
+        matches = list(map(_record, count(oldest + start),
+                           islice(stream.records, start, start + max(0, limit))))
         return {
             "matches": matches,
             # nothing after ``since`` is retained: continue from the head (a reader that starts
