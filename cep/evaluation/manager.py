@@ -459,15 +459,22 @@ class PatternManager:
             self.clock = triggers[-1].ts
 
     def ready_for(self, triggers: list) -> bool:
-        """Whether ``take_prepared(triggers)`` can take them: each has one target, was
-        evaluated in bulk, and this manager's output keeps their order."""
+        """Whether ``take_prepared(triggers)`` can take them: each was evaluated in bulk for
+        each of its targets, and this manager's output keeps their order."""
         chunk = self._chunk
         if chunk is not None and chunk.triggers is triggers:
             return len(self._triggers[triggers[0].type]) == 1 and all(chunk.left) and \
                 self._in_order()
         ready = self._ready_map()
-        return len(ready) == len(triggers) and self._in_order() and \
-            all(len(self._triggers[t.type]) == 1 for t in triggers)
+        if len(ready) != len(triggers) or not self._in_order():
+            return False
+        targets = self._triggers
+        get = ready.get
+        for t in triggers:                  # each of its targets evaluated (an OR's branches)
+            got = get(id(t))
+            if got is None or got[0] is not t or len(got[1]) != len(targets[t.type]):
+                return False
+        return True
 
     def take_prepared(self, triggers: list, counts: list | None = None) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when
@@ -485,14 +492,18 @@ class PatternManager:
             if len(chunk.results) == 1 and chunk.results[0][1] is None:
                 return self._took(triggers, pieces[0][0] if pieces else [], pieces)
         else:
-            ready = self._ready
+            ready, targets = self._ready, self._triggers
             pieces = []
             for t in triggers:
-                ((matches, bounds, _, _), i), = ready[id(t)][1].values()
-                if bounds[i + 1] > bounds[i]:
-                    pieces.append((matches, bounds[i], bounds[i + 1]))
+                got = ready[id(t)][1]
+                n = 0
+                for target in targets[t.type]:      # in _evaluate's order: target by target
+                    (matches, bounds, _, _), i = got[target]
+                    if bounds[i + 1] > bounds[i]:
+                        pieces.append((matches, bounds[i], bounds[i + 1]))
+                        n += bounds[i + 1] - bounds[i]
                 if counts is not None:
-                    counts.append(bounds[i + 1] - bounds[i])
+                    counts.append(n)
             ready.clear()
         if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)

@@ -220,3 +220,26 @@ def test_int_and_float_constants_over_large_ints():
             oracle_matches(parse_query(text), events)
     first = frozenset({("a", "a1"), ("b", "c1")})
     assert {q for q, key in want if key == first} == {"m0", "m1", "m3"}
+
+
+def test_a_trigger_of_two_branches_is_taken_with_its_chunk():
+    """An OR whose branches share a trigger type (B ends both) evaluates each branch in bulk;
+    the chunk's matches of both branches and of a second query are taken at once, no
+    trigger processed on its own, in the order of event-by-event processing (branch by
+    branch within a trigger)."""
+    queries = [(f"m{k}", f"PATTERN OR(SEQ(A a, B b), SEQ(C c, B d)) WHERE [k] AND "
+                         f"b.x > a.x * {f} AND d.y > c.y + {k} WITHIN 3 seconds")
+               for k, f in enumerate((0.5, 1, 1.5))]
+    queries.append(("other", "PATTERN SEQ(A p, B q) WHERE p.x < q.y WITHIN 2 seconds"))
+    events = stream(5, 600, True, 0, 0)
+    order = ("a", "b", "c", "d")
+    eng = engine(queries, order, True)
+    with mock.patch.object(Engine, "process", side_effect=AssertionError("one by one")):
+        out = eng.process_columns(ColumnBatch.from_events(events), blocks=True)
+    flat = [m for item in out for m in (item if item.__class__ in (MatchBlock, MatchMix)
+                                        else (item,))] + eng.advance(math.inf)
+    want = by_event(engine(queries, order, True), events)
+    assert len({m.query for m in want}) == 4
+    assert {frozenset(v for v, _ in m.key()) for m in want if m.query == "m0"} == \
+        {frozenset("ab"), frozenset("cd")}    # both branches match
+    assert [(m.query, m.key()) for m in flat] == [(m.query, m.key()) for m in want]
