@@ -24,6 +24,7 @@ import itertools
 import logging
 import math
 import sys
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, attrgetter, eq, sub
@@ -40,6 +41,7 @@ from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex
 
 log = logging.getLogger("raycep")
 _TYPE = attrgetter("type")
+_TS = attrgetter("ts")
 
 
 @dataclass(frozen=True)
@@ -363,25 +365,39 @@ class PatternManager:
         return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
-    def prepare(self, triggers: list) -> None:
+    def prepare(self, triggers: list, by_type: dict | None = None) -> None:
         """Evaluate in bulk (cep.evaluation.bulk) the triggers among ``triggers`` that this manager
         can (``can_prepare``): in-order events the engine processes next, in time order, every
-        row up to the last of them indexed already (the triggers too). ``_evaluate`` takes
-        each result when the engine processes its trigger (or ``take_prepared`` all at once);
-        ``unprepare`` drops the rest."""
+        row up to the last of them indexed already (the triggers too); ``by_type``: they per
+        type, in order (found where not given). ``_evaluate`` takes each result when the
+        engine processes its trigger (or ``take_prepared`` all at once); ``unprepare`` drops
+        the rest."""
         by_target: dict = {}
-        reach = self.floor + self.cq.window
+        floor = max(self.floor + self.cq.window, self.since)
         targets = self._triggers
-        if len(targets) == 1 and triggers and triggers[0].ts > max(reach, self.since):
+        if len(targets) == 1 and triggers and triggers[0].ts > floor:
             (typ, mine), = targets.items()         # all of them, in time order: all after
             if all(map(eq, map(_TYPE, triggers), repeat(typ))):
                 by_target = dict.fromkeys(mine, triggers)
         if not by_target:
-            for t in triggers:
-                if t.ts <= reach or t.ts <= self.since:    # evaluated on its own (or not at all)
+            if by_type is None:
+                by_type = {}
+                for t in triggers:
+                    got = by_type.get(t.type)
+                    if got is None:
+                        by_type[t.type] = [t]
+                    else:
+                        got.append(t)
+            for typ, mine in targets.items():
+                ts = by_type.get(typ)
+                if not ts:
                     continue
-                for target in targets.get(t.type, ()):
-                    by_target.setdefault(target, []).append(t)
+                if ts[0].ts <= floor:               # evaluated on its own (or not at all)
+                    ts = ts[bisect_right(list(map(_TS, ts)), floor):]
+                    if not ts:
+                        continue
+                for target in mine:
+                    by_target[target] = ts
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
         ready = self._ready_map()
         cap = self.settings.max_matches_per_trigger
@@ -466,7 +482,7 @@ class PatternManager:
             return len(self._triggers[triggers[0].type]) == 1 and all(chunk.left) and \
                 self._in_order()
         ready = self._ready_map()
-        if len(ready) != len(triggers) or not self._in_order():
+        if len(ready) < len(triggers) or not self._in_order():
             return False
         targets = self._triggers
         get = ready.get
@@ -504,7 +520,11 @@ class PatternManager:
                         n += bounds[i + 1] - bounds[i]
                 if counts is not None:
                     counts.append(n)
-            ready.clear()
+            if len(ready) == len(triggers):
+                ready.clear()
+            else:                                   # the first ones (the engine's chunk cut)
+                for t in triggers:
+                    del ready[id(t)]
         if pieces and all(p[0].same_kind(pieces[0][0]) for p in pieces):
             found = MatchBlock.joined(pieces)
         else:

@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from itertools import compress
-from operator import and_, attrgetter, le
+from operator import and_, attrgetter, le, or_
 
 from raycep.cep.errors import CepError, QueryValidationError
 from raycep.cep.evaluation.manager import ManagerSettings, PatternManager
@@ -98,6 +98,8 @@ class Engine:
         self._by_type: dict = {}          # event type -> [PatternManager]
         self._any: list = []              # managers triggered by every type
         self._busy: set = set()           # managers with matches or triggers waiting
+        self._route: dict = {}            # _dispatch's _by_type (_triggered: some aside)
+        self._marks = None                # _dispatch notes (manager, matches) here
         self._floored: set = set()        # managers of queries registered mid-stream whose
                                           # floor (add_query's since) may still bind
         self._starts: dict = {}           # query -> its (floor, since) at registration
@@ -223,6 +225,7 @@ class Engine:
         """Dispatch each event type to the queries it can trigger; keep the all-partitions
         buffers only while some query reads across partitions."""
         self._by_type, self._any = {}, []
+        self._route = self._by_type
         managers = self._evaluators.values()
         self._pessimistic = [m for m in managers if m.pessimistic]
         self._optimistic = [m for m in managers if not m.pessimistic]
@@ -464,7 +467,7 @@ class Engine:
             found = self._take(prepared, made, fired)
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
-                                       out, prepared)
+                                       out, prepared, blocks)
             self._indexed_triggers(batch, lo, hi, triggers, made, ahead, inserted, source,
                                    fired)
             if blocks and found.__class__ in (MatchBlock, MatchMix):
@@ -549,9 +552,16 @@ class Engine:
             return []
         index, inserted = self.index, self.index.inserted
         index.extend_rows(batch, fired)
+        by_type: dict = {}
+        for t in triggers:
+            got = by_type.get(t.type)
+            if got is None:
+                by_type[t.type] = [t]
+            else:
+                got.append(t)
         try:
             for m in managers:
-                m.prepare(triggers)
+                m.prepare(triggers, by_type)
         finally:
             index.truncate_after(fired, self.clock)
             index.inserted = inserted
@@ -576,35 +586,75 @@ class Engine:
         return [all(m in asked and masks[m][k] for m in by_type[t.type])
                 for k, t in enumerate(made)]
 
-    def _take_quiet(self, quiet: list, source: str):
-        """The ``quiet`` triggers (in order) are done: their queries count them, the
-        disorder statistics see them."""
+    def _take_quiet(self, quiet: list, source: str, taking=()):
+        """The ``quiet`` triggers (in order) are done: their queries count them (those
+        ``taking`` theirs at the end of the chunk aside, ``_triggered``), the disorder
+        statistics see them."""
         kinds = {t.type for t in quiet}
         if len(kinds) == 1:
             kind = next(iter(kinds))
             for m in self._by_type[kind]:
-                m.take_quiet(quiet)
+                if m not in taking:
+                    m.take_quiet(quiet)
             self.disorder.on_time_groups(source, {kind: (quiet, (quiet[-1].ts,))},
                                          quiet[-1].ts)
             return
         per: dict = {}
         for t in quiet:
             for m in self._by_type[t.type]:
-                per.setdefault(m, []).append(t)
+                if m not in taking:
+                    per.setdefault(m, []).append(t)
         for m, ts in per.items():
             m.take_quiet(ts)
         self.disorder.on_time_run(source, [t.type for t in quiet], [t.ts for t in quiet])
 
+    def _taking(self, made: list, prepared: list) -> dict:
+        """The managers of ``prepared`` that evaluated every one of their triggers among
+        ``made`` in bulk and keep their order (PatternManager.ready_for: their results are
+        taken for the chunk at once, ``_triggered``), each with its triggers' positions in
+        ``made``."""
+        if not prepared:
+            return {}
+        asked = set(prepared)
+        at: dict = {}
+        for i, t in enumerate(made):
+            for m in self._by_type[t.type]:
+                if m in asked:
+                    got = at.get(m)
+                    if got is None:
+                        at[m] = [i]
+                    else:
+                        got.append(i)
+        return {m: where for m, where in at.items()
+                if m.ready_for(made if len(where) == len(made)
+                               else list(map(made.__getitem__, where)))}
+
     def _triggered(self, batch, lo: int, hi: int, triggers: list, made: list, ahead: dict,
-                   inserted: int, source: str, out: list, prepared: list = ()) -> int:
+                   inserted: int, source: str, out: list, prepared: list = (),
+                   blocks: bool = False) -> int:
         """The trigger loop of ``_ahead``. Triggers that every query they trigger evaluated
-        in bulk without a match (``_quiet``) are indexed ahead and counted, not processed."""
+        in bulk without a match (``_quiet``), or that only queries which evaluated all of
+        theirs in bulk trigger (``_taking``), are indexed ahead and counted, not processed;
+        a trigger processed is given to the other queries only. The matches of the queries
+        that evaluated all of theirs in bulk are taken at the end, in the order ``process``
+        of each trigger gives (``_took``)."""
         index, disorder, times = self.index, self.disorder, batch.times
-        quiet = self._quiet(made, prepared) if prepared else None
-        if quiet is not None and any(quiet):
-            still = [t for t, q in zip(made, quiet) if q]
+        taking = self._taking(made, prepared)
+        # (a trigger is quiet when each of its managers was asked: with all of them taking
+        # theirs, only the triggers of types whose managers all take are, skipped below)
+        skip = self._quiet(made, prepared) if prepared and len(taking) < len(prepared) \
+            else None
+        if taking:
+            whole = {t.type for t in made}
+            whole = {typ for typ in whole if all(m in taking for m in self._by_type[typ])}
+            if whole:
+                only = [t.type in whole for t in made]
+                skip = only if skip is None else list(map(or_, skip, only))
+        everyone = made
+        if skip is not None and any(skip):
+            still = [t for t, q in zip(made, skip) if q]
             groups: dict = {}
-            for r, t in zip(compress(triggers, quiet), still):
+            for r, t in zip(compress(triggers, skip), still):
                 group = groups.get(t.type)
                 if group is None:
                     group = groups[t.type] = ([], [])
@@ -614,41 +664,109 @@ class Engine:
             index.inserted = inserted
             stamps = [t.ts for t in still]
             ahead_types = set(ahead) | {t.type for t in still}
-            live = [k for k, q in enumerate(quiet) if not q]
+            live = [k for k, q in enumerate(skip) if not q]
             triggers, made = [triggers[k] for k in live], [made[k] for k in live]
-            at = 0                                        # the next quiet trigger
+            at = 0                                        # the next skipped trigger
         else:
-            still, ahead_types = (), ahead
-        pos = lo
-        for k, r in enumerate((*triggers, hi)):
-            n = r - pos                                   # rows indexed ahead before r
-            if n:
-                first = EVICT_EVERY - inserted % EVICT_EVERY
-                for j in range(first, n + 1, EVICT_EVERY):
-                    self._advance_to(pos + j - 1, times, inserted + j)
-                    self.evict()
-                inserted += n
-                self._advance_to(r - 1, times, inserted)
-                self._front = (batch, r - 1)
-            if still:                                     # the quiet ones before r
-                end = len(still) if r == hi else bisect_left(stamps, times[r], at)
-                if end > at:
-                    self._take_quiet(still[at:end], source)
-                    at = end
-            if r == hi:
-                pos = hi
-                break
-            out.extend(self.process(made[k], source))
-            inserted = index.inserted
-            pos = r + 1
-            if self._busy:                                # the rest goes row by row
-                index.truncate_after(ahead_types, times[r])
-                break
-        done = ahead if pos == hi else \
+            still, ahead_types, live = (), ahead, None
+        marks = theirs = None
+        if taking:
+            self._route = {typ: [m for m in ms if m not in taking]
+                           for typ, ms in self._by_type.items()}
+            self._marks = marks = []                      # (manager, matches) per dispatch
+            theirs = []                                   # (position, its marks) per trigger
+        pos, done = lo, len(everyone)                     # done: the triggers gone through
+        try:
+            for k, r in enumerate((*triggers, hi)):
+                n = r - pos                               # rows indexed ahead before r
+                if n:
+                    first = EVICT_EVERY - inserted % EVICT_EVERY
+                    for j in range(first, n + 1, EVICT_EVERY):
+                        self._advance_to(pos + j - 1, times, inserted + j)
+                        self.evict()
+                    inserted += n
+                    self._advance_to(r - 1, times, inserted)
+                    self._front = (batch, r - 1)
+                if still:                                 # the skipped ones before r
+                    end = len(still) if r == hi else bisect_left(stamps, times[r], at)
+                    if end > at:
+                        self._take_quiet(still[at:end], source, taking)
+                        at = end
+                if r == hi:
+                    pos = hi
+                    break
+                found = self.process(made[k], source)
+                if found:
+                    out.extend(found)
+                    if marks:
+                        theirs.append((k if live is None else live[k], marks[:]))
+                if marks:
+                    marks.clear()
+                inserted = index.inserted
+                pos = r + 1
+                if self._busy:                            # the rest goes row by row
+                    index.truncate_after(ahead_types, times[r])
+                    done = k + 1 if live is None else live[k] + 1
+                    break
+        finally:
+            if taking:
+                self._route = self._by_type
+                self._marks = None
+        if taking:
+            self._took(taking, everyone, done, theirs, out, blocks)
+        finished = ahead if pos == hi else \
             {t: g for t, g in batch.groups(lo, pos).items() if t in ahead}
-        if done:
-            disorder.on_time_groups(source, done, times[pos - 1])
+        if finished:
+            disorder.on_time_groups(source, finished, times[pos - 1])
         return pos
+
+    def _took(self, taking: dict, made: list, done: int, theirs: list, out: list,
+              blocks: bool):
+        """The end of ``_triggered``: each manager ``taking`` its results takes those of its
+        triggers among ``made[:done]``; they are merged with the matches the other managers
+        gave the triggers processed (at the end of ``out``; ``theirs``: per trigger with
+        matches, its position in ``made`` and ``(manager, number of matches)`` of each that
+        gave some) in ``process``'s order: trigger by trigger, its managers in turn."""
+        import numpy as np                                # a column batch: numpy is there
+        by_type = self._by_type
+        width = max(len(by_type[t.type]) for t in made)
+        rank = {typ: {m: j for j, m in enumerate(by_type[typ])} for typ in {t.type for t in made}}
+        parts, keys = [], []
+        for m, where in taking.items():
+            if done < len(made):
+                where = where[:bisect_left(where, done)]
+                if not where:
+                    continue
+            counts: list = []
+            mine = made if len(where) == len(made) else list(map(made.__getitem__, where))
+            found = m.take_prepared(mine, counts)
+            if not len(found):
+                continue
+            ranks = np.fromiter((rank[made[i].type][m] for i in where), dtype=np.intp,
+                                count=len(where))
+            keys.append(np.repeat(np.asarray(where, dtype=np.intp) * width + ranks, counts))
+            parts.append(found)
+        if not parts:
+            return
+        if theirs:
+            given = [(i * width + rank[made[i].type][m], c) for i, ms in theirs for m, c in ms]
+            total = sum(c for _, c in given)
+            parts.append(out[len(out) - total:])
+            del out[len(out) - total:]
+            keys.append(np.repeat(np.asarray([g for g, _ in given], dtype=np.intp),
+                                  [c for _, c in given]))
+        if len(parts) == 1:
+            found = parts[0]
+        else:
+            order = np.argsort(np.concatenate(keys), kind="stable")
+            sizes = [len(p) for p in parts]
+            which = np.repeat(np.arange(len(parts)), sizes)[order]
+            at = np.concatenate([np.arange(k) for k in sizes])[order]
+            found = MatchMix(parts, which, at)
+        if blocks and found.__class__ in (MatchBlock, MatchMix):
+            out.append(found)
+        else:
+            out += found
 
     def _advance_to(self, row: int, times: list, inserted: int):
         """Clock, watermark and inserted count as after in-order row ``row``."""
@@ -688,10 +806,13 @@ class Engine:
         self._front = (batch, b - 1)            # made when needed (.front)
 
     def _dispatch(self, event: Event, out: list):
-        for m in self._by_type.get(event.type, self._any):
+        marks = self._marks
+        for m in self._route.get(event.type, self._any):
             found = m.process(event)
             if found:
                 out.extend(found)
+                if marks is not None:
+                    marks.append((m, len(found)))
             if m.busy and not m.pessimistic:
                 self._busy.add(m)
 

@@ -214,9 +214,12 @@ def _report(args, run: _Run, stats: dict) -> dict:
     _report_sharing(run.engine.engine, stats["prefixes"])
     counts, retracted = run.lines.counts, run.lines.retractions
     paths = run.sliced.paths if run.sliced is not None else stats["paths"]
-    for name, count in counts.items():
+    # in registration order (not the order of the first matches: that of the lines' pieces)
+    names = [*run.engine.engine.managers, *counts]
+    for name in dict.fromkeys(names):
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
-        err(f"query {name}: {count} matches{extra}{_path_text(paths.get(name))}")
+        err(f"query {name}: {counts.get(name, 0)} matches{extra}"
+            f"{_path_text(paths.get(name))}")
     if stats["late_events"] or stats["out_of_order"]:
         d = stats["disorder"]
         err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "

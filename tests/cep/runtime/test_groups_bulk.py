@@ -113,7 +113,8 @@ def stream(seed: int, n: int, keyed: bool, ties: float, odd: float) -> list:
 def engine(queries: list, order: tuple, keyed: bool, sharing: bool = True) -> Engine:
     eng = Engine(key_attr="k" if keyed else None, sharing=sharing)
     for name, text in queries:
-        eng.add_query(text, name=name, order=order if name != "other" else ("q", "p"))
+        eng.add_query(text, name=name, order=order if name.startswith("m") else
+                      ("q", "p") if name == "other" else None)
     return eng
 
 
@@ -243,3 +244,51 @@ def test_a_trigger_of_two_branches_is_taken_with_its_chunk():
     assert {frozenset(v for v, _ in m.key()) for m in want if m.query == "m0"} == \
         {frozenset("ab"), frozenset("cd")}    # both branches match
     assert [(m.query, m.key()) for m in flat] == [(m.query, m.key()) for m in want]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=SLOW)
+@given(case=groups(), seed=st.integers(0, 2 ** 16), n=st.integers(20, 120),
+       ties=st.sampled_from([0, 0, 0.1]), data=st.data())
+def test_queries_one_by_one_beside_groups_in_bulk_keep_the_order_of_each_trigger(
+        case, seed, n, ties, data):
+    """A chunk where some queries evaluate every trigger in bulk and others (a Kleene
+    variable: one by one) share trigger types: the first are taken for the chunk at once,
+    the others process their triggers, and the matches come in ``process``'s order (trigger
+    by trigger, its queries in registration order), whatever that order is."""
+    queries, order, keyed = case
+    key = "[k] AND " if keyed else ""
+    kleene = [(f"k{t}", f"PATTERN SEQ(D+ d[], {t} t) WHERE {key}t.x >= d[1].x "
+                        f"WITHIN 3 seconds") for t in "ABC"]
+    for q in kleene:
+        queries.insert(data.draw(st.integers(0, len(queries)), label="registered at"), q)
+    events = stream(seed, n, keyed, ties, 0)
+    cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=4), label="cuts")})
+    note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
+    with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
+        want = by_event(engine(queries, order, keyed), events)
+        for blocks in (False, True):
+            got = by_columns(engine(queries, order, keyed), events, cuts, blocks)
+            assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+
+
+def test_a_query_one_by_one_registered_before_a_group_in_bulk_comes_before_it():
+    """Not vacuous: on a trigger both match, the Kleene query (registered first, one by one)
+    comes before the group (registered after, in bulk), as event by event."""
+    queries = [("early", "PATTERN SEQ(D+ d[], B t) WHERE [k] AND t.x >= d[1].x "
+                         "WITHIN 3 seconds")]
+    queries += [(f"m{k}", f"PATTERN SEQ(A a, B b) WHERE [k] AND b.x > a.x * {c} "
+                          f"WITHIN 3 seconds") for k, c in enumerate((0.5, 1))]
+    events = stream(11, 400, True, 0, 0)
+    spy = Resolved()
+    with spy.patch():
+        eng = engine(queries, ("b", "a"), True)
+        got = [m for item in eng.process_columns(ColumnBatch.from_events(events), blocks=True)
+               for m in (item if item.__class__ in (MatchBlock, MatchMix) else (item,))]
+    assert spy.bindings > 10                        # the group went through bulk
+    want = by_event(engine(queries, ("b", "a"), True), events)
+    assert [(m.query, m.key()) for m in got + eng.advance(math.inf)] == \
+        [(m.query, m.key()) for m in want]
+    ends = {}                                       # per B: the queries it ends a match of
+    for m in want:
+        ends.setdefault(dict(m.key())["t" if m.query == "early" else "b"], []).append(m.query)
+    assert any(qs[0] == "early" and len(set(qs)) > 1 for qs in ends.values())
