@@ -70,6 +70,8 @@ class Evaluation:
         self._spans: dict = {}            # (Kleene step, upper bound) -> _Span
         self.proven: dict = {}            # Kleene runs chosen as the NFA^b does (accepts)
         self.deferred = tuple(n for n in branch.negations if n.deferred)
+        self.until = math.inf             # a deferred negation reads no event after it (the
+        #                                   trigger's time; the engine may index rows ahead)
         self.plain = cq.strategy == "skip_till_any_match" and not self.deferred
         # whether the strategy keeps a completed binding (None: every one; a query group of
         # skip-till-next-match variants judges each binding per member, cep.runtime.groups)
@@ -739,7 +741,13 @@ class Evaluation:
         if buf is None:
             return None
         lo_ts = self.tlow if lo is None or lo.ts < self.tlow else lo.ts
-        cands = buf.range(lo_ts, hi.ts if hi is not None else tmin + self.cq.window)
+        if hi is not None:
+            top = hi.ts
+        else:                           # a negation at the end: up to the deadline, or now
+            top = tmin + self.cq.window
+            if self.until < top:
+                top = self.until
+        cands = buf.range(lo_ts, top)
         if cands and lo is not None and cands[0].ts == lo.ts:
             cands = [x for x in cands if before(lo, x)]
         if cands and hi is not None and cands[-1].ts == hi.ts:

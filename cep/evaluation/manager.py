@@ -164,6 +164,12 @@ class PatternManager:
         return self._release(now, inclusive=False) if self.busy else []
 
     @property
+    def due_at(self) -> float:
+        """The earliest deadline of a deferred match (released at the first event after
+        it); inf when none waits."""
+        return self._deferred[0][0] if self._deferred else math.inf
+
+    @property
     def busy(self) -> bool:
         """Whether matches or triggers are waiting for the clock."""
         return bool(self._deferred or self._slide)
@@ -336,6 +342,8 @@ class PatternManager:
         """Evaluate branch ``b`` with ``trigger`` bound to ``name``; a trigger that hits the
         match cap is counted and logged (``count``), its matches so far kept."""
         ev = self._evaluation(b, trigger)
+        if not self.pessimistic:        # a negation at the end reads no further than now
+            ev.until = self.clock       # (the engine may have indexed rows ahead of it)
         try:
             steps = self._steps_for(b, name, ev)
             # a floor cuts the events a prefix holds: neither read nor store shared ones

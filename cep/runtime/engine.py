@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress
 from operator import and_, attrgetter, le, or_
@@ -230,9 +230,11 @@ class Engine:
         self._pessimistic = [m for m in managers if m.pessimistic]
         self._optimistic = [m for m in managers if not m.pessimistic]
         self._rank = {m: k for k, m in enumerate(self._optimistic)}
-        # whether a trigger's evaluation may read events after it (negation at the end of a
-        # pattern, SLIDE): then rows are not indexed ahead of the triggers (process_columns)
-        self._reads_ahead = any(m.has_deferred or m.cq.slide for m in managers)
+        # whether a trigger's evaluation may read events after it (SLIDE): then rows are
+        # not indexed ahead of the triggers (process_columns). (A negation at the end is
+        # decided at the trigger up to its time only, Evaluation.until, and at the deadline
+        # over the window only: rows ahead are not read.)
+        self._reads_ahead = any(m.cq.slide for m in managers)
         for m in managers:
             if None in m.trigger_types:
                 self._any.append(m)
@@ -388,7 +390,7 @@ class Engine:
         # (stops is triggers: no row is behind the one before it)
         if stops is triggers and lo < hi and times[lo] > self.clock \
                 and not self.index.keep_any:
-            if not self._busy and not self._reads_ahead:
+            if not self._reads_ahead:
                 i = self._ahead(batch, lo, hi, triggers, source, out, blocks)
             else:
                 prepared = self._prepare_all(batch, lo, hi, triggers)
@@ -445,12 +447,12 @@ class Engine:
     def _ahead(self, batch, lo: int, hi: int, triggers: list, source: str, out: list,
                blocks: bool = False) -> int:
         """``process_columns`` of rows ``lo`` to ``hi - 1`` (in order after the clock, event
-        times increasing, no manager waiting for the clock) with every non-trigger row indexed
-        at once, ahead of the triggers: an evaluation reads events up to its trigger's time
-        only, so it cannot see the rows after it. Before each trigger (and each eviction) the
-        clock, the watermark and the count of inserted events are set to what they are after
-        the rows before it. When a manager starts waiting for the clock, the rows after the
-        trigger are taken back and the caller goes on from the next row; returns that row."""
+        times increasing, no SLIDE query) with every non-trigger row indexed at once, ahead
+        of the triggers: an evaluation reads events up to its trigger's time only, so it
+        cannot see the rows after it. Before each trigger (and each eviction, and each
+        release of a query waiting for the clock) the clock, the watermark and the count of
+        inserted events are set to what they are after the rows before it. Returns the row
+        the caller goes on from (``lo``: nothing was done ahead; else ``hi``)."""
         groups = batch.groups(lo, hi)
         ahead = {t: g for t, g in groups.items() if t not in self._by_type}
         made = batch.events(triggers)                     # in bulk: each is processed
@@ -464,7 +466,8 @@ class Engine:
         if not ahead and not prepared:
             return lo
         try:
-            found = self._take(prepared, made, fired)
+            # (a query waiting for the clock is ticked row by row: _triggered)
+            found = None if self._busy else self._take(prepared, made, fired)
             if found is None:
                 return self._triggered(batch, lo, hi, triggers, made, ahead, inserted, source,
                                        out, prepared, blocks)
@@ -635,9 +638,12 @@ class Engine:
         """The trigger loop of ``_ahead``. Triggers that every query they trigger evaluated
         in bulk without a match (``_quiet``), or that only queries which evaluated all of
         theirs in bulk trigger (``_taking``), are indexed ahead and counted, not processed;
-        a trigger processed is given to the other queries only. The matches of the queries
-        that evaluated all of theirs in bulk are taken at the end, in the order ``process``
-        of each trigger gives (``_took``)."""
+        a trigger processed is given to the other queries only. A query waiting for the
+        clock (a negation at the end: it reads no row ahead of its trigger's time, and a
+        deferred match is decided over its window only) releases what is due at the first
+        row after each deadline (``_released``). The matches of the queries that evaluated
+        all of theirs in bulk are taken at the end, in the order ``process`` of each row
+        gives (``_took``). Returns ``hi``."""
         index, disorder, times = self.index, self.disorder, batch.times
         taking = self._taking(made, prepared)
         # (a trigger is quiet when each of its managers was asked: with all of them taking
@@ -650,7 +656,7 @@ class Engine:
             if whole:
                 only = [t.type in whole for t in made]
                 skip = only if skip is None else list(map(or_, skip, only))
-        everyone = made
+        rows, everyone = triggers, made
         if skip is not None and any(skip):
             still = [t for t, q in zip(made, skip) if q]
             groups: dict = {}
@@ -663,96 +669,125 @@ class Engine:
             index.extend_rows(batch, groups)          # as rows: their columns stay at hand
             index.inserted = inserted
             stamps = [t.ts for t in still]
-            ahead_types = set(ahead) | {t.type for t in still}
             live = [k for k, q in enumerate(skip) if not q]
             triggers, made = [triggers[k] for k in live], [made[k] for k in live]
             at = 0                                        # the next skipped trigger
         else:
-            still, ahead_types, live = (), ahead, None
-        marks = theirs = None
+            still = ()
+        marks = given = None
         if taking:
             self._route = {typ: [m for m in ms if m not in taking]
                            for typ, ms in self._by_type.items()}
             self._marks = marks = []                      # (manager, matches) per dispatch
-            theirs = []                                   # (position, its marks) per trigger
-        pos, done = lo, len(everyone)                     # done: the triggers gone through
+            given = []                                    # (key, matches) per piece of out
+            width = max(len(ms) for ms in self._by_type.values()) + 1
+            rank = {typ: {m: j + 1 for j, m in enumerate(ms)}
+                    for typ, ms in self._by_type.items()}
+        pos, base = lo, len(out)
         try:
             for k, r in enumerate((*triggers, hi)):
-                n = r - pos                               # rows indexed ahead before r
-                if n:
-                    first = EVICT_EVERY - inserted % EVICT_EVERY
-                    for j in range(first, n + 1, EVICT_EVERY):
-                        self._advance_to(pos + j - 1, times, inserted + j)
-                        self.evict()
-                    inserted += n
-                    self._advance_to(r - 1, times, inserted)
-                    self._front = (batch, r - 1)
+                if r > pos:                               # rows indexed ahead before r
+                    inserted = self._passed(batch, pos, r, inserted, out, given,
+                                            width if taking else 0)
                 if still:                                 # the skipped ones before r
                     end = len(still) if r == hi else bisect_left(stamps, times[r], at)
                     if end > at:
                         self._take_quiet(still[at:end], source, taking)
                         at = end
                 if r == hi:
-                    pos = hi
                     break
                 found = self.process(made[k], source)
                 if found:
                     out.extend(found)
-                    if marks:
-                        theirs.append((k if live is None else live[k], marks[:]))
+                    if marks is not None:
+                        ticked = len(found) - sum(c for _, c in marks)
+                        if ticked:                        # released before the dispatch
+                            given.append((r * width, ticked))
+                        ranks = rank[made[k].type]
+                        given += [(r * width + ranks[m], c) for m, c in marks]
                 if marks:
                     marks.clear()
                 inserted = index.inserted
                 pos = r + 1
-                if self._busy:                            # the rest goes row by row
-                    index.truncate_after(ahead_types, times[r])
-                    done = k + 1 if live is None else live[k] + 1
-                    break
         finally:
             if taking:
                 self._route = self._by_type
                 self._marks = None
         if taking:
-            self._took(taking, everyone, done, theirs, out, blocks)
-        finished = ahead if pos == hi else \
-            {t: g for t, g in batch.groups(lo, pos).items() if t in ahead}
-        if finished:
-            disorder.on_time_groups(source, finished, times[pos - 1])
-        return pos
+            self._took(taking, rows, everyone, given, out, base, width, rank, blocks)
+        if ahead:
+            disorder.on_time_groups(source, ahead, times[hi - 1])
+        return hi
 
-    def _took(self, taking: dict, made: list, done: int, theirs: list, out: list,
-              blocks: bool):
+    def _passed(self, batch, pos: int, r: int, inserted: int, out: list, given,
+                width: int) -> int:
+        """Rows ``pos`` to ``r - 1`` (indexed ahead) are passed: the clock, watermark and
+        count of inserted events go through them, evicting where the count says, and the
+        queries waiting for the clock release what is due at the first row after each
+        deadline (before an eviction there, as ``process`` does); the released matches go
+        to ``out`` (``given``: keyed by row, before the row's dispatch). Returns the
+        inserted count after ``r - 1``."""
+        times = batch.times
+        i = pos
+        evict_at = pos + EVICT_EVERY - inserted % EVICT_EVERY - 1   # the next row evicting
+        busy = self._busy
+        while busy:
+            due = min(m.due_at for m in busy)
+            q = bisect_right(times, due, i, r)
+            if q >= r:
+                break
+            while evict_at < q:
+                self._advance_to(evict_at, times, inserted + evict_at - pos + 1)
+                self.evict()
+                evict_at += EVICT_EVERY
+            self._advance_to(q, times, inserted + q - pos + 1)
+            self._front = (batch, q)
+            now = times[q]
+            got: list = []
+            for m in self._in_order(busy):
+                got.extend(m.tick(now))
+                if not m.busy:
+                    busy.discard(m)
+            if got:
+                out.extend(got)
+                if given is not None:
+                    given.append((q * width, len(got)))
+            i = q + 1
+        while evict_at < r:
+            self._advance_to(evict_at, times, inserted + evict_at - pos + 1)
+            self.evict()
+            evict_at += EVICT_EVERY
+        inserted += r - pos
+        self._advance_to(r - 1, times, inserted)
+        self._front = (batch, r - 1)
+        return inserted
+
+    def _took(self, taking: dict, rows: list, made: list, given: list, out: list, base: int,
+              width: int, rank: dict, blocks: bool):
         """The end of ``_triggered``: each manager ``taking`` its results takes those of its
-        triggers among ``made[:done]``; they are merged with the matches the other managers
-        gave the triggers processed (at the end of ``out``; ``theirs``: per trigger with
-        matches, its position in ``made`` and ``(manager, number of matches)`` of each that
-        gave some) in ``process``'s order: trigger by trigger, its managers in turn."""
+        triggers (``made``, at ``rows``); they are merged with what the others gave (``out``
+        from ``base`` on; ``given``: per piece, its key and length) in ``process``'s order:
+        row by row (key ``row * width``: released before the row's dispatch, then ``+ rank``
+        of each of its managers, in turn)."""
         import numpy as np                                # a column batch: numpy is there
-        by_type = self._by_type
-        width = max(len(by_type[t.type]) for t in made)
-        rank = {typ: {m: j for j, m in enumerate(by_type[typ])} for typ in {t.type for t in made}}
         parts, keys = [], []
         for m, where in taking.items():
-            if done < len(made):
-                where = where[:bisect_left(where, done)]
-                if not where:
-                    continue
             counts: list = []
             mine = made if len(where) == len(made) else list(map(made.__getitem__, where))
             found = m.take_prepared(mine, counts)
             if not len(found):
                 continue
+            at = np.asarray(rows, dtype=np.intp)[where] if len(where) < len(rows) else \
+                np.asarray(rows, dtype=np.intp)
             ranks = np.fromiter((rank[made[i].type][m] for i in where), dtype=np.intp,
                                 count=len(where))
-            keys.append(np.repeat(np.asarray(where, dtype=np.intp) * width + ranks, counts))
+            keys.append(np.repeat(at * width + ranks, counts))
             parts.append(found)
         if not parts:
             return
-        if theirs:
-            given = [(i * width + rank[made[i].type][m], c) for i, ms in theirs for m, c in ms]
-            total = sum(c for _, c in given)
-            parts.append(out[len(out) - total:])
-            del out[len(out) - total:]
+        if len(out) > base:
+            parts.append(out[base:])
+            del out[base:]
             keys.append(np.repeat(np.asarray([g for g, _ in given], dtype=np.intp),
                                   [c for _, c in given]))
         if len(parts) == 1:

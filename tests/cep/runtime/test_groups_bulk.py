@@ -254,21 +254,34 @@ def test_queries_one_by_one_beside_groups_in_bulk_keep_the_order_of_each_trigger
     """A chunk where some queries evaluate every trigger in bulk and others (a Kleene
     variable: one by one) share trigger types: the first are taken for the chunk at once,
     the others process their triggers, and the matches come in ``process``'s order (trigger
-    by trigger, its queries in registration order), whatever that order is."""
+    by trigger, its queries in registration order), whatever that order is; a query with a
+    negation at the end releases its matches at the first row after their deadlines, rows
+    between triggers included."""
     queries, order, keyed = case
     key = "[k] AND " if keyed else ""
+    # (a type no such query takes: its triggers are all taken in bulk, indexed ahead)
+    kinds = sorted(data.draw(st.sets(st.sampled_from("ABC")), label="one by one on"))
     kleene = [(f"k{t}", f"PATTERN SEQ(D+ d[], {t} t) WHERE {key}t.x >= d[1].x "
-                        f"WITHIN 3 seconds") for t in "ABC"]
+                        f"WITHIN 3 seconds") for t in kinds]
+    # a negation at the end: its matches wait for the clock (released between the triggers)
+    # (over D: no query is triggered by D, its rows are indexed ahead of the triggers)
+    kleene.append(("late", f"PATTERN SEQ(A p, B q, ~D n) WHERE {key}q.x >= p.x AND "
+                           f"n.y > q.y WITHIN {data.draw(st.sampled_from((1, 2, 4)))} seconds"))
     for q in kleene:
         queries.insert(data.draw(st.integers(0, len(queries)), label="registered at"), q)
     events = stream(seed, n, keyed, ties, 0)
     cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=4), label="cuts")})
     note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
     with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
-        want = by_event(engine(queries, order, keyed), events)
+        first = engine(queries, order, keyed)
+        want = by_event(first, events)
         for blocks in (False, True):
-            got = by_columns(engine(queries, order, keyed), events, cuts, blocks)
+            eng = engine(queries, order, keyed)
+            got = by_columns(eng, events, cuts, blocks)
             assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+            # the negation at the end read what it reads event by event: no row ahead
+            assert eng.stats()["queries"]["late"]["conjuncts"] == \
+                first.stats()["queries"]["late"]["conjuncts"]
 
 
 def test_a_query_one_by_one_registered_before_a_group_in_bulk_comes_before_it():
