@@ -450,7 +450,8 @@ class _Triggers:
 
 
 def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: float,
-             label: str, order: tuple, cap: int | None, members=None, part=None) -> tuple:
+             label: str, order: tuple, cap: int | None, members=None, part=None,
+             accepting: list | None = None) -> tuple:
     """Evaluate ``triggers`` (events of ``plan.types[0]``, in time order), each in its
     partition: ``partitions[part[i]]`` for trigger ``i`` (``part`` None: the only one). All
     partitions are evaluated together, their buffers' rows one after the other (_Columns).
@@ -465,7 +466,11 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     is matched to the members that accept it, and the matches are theirs (a MatchBlock with
     ``members``), each trigger's member by member (in the group's order), each member's in
     enumeration order; a trigger with a binding they cannot decide is left to the
-    evaluator."""
+    evaluator.
+
+    ``accepting``: per member, its ``(cq, branch)``: a group of skip-till-next-match
+    variants, whose members each keep the (binding, member) pairs their own run selects
+    (``_chosen``; the plan's ``accept`` is then None)."""
     n = len(triggers)
     tts = np.array([t.ts for t in triggers], dtype=np.float64)
     tlow_all = tts - window
@@ -559,6 +564,9 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     fanned = None
     if members is not None:
         fanned = _members(members, plan, cols, rows, times, parent, cand, owner, bad)
+        if accepting is not None:
+            fanned = _chosen(accepting, plan, index, partitions, tpart, cols, rows, parent,
+                             cand, triggers, fanned, bad, tallies)
     good = ~bad
     counts = _counted(tallies, good, n)
     return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
@@ -574,21 +582,60 @@ def _accepted(plan: BulkPlan, run: Run, partitions: list, tpart, cols, rows: lis
     conditions; a trigger for which one fails is left to the evaluator (``bad``)."""
     if not len(cand):
         return np.zeros(0, dtype=bool)
-    last = len(plan.names) - 1
     first = rows[0][parent]
-    bound = [list(map(triggers.__getitem__, first.tolist()))]
-    bound += [cols[k].events(rows[k][parent]) for k in range(1, last)]
-    bound.append(cols[last].events(cand))
+    envs = _envs(plan, cols, rows, parent, cand, triggers, np.arange(len(cand)))
     runs = [replace(run, partition=p) for p in partitions]
     where = tpart[first].tolist() if tpart is not None else repeat(0)
+    return _judged(zip(first.tolist(), map(runs.__getitem__, where), envs),
+                   run.branch.conjuncts, len(cand), bad, tallies)
+
+
+def _chosen(accepting: list, plan: BulkPlan, index, partitions: list, tpart, cols,
+            rows: list, parent, cand, triggers: list, fanned: tuple, bad, tallies: list):
+    """``fanned`` (``_members``' pairs of a binding and a member whose conditions hold)
+    less the pairs whose member's own skip-till-next-match run does not select the binding
+    (``accepts`` under the member's query, as cep.runtime.groups decides a binding's members
+    one by one); counted like ``_accepted``."""
+    binding, member, names = fanned
+    if not len(binding):
+        return fanned
+    used = np.unique(binding)
+    envs = dict(zip(used.tolist(), _envs(plan, cols, rows, parent, cand, triggers, used)))
+    trig = rows[0][parent][binding]
+    where = tpart[trig] if tpart is not None else np.zeros(len(binding), dtype=np.intp)
+    held = np.zeros(len(binding), dtype=bool)
+    for k in np.unique(member).tolist():            # member by member: its own conditions
+        cq, branch = accepting[k]
+        sel = np.flatnonzero(member == k)
+        runs = {p: Run(cq, branch, index, partitions[p]) for p in np.unique(where[sel]).tolist()}
+        held[sel] = _judged(zip(trig[sel].tolist(), map(runs.__getitem__, where[sel].tolist()),
+                                map(envs.__getitem__, binding[sel].tolist())),
+                            branch.conjuncts, len(sel), bad, tallies)
+    held &= ~bad[trig]                  # (a trigger a judgement failed on is left whole)
+    return binding[held], member[held], names
+
+
+def _envs(plan: BulkPlan, cols, rows: list, parent, cand, triggers: list, at) -> list:
+    """The bindings ``at`` (positions among the join's ``cand``) as dicts, variable ->
+    Event."""
+    last = len(plan.names) - 1
+    bound = [list(map(triggers.__getitem__, rows[0][parent[at]].tolist()))]
+    bound += [cols[k].events(rows[k][parent[at]]) for k in range(1, last)]
+    bound.append(cols[last].events(cand[at]))
     names = plan.names
-    conjs = run.branch.conjuncts
+    return [dict(zip(names, events)) for events in zip(*bound)]
+
+
+def _judged(todo, conjs: list, n: int, bad, tallies: list):
+    """``accepts(run, env)`` of each ``(trigger, run, env)`` of ``todo`` (``n`` of them);
+    what the conditions ``conjs`` count meanwhile is taken back and put in ``tallies`` per
+    trigger, a trigger for which one fails is marked ``bad`` (_accepted)."""
     saved = [(c.tested, c.passed, c.failed, c.last_error) for c in conjs]
     counted: list = [[] for _ in conjs]          # per condition: (trigger, tested, passed)
-    held = np.zeros(len(cand), dtype=bool)
-    for i, (t, p, events) in enumerate(zip(first.tolist(), where, zip(*bound))):
+    held = np.zeros(n, dtype=bool)
+    for i, (t, run, env) in enumerate(todo):
         before = [(c.tested, c.passed, c.failed) for c in conjs]
-        held[i] = accepts(runs[p], dict(zip(names, events)))
+        held[i] = accepts(run, env)
         for k, c in enumerate(conjs):
             if c.tested != before[k][0]:
                 counted[k].append((t, c.tested - before[k][0], c.passed - before[k][1]))

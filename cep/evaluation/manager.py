@@ -426,7 +426,8 @@ class PatternManager:
             else:
                 got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
                                     self._label, self._var_order, cap, self._member_columns(),
-                                    [number[t.key] for t in ts] if len(parts) > 1 else None)
+                                    [number[t.key] for t in ts] if len(parts) > 1 else None,
+                                    self._member_runs())
             if ts is triggers and len(by_target) == 1 and not ready:
                 self._chunk = _Chunk((b, name), ts)       # kept whole (_ready_map when needed)
                 self._chunk.add(got, None)
@@ -553,6 +554,11 @@ class PatternManager:
 
     def _member_columns(self):
         """A query group's members decided in bulk (GroupManager); None."""
+        return None
+
+    def _member_runs(self):
+        """Per member of a group of skip-till-next-match variants, its ``(cq, branch)``
+        (each judges its bindings, GroupManager); None."""
         return None
 
     def _in_order(self) -> bool:

@@ -507,6 +507,7 @@ class GroupManager(PatternManager):
         # their own bindings
         self._next = member.cq.strategy == _NEXT and len(member.cq.branches) == 1
         self._accepting = False             # ... and the evaluation leaves it to them
+        self._runs = None                   # per member (cq, branch): _member_runs
         self._held_floors = None
         self.stale = True
         super().__init__(name, member.cq, index, order, settings, mode)
@@ -586,6 +587,7 @@ class GroupManager(PatternManager):
         self._loose = {} if self.single else self._extremes(varying, tables)
         self._columns = None if self.single or self._floors is not None else \
             (varying, tables, self._windows)       # made when a bulk evaluation asks
+        self._runs = None                          # _member_runs, made when asked
         self.stale = False
 
     def _extremes(self, varying: tuple, tables: list) -> dict:
@@ -705,12 +707,28 @@ class GroupManager(PatternManager):
         return ev
 
     def _bulk_plan(self, b: int, name: str):
-        return None if self._accepting else super()._bulk_plan(b, name)
+        plan = super()._bulk_plan(b, name)
+        if plan is None or not self._accepting:
+            return plan
+        # skip-till-next-match variants: the join in bulk, each (binding, member) pair its
+        # member's own run judges (cep.evaluation.bulk, ``accepting``), as _fan does
+        if self._member_columns() is None:
+            return None
+        return dataclasses.replace(plan, accept=None)
+
+    def _member_runs(self):
+        if not self._accepting:
+            return None
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = [(m.cq, m.cq.branches[0]) for m in self.members]
+        return runs
 
     def _refusal(self) -> str | None:
-        if self._accepting:
-            return ("skip-till-next-match variants in one group (each member's selection "
-                    "decided binding by binding)")
+        if self._accepting and self.order is not None and self._member_columns() is None:
+            return ("skip-till-next-match variants in one group whose constants are not "
+                    "decided over columns (each member's selection decided binding by "
+                    "binding)")
         return super()._refusal()
 
     # ------------------------------------------------------------ fan-out (manager hooks)

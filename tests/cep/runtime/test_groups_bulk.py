@@ -6,7 +6,8 @@ several queries of one chunk as a MatchMix in the engine's order.
 Random groups: 2-8 queries of one SEQ shape of 2-3 variables (or an OR of two sequences, each
 conjunct of one branch) whose order comparisons differ only in their constants (under ``*``,
 ``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle or not,
-under skip-till-any-match or a contiguity strategy, keyed or not, next to an unrelated query; streams with
+under skip-till-any-match, a contiguity strategy or skip-till-next-match (each member
+judging its own bindings), keyed or not, next to an unrelated query; streams with
 ties and values that are not exact numbers (strings, missing attributes, large ints); fed as
 column batches in random chunks. Every query's matches equal, in order, those of ``process``
 event by event (sharing on), whose order is the per-trigger one (member by member, each in
@@ -59,7 +60,8 @@ def groups(draw):
         form = draw(st.sampled_from(("mul", "add", "sub", "const", "left")))
         shapes.append((x, ax, y, ay, op, form))
     strategy = draw(st.sampled_from(("", "", "", " STRATEGY strict_contiguity",
-                                     " STRATEGY partition_contiguity")), label="strategy")
+                                     " STRATEGY partition_contiguity",
+                                     " STRATEGY skip_till_next_match")), label="strategy")
     windows = draw(st.booleans(), label="windows differ?") and not negation
     members = draw(st.integers(2, 8), label="members")
     order = tuple(draw(st.permutations(names), label="order"))
@@ -305,3 +307,27 @@ def test_a_query_one_by_one_registered_before_a_group_in_bulk_comes_before_it():
     for m in want:
         ends.setdefault(dict(m.key())["t" if m.query == "early" else "b"], []).append(m.query)
     assert any(qs[0] == "early" and len(set(qs)) > 1 for qs in ends.values())
+
+
+def test_skip_till_next_match_variants_are_decided_in_bulk():
+    """Not vacuous: a group of skip-till-next-match variants joins in bulk and each member
+    judges its own (binding, member) pairs: no trigger one by one, the matches and every
+    member's condition counters those of event-by-event processing."""
+    queries = [(f"m{k}", f"PATTERN SEQ(A a, B b) WHERE [k] AND b.x > a.x * {f} "
+                         f"WITHIN 4 seconds STRATEGY skip_till_next_match")
+               for k, f in enumerate((0.5, 1, 1.5))]
+    events = stream(7, 600, True, 0, 0)
+    eng = engine(queries, ("b", "a"), True)
+    with mock.patch.object(Engine, "process", side_effect=AssertionError("one by one")):
+        out = eng.process_columns(ColumnBatch.from_events(events), blocks=True)
+    got = [m for item in out for m in (item if item.__class__ in (MatchBlock, MatchMix)
+                                       else (item,))] + eng.advance(math.inf)
+    first = engine(queries, ("b", "a"), True)
+    want = by_event(first, events)
+    assert len(want) > 20
+    assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+    paths = eng.paths()
+    assert all(paths[name]["bulk"] > 0 and paths[name]["why"] is None for name, _ in queries)
+    for name, _ in queries:
+        assert eng.stats()["queries"][name]["conjuncts"] == \
+            first.stats()["queries"][name]["conjuncts"]
