@@ -19,8 +19,11 @@ shared plan prefixes (``cep.evaluation.prefixes``), so their reuse counts differ
 
 Under the other selection strategies (skip-till-next-match, strict and partition contiguity:
 SASE+ NFA^b, cep.evaluation.strategies) the evaluator keeps the bindings of the same join
-that ``accepts`` keeps; so does a bulk evaluation, binding by binding over the index, the
-conditions it tests there counted per trigger like the join's (issue 35).
+that ``accepts`` keeps; so does a bulk evaluation: contiguity over columns (no row of the
+query's types between a binding's first and last event but its own, counted by bisection
+in its partition), skip-till-next-match binding by binding over the index, the conditions
+it tests there counted per trigger like the join's; a group of skip-till-next-match
+variants judges each (binding, member) pair under the member's own query (issue 35).
 
 A filter may also be an equality (``=``, ``!=``) of an attribute with a text or a number
 literal: a text is compared over the batches' text codes (``TimeBuffer.text_equal``), a row
@@ -51,6 +54,7 @@ from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
 from raycep.cep.match import MatchBlock
 from raycep.cep.store.batch import numeric_of
+from raycep.cep.store.index import ALL
 
 
 @dataclass(frozen=True)
@@ -555,8 +559,10 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
             rows = [r[parent] for r in rows] + [cand]
             times = [t[parent] for t in times] + [ts[cand]]
     if plan.accept is not None:
-        held = _accepted(plan, Run(*plan.accept, index, None), partitions, tpart, cols, rows,
-                         parent, cand, triggers, bad, tallies)
+        held = _contiguous(plan, block, trig, times, parent, cand)
+        if held is None:
+            held = _accepted(plan, Run(*plan.accept, index, None), partitions, tpart, cols,
+                             rows, parent, cand, triggers, bad, tallies)
         cand, parent = cand[held], parent[held]
     owner = trig[parent]                 # per binding: its trigger
     if cap is not None:
@@ -588,6 +594,47 @@ def _accepted(plan: BulkPlan, run: Run, partitions: list, tpart, cols, rows: lis
     where = tpart[first].tolist() if tpart is not None else repeat(0)
     return _judged(zip(first.tolist(), map(runs.__getitem__, where), envs),
                    run.branch.conjuncts, len(cand), bad, tallies)
+
+
+def _contiguous(plan: BulkPlan, block, trig, times: list, parent, cand):
+    """Per binding of the join, whether a contiguity strategy keeps it, over columns: no
+    event of the query's types (strategies._contiguous: of its partition under partition
+    contiguity, the key's rows) strictly between its first and last event other than its
+    own; a row at one of those two times that is not the binding's is ordered by id: its
+    trigger is left to the evaluator. None where the rows read are not the partitions'
+    (strict contiguity over several partitions, a partition that is not the key alone):
+    ``accepts`` decides binding by binding."""
+    cq = plan.accept[0]
+    strict = cq.strategy == "strict_contiguity" or not cq.equivalence
+    if cq.strategy not in ("strict_contiguity", "partition_contiguity") or None in cq.positive_types:
+        return None
+    if strict:
+        if block.part is not None or block.partitions[0] is not ALL:
+            return None
+    elif block.partitions[0] is ALL or tuple(cq.equivalence) != (block.index.key_attr,):
+        return None
+    if not len(cand):
+        return np.zeros(0, dtype=bool)
+    last = len(plan.names) - 1
+    owner = trig[parent]
+    stamps = [t[parent] for t in times[:last]] + [block.cols[last].ts[cand]]
+    first, end = np.minimum.reduce(stamps), np.maximum.reduce(stamps)
+    part = block.part_of(owner)
+    between = at_first = at_end = 0
+    for typ in set(cq.positive_types):
+        col = block.columns(typ)
+        a, b = col.search(first, part, "left"), col.search(first, part, "right")
+        c, d = col.search(end, part, "left"), col.search(end, part, "right")
+        between = between + np.maximum(c - b, 0)
+        at_first = at_first + (b - a)
+        at_end = at_end + (d - c)
+    for t in stamps:                     # the binding's own events are no gap
+        between = between - ((t > first) & (t < end))
+        at_first = at_first - (t == first)
+        at_end = at_end - (t == end)
+    at_end = np.where(end > first, at_end, 0)      # (one time: the rows counted once)
+    block.bad[owner[(at_first != 0) | (at_end != 0)]] = True
+    return between == 0
 
 
 def _chosen(accepting: list, plan: BulkPlan, index, partitions: list, tpart, cols,

@@ -331,3 +331,31 @@ def test_skip_till_next_match_variants_are_decided_in_bulk():
     for name, _ in queries:
         assert eng.stats()["queries"][name]["conjuncts"] == \
             first.stats()["queries"][name]["conjuncts"]
+
+
+def test_contiguity_is_decided_over_columns():
+    """Contiguity decided over columns: a binding with a row of the query's types strictly
+    inside breaks, one with a row of another type inside does not, as event by event.
+    (A chunk with two rows at one time is processed row by row: no tie reaches the
+    columns.)"""
+    for strategy in ("strict_contiguity", "partition_contiguity"):
+        keyed = strategy == "partition_contiguity"
+        queries = [(f"m{k}", f"PATTERN SEQ(A a, B b) WHERE {'[k] AND ' if keyed else ''}"
+                             f"b.x >= a.x * {f} WITHIN 5 seconds STRATEGY {strategy}")
+                   for k, f in enumerate((0, 0.5))]
+        rows = [("A", 1, 1, "e1"), ("B", 1.5, 0, "e2"), ("B", 2, 1, "e3"), ("A", 3, 1, "e4"),
+                ("D", 4, 1, "e5"), ("B", 5, 2, "e6"), ("A", 6, 1, "e7"), ("C", 6.5, 1, "e8"),
+                ("A", 6.7, 1, "e9"), ("B", 7, 2, "e10"), ("A", 7.5, 1, "e11"),
+                ("B", 8, 5, "e12")]
+        events = [Event(t, ts, {"x": x, "k": 0}, key=0 if keyed else None, id=i)
+                  for t, ts, x, i in rows]
+        want = by_event(engine(queries, ("b", "a"), keyed), events)
+        eng = engine(queries, ("b", "a"), keyed)
+        with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
+            got = by_columns(eng, events, [0, len(events)])
+        assert eng.paths()["m0"]["bulk"] > 0
+        assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+        found = {frozenset(i for _, i in m.key()) for m in want}
+        assert frozenset({"e1", "e3"}) not in found     # e2 (a B) is between
+        assert frozenset({"e4", "e6"}) in found         # a D between: not the query's
+        assert frozenset({"e9", "e10"}) in found
