@@ -94,6 +94,8 @@ class BulkPlan:
     accept: tuple | None = None  # (cq, branch) under a selection strategy other than
     #                              skip-till-any-match: a binding is kept where
     #                              cep.evaluation.strategies.accepts keeps it
+    deferred: bool = False       # a negation at the end: the bindings wait for the clock
+    #                              (decided at their deadline, not here)
 
 
 @dataclass(frozen=True)
@@ -140,14 +142,24 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None,
     pos = {n: k for k, n in enumerate(names)}
     filters, same, negations = [], [], []
     checks = []
+    # a negation at the end, after the trigger: nothing lies between it and the trigger's
+    # time at the trigger (rows in bulk have distinct times); the manager decides it when
+    # the clock passes its deadline
+    later = [n for b in ((branch,) if branch is not None else cq.branches)
+             for n in b.negations if n.deferred]
+    if later and (strategic or branch is None or any(names[0] not in n.before for n in later)):
+        return None
+    deferred = bool(later)
     for k, s in enumerate(steps):
-        if s.var.kleene or s.var.negated or (s.negations and not k):
+        if s.var.kleene or s.var.negated or \
+                (not k and any(not n.deferred for n in s.negations)):
             return None
         step_checks = tuple(_check(c, loose, opaque) for c in s.conjuncts)
         if None in step_checks:
             return None
         checks.append(step_checks)
-        negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations)
+        negs = tuple(_negation(n, names, types, pos, k, opaque) for n in s.negations
+                     if not n.deferred)
         if None in negs:
             return None
         negations.append(negs)
@@ -168,8 +180,9 @@ def plan_for(cq, steps: tuple, opaque: dict, loose: dict | None = None,
     return BulkPlan(names, types, tuple(tuple(pos[n] for n in s.after_of) for s in steps),
                     tuple(tuple(pos[n] for n in s.before_of) for s in steps), tuple(same),
                     tuple(filters), tuple(negations),
-                    not (strategic or last.negations or last.check_used or last.conjuncts),
-                    tuple(checks), (cq, branch) if strategic else None)
+                    not (strategic or deferred or last.negations or last.check_used or
+                         last.conjuncts),
+                    tuple(checks), (cq, branch) if strategic else None, deferred)
 
 
 def _check(c, loose: dict, opaque: dict) -> _Check | None:
@@ -205,9 +218,13 @@ def why_not(cq, steps: tuple, opaque: dict, loose: dict | None = None) -> str:
         for c in s.conjuncts:
             if _check(c, loose, opaque) is None:
                 return f"condition {c.text!r}: not a comparison of numbers over columns"
-        if s.negations and not k:
+        if not k and any(not n.deferred for n in s.negations):
             return "a negation before the first event"
         for n in s.negations:
+            if n.deferred:
+                if cq.strategy != "skip_till_any_match" or names[0] not in n.before:
+                    return "a negation at the end, under this strategy or trigger"
+                continue
             if _negation(n, names, types, pos, k, opaque) is None:
                 return f"negation {n.var.name}: its conditions or position"
         if any(names[j] not in set(s.after_of) | set(s.before_of)
@@ -562,7 +579,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         held = _contiguous(plan, block, trig, times, parent, cand)
         if held is None:
             held = _accepted(plan, Run(*plan.accept, index, None), partitions, tpart, cols,
-                             rows, parent, cand, triggers, bad, tallies)
+                             rows, parent, cand, triggers, bad, tallies, block, trig)
         cand, parent = cand[held], parent[held]
     owner = trig[parent]                 # per binding: its trigger
     if cap is not None:
@@ -572,7 +589,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         fanned = _members(members, plan, cols, rows, times, parent, cand, owner, bad)
         if accepting is not None:
             fanned = _chosen(accepting, plan, index, partitions, tpart, cols, rows, parent,
-                             cand, triggers, fanned, bad, tallies)
+                             cand, triggers, fanned, bad, tallies, block, trig)
     good = ~bad
     counts = _counted(tallies, good, n)
     return (*_matches(plan, cols, rows, parent, cand, owner, triggers, good, label, order,
@@ -580,7 +597,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
 
 
 def _accepted(plan: BulkPlan, run: Run, partitions: list, tpart, cols, rows: list, parent,
-              cand, triggers: list, bad, tallies: list):
+              cand, triggers: list, bad, tallies: list, block=None, trig=None):
     """Per binding of the join: whether its selection strategy keeps it
     (cep.evaluation.strategies.accepts over the index, binding by binding, as the evaluator
     decides each binding it completes). The conditions it tests (skip-till-next-match's
@@ -588,6 +605,10 @@ def _accepted(plan: BulkPlan, run: Run, partitions: list, tpart, cols, rows: lis
     conditions; a trigger for which one fails is left to the evaluator (``bad``)."""
     if not len(cand):
         return np.zeros(0, dtype=bool)
+    held = _next_match(run.cq, run.branch, plan, block, trig, rows, parent, cand,
+                       np.arange(len(cand)), tallies)
+    if held is not None:
+        return held
     first = rows[0][parent]
     envs = _envs(plan, cols, rows, parent, cand, triggers, np.arange(len(cand)))
     runs = [replace(run, partition=p) for p in partitions]
@@ -638,7 +659,8 @@ def _contiguous(plan: BulkPlan, block, trig, times: list, parent, cand):
 
 
 def _chosen(accepting: list, plan: BulkPlan, index, partitions: list, tpart, cols,
-            rows: list, parent, cand, triggers: list, fanned: tuple, bad, tallies: list):
+            rows: list, parent, cand, triggers: list, fanned: tuple, bad, tallies: list,
+            block=None, trig=None):
     """``fanned`` (``_members``' pairs of a binding and a member whose conditions hold)
     less the pairs whose member's own skip-till-next-match run does not select the binding
     (``accepts`` under the member's query, as cep.runtime.groups decides a binding's members
@@ -646,20 +668,143 @@ def _chosen(accepting: list, plan: BulkPlan, index, partitions: list, tpart, col
     binding, member, names = fanned
     if not len(binding):
         return fanned
-    used = np.unique(binding)
+    held = np.zeros(len(binding), dtype=bool)
+    rest = []
+    for k in np.unique(member).tolist():            # member by member: its own conditions
+        cq, branch = accepting[k]
+        sel = np.flatnonzero(member == k)
+        got = _next_match(cq, branch, plan, block, trig, rows, parent, cand, binding[sel],
+                          tallies)
+        if got is None:
+            rest.append(k)
+        else:
+            held[sel] = got
+    if rest:
+        held |= _chosen_one_by_one(accepting, rest, plan, index, partitions, tpart, cols,
+                                   rows, parent, cand, triggers, binding, member, bad,
+                                   tallies)
+    trig_of = rows[0][parent][binding]
+    held &= ~bad[trig_of]               # (a trigger a judgement failed on is left whole)
+    return binding[held], member[held], names
+
+
+def _chosen_one_by_one(accepting: list, rest: list, plan: BulkPlan, index, partitions: list,
+                       tpart, cols, rows: list, parent, cand, triggers: list, binding, member,
+                       bad, tallies: list):
+    """``_chosen`` for the members ``rest``: ``accepts`` pair by pair."""
+    sel_all = np.flatnonzero(np.isin(member, rest))
+    used = np.unique(binding[sel_all])
     envs = dict(zip(used.tolist(), _envs(plan, cols, rows, parent, cand, triggers, used)))
     trig = rows[0][parent][binding]
     where = tpart[trig] if tpart is not None else np.zeros(len(binding), dtype=np.intp)
     held = np.zeros(len(binding), dtype=bool)
-    for k in np.unique(member).tolist():            # member by member: its own conditions
+    for k in rest:
         cq, branch = accepting[k]
         sel = np.flatnonzero(member == k)
         runs = {p: Run(cq, branch, index, partitions[p]) for p in np.unique(where[sel]).tolist()}
         held[sel] = _judged(zip(trig[sel].tolist(), map(runs.__getitem__, where[sel].tolist()),
                                 map(envs.__getitem__, binding[sel].tolist())),
                             branch.conjuncts, len(sel), bad, tallies)
-    held &= ~bad[trig]                  # (a trigger a judgement failed on is left whole)
-    return binding[held], member[held], names
+    return held
+
+
+def _next_match(cq, branch, plan: BulkPlan, block, trig, rows: list, parent, cand, at,
+                tallies: list):
+    """Skip-till-next-match over columns for the bindings ``at`` (positions among the
+    join's candidates ``cand``) of a sequence without Kleene variables: a binding is kept
+    unless, between two of its events in time order, an event of the second one's type
+    (in its partition) satisfies that one's conditions on it and the events before (the
+    NFA^b's begin condition, strategies.accepts). The conditions are tested as ``accepts``
+    tests them: gap by gap, event by event in time order, each event's conditions in turn
+    up to the first that fails, up to the first event that satisfies them all; what they
+    count goes to ``tallies`` per trigger; a trigger with a value the columns cannot
+    compare is left to the evaluator. None where this does not apply (a Kleene variable, a
+    variable of any type, an equivalence not the partition key alone, variables not in one
+    time order, a condition that is not one of numbers)."""
+    if block is None or cq.strategy != "skip_till_next_match" or \
+            None in cq.positive_types or any(v.kleene for v in branch.positives):
+        return None
+    key_attr = block.index.key_attr
+    if block.partitions[0] is ALL:
+        if cq.equivalence:
+            return None
+    elif tuple(cq.equivalence) != (key_attr,):
+        return None
+    names = plan.names
+    m = len(names)
+    earlier = [set(plan.after[k]) for k in range(m)]       # the steps whose events precede
+    for k in range(m):
+        for j in plan.before[k]:
+            earlier[j].add(k)
+    steps = sorted(range(m), key=lambda k: len(earlier[k]))
+    if any(earlier[k] != set(steps[:i]) for i, k in enumerate(steps)):
+        return None                      # not one time order
+    variables = {v.name: v for v in branch.positives}
+    gaps = []                            # (step before, step after, its conditions' fns)
+    for i in range(1, len(steps)):
+        name = names[steps[i]]
+        bound = {names[k] for k in steps[:i + 1]}
+        conjs = [c for c in branch.conjuncts if name in c.vars and c.vars <= bound]
+        fns = [compile_vector(c.expr) if c.kleene_i is None else None for c in conjs]
+        if None in fns:
+            return None
+        gaps.append((steps[i - 1], steps[i], conjs, fns, variables[name].type))
+    n = len(at)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    cols, bad = block.cols, block.bad
+    last = len(names) - 1
+    owner = trig[parent[at]]
+    part = block.part_of(owner)
+    where = [rows[k][parent[at]] if k < last else cand[at] for k in range(len(names))]
+    stamps = [block.tts[where[0]]] + [cols[k].ts[where[k]] for k in range(1, len(names))]
+    held = np.ones(n, dtype=bool)
+    for p, q, conjs, fns, typ in gaps:
+        live = np.flatnonzero(held)
+        if not len(live):
+            break
+        col = block.columns(typ)
+        lo_t, hi_t = stamps[p][live], stamps[q][live]
+        lp = None if part is None else part[live]
+        start, end = col.search(lo_t, lp, "right"), col.search(hi_t, lp, "left")
+        ties = (start - col.search(lo_t, lp, "left")) + (col.search(hi_t, lp, "right") - end)
+        ties = ties - (plan.types[p] == typ) - (plan.types[q] == typ)
+        bad[owner[live[ties > 0]]] = True
+        count = np.maximum(end - start, 0)
+        which = np.repeat(np.arange(len(live)), count)            # per gap event: binding
+        gap = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+        if not len(gap):
+            continue
+        rank = gap - start[which]                        # its place in its gap
+
+        def get(var, attr, which=which, gap=gap, col=col, qname=names[q]):
+            if var == qname:
+                values, odd = col.column(attr)
+                return values[gap], odd[gap]
+            k = names.index(var)
+            values, odd = cols[k].column(attr)
+            rows_k = where[k][live][which]
+            return values[rows_k], odd[rows_k]
+        reached = np.ones(len(gap), dtype=bool)         # the conditions tested so far held
+        truths = []
+        for c, fn in zip(conjs, fns):
+            truth, unsure = fn(get, None)
+            truth = np.broadcast_to(truth, (len(gap),))
+            unsure = np.broadcast_to(unsure, (len(gap),))
+            bad[owner[live[which[reached & unsure]]]] = True
+            truths.append((c, reached.copy(), truth))
+            reached = reached & truth
+        # an event satisfying them all ends the run; the events after it are not tested
+        firsts = np.full(len(live), np.iinfo(np.intp).max, dtype=np.intp)
+        hit = np.flatnonzero(reached)
+        np.minimum.at(firsts, which[hit], rank[hit])
+        tested = rank <= firsts[which]
+        for c, reach, truth in truths:
+            mine = tested & reach
+            tallies.append((c, owner[live[which[mine]]], truth[mine]))
+        held[live[firsts < np.iinfo(np.intp).max]] = False
+    return held
+
 
 
 def _envs(plan: BulkPlan, cols, rows: list, parent, cand, triggers: list, at) -> list:

@@ -367,8 +367,7 @@ class PatternManager:
 
     def can_prepare(self, types) -> bool:
         """Whether some trigger of these types would be evaluated in bulk (``prepare``)."""
-        if self.order is None or self.pessimistic or self._any_triggers or self.has_deferred \
-                or self.cq.slide:
+        if self.order is None or self.pessimistic or self._any_triggers or self.cq.slide:
             return False
         return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
@@ -423,11 +422,12 @@ class PatternManager:
                 [t for t in group if t.key is not None]
             if plan is None:            # only the triggers no condition of theirs passes
                 got = bulk.screen(screen, ts)
-            else:
+            else:                       # (deferred bindings: their members when released)
                 got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
-                                    self._label, self._var_order, cap, self._member_columns(),
+                                    self._label, self._var_order, cap,
+                                    None if plan.deferred else self._member_columns(),
                                     [number[t.key] for t in ts] if len(parts) > 1 else None,
-                                    self._member_runs())
+                                    None if plan.deferred else self._member_runs())
             if ts is triggers and len(by_target) == 1 and not ready:
                 self._chunk = _Chunk((b, name), ts)       # kept whole (_ready_map when needed)
                 self._chunk.add(got, None)
@@ -486,6 +486,8 @@ class PatternManager:
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each was evaluated in bulk for
         each of its targets, and this manager's output keeps their order."""
+        if self.has_deferred:           # its bindings wait for the clock: trigger by trigger
+            return False
         chunk = self._chunk
         if chunk is not None and chunk.triggers is triggers:
             return len(self._triggers[triggers[0].type]) == 1 and all(chunk.left) and \
@@ -600,8 +602,6 @@ class PatternManager:
             return "pessimistic disorder mode"
         if self._any_triggers:
             return "a variable of any type"
-        if self.has_deferred:
-            return "a negation at the end (decided when the window closes)"
         if self.cq.slide:
             return "SLIDE"
         if "raycep.cep.evaluation.bulk" not in sys.modules:    # (numpy: column batches only)
@@ -666,24 +666,39 @@ class PatternManager:
                 bulk += 1
                 (matches, bounds, _, _), i = got
                 if bounds[i + 1] > bounds[i]:
-                    out.extend(self._fan_block(matches, bounds[i], bounds[i + 1], origin))
+                    plan = self._bulk_plan(b, name) if self.has_deferred else None
+                    if plan is not None and plan.deferred:     # waiting as below
+                        self._defer(b, trigger, origin, None, out,
+                                    [{n: m.bindings[n] for n in plan.names}
+                                     for m in matches[bounds[i]:bounds[i + 1]]])
+                    else:
+                        out.extend(self._fan_block(matches, bounds[i], bounds[i + 1],
+                                                   origin))
                 continue
             ev = self._run(b, name, trigger)
             if ev.deferred:
-                for env in ev.results:
-                    deadline = _first_ts(env) + self.cq.window
-                    if self._due(deadline):    # an out-of-order trigger whose window closed
-                        if _confirmed(ev, env):
-                            out.extend(self._matches(env, origin, keep=True))
-                    else:
-                        seq = next(self._seq)
-                        heapq.heappush(self._deferred, (deadline, seq, b, env, trigger))
-                        self._inherit(seq, origin)
+                self._defer(b, trigger, origin, ev, out, ev.results)
             elif ev.results:
                 out.extend(self._fan(ev.results, origin))
         if bulk and bulk == len(targets):   # (a branch of an OR may not be)
             self.bulk_triggers += 1
         return out
+
+    def _defer(self, b: int, trigger: Event, origin, ev, out: list, envs: list):
+        """The bindings ``envs`` of ``trigger`` (branch ``b``; ``ev`` its Evaluation, None:
+        found in bulk) wait for the clock to pass their deadline (a negation at the end),
+        or are confirmed now where it has (an out-of-order trigger)."""
+        for env in envs:
+            deadline = _first_ts(env) + self.cq.window
+            if self._due(deadline):        # an out-of-order trigger whose window closed
+                if ev is None:
+                    ev = self._evaluation(b, trigger)
+                if _confirmed(ev, env):
+                    out.extend(self._matches(env, origin, keep=True))
+            else:
+                seq = next(self._seq)
+                heapq.heappush(self._deferred, (deadline, seq, b, env, trigger))
+                self._inherit(seq, origin)
 
     def _steps_for(self, b: int, trigger_var: str, ev: Evaluation) -> tuple:
         branch = self.cq.branches[b]

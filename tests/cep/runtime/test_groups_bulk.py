@@ -5,7 +5,8 @@ several queries of one chunk as a MatchMix in the engine's order.
 
 Random groups: 2-8 queries of one SEQ shape of 2-3 variables (or an OR of two sequences, each
 conjunct of one branch) whose order comparisons differ only in their constants (under ``*``,
-``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle or not,
+``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle, at the
+end (its bindings wait for the clock) or none,
 under skip-till-any-match, a contiguity strategy or skip-till-next-match (each member
 judging its own bindings), keyed or not, next to an unrelated query; streams with
 ties and values that are not exact numbers (strings, missing attributes, large ints); fed as
@@ -69,7 +70,10 @@ def groups(draw):
     if either:
         order = tuple(draw(st.permutations("abcd"), label="order of both branches"))
         pattern = f"{types[0]} a, {types[1]} b), SEQ(C c, {types[1]} d"
-    if negation:
+    at_end = negation and draw(st.booleans(), label="negation at the end?")
+    if at_end:                          # decided when the window closes (deferred)
+        pattern += ", ~D n"
+    elif negation:
         pattern = f"{types[0]} {names[0]}, ~D n, " + ", ".join(
             f"{t} {v}" for t, v in zip(types[1:], names[1:]))
     out = []
@@ -83,7 +87,7 @@ def groups(draw):
                           "const": f"{x}.{ax} {op} {c}",
                           "left": f"{c} {op} {x}.{ax}"}[form])
         if negation:
-            conds.append(f"n.x > {names[0]}.x")
+            conds.append(f"n.x > {names[-1] if at_end else names[0]}.x")
         window = draw(st.sampled_from((2, 3, 5, 8))) if windows or not k else \
             int(out[0][1].rsplit("WITHIN ", 1)[1].split()[0])
         text = f"SEQ({pattern})" if not either else f"OR(SEQ({pattern}))"
@@ -159,10 +163,15 @@ def test_groups_in_bulk_equal_event_by_event_and_the_oracle(case, seed, n, ties,
     cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=6), label="cuts")})
     note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
     with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
-        want = by_event(engine(queries, order, keyed), events)
+        first = engine(queries, order, keyed)
+        want = by_event(first, events)
         for blocks in (False, True):
-            got = by_columns(engine(queries, order, keyed), events, cuts, blocks)
+            eng = engine(queries, order, keyed)
+            got = by_columns(eng, events, cuts, blocks)
             assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+            # every condition counted as event by event (what the planner reads)
+            assert {name: q["conjuncts"] for name, q in eng.stats()["queries"].items()} == \
+                {name: q["conjuncts"] for name, q in first.stats()["queries"].items()}
     alone = by_event(engine(queries, order, keyed, sharing=False), events)
     assert Counter((m.query, m.key()) for m in got) == \
         Counter((m.query, m.key()) for m in alone)
@@ -359,3 +368,22 @@ def test_contiguity_is_decided_over_columns():
         assert frozenset({"e1", "e3"}) not in found     # e2 (a B) is between
         assert frozenset({"e4", "e6"}) in found         # a D between: not the query's
         assert frozenset({"e9", "e10"}) in found
+
+
+def test_a_negation_at_the_end_is_joined_in_bulk_and_waits_for_the_clock():
+    """Not vacuous: a group whose negation ends the pattern joins its triggers in bulk (the
+    bindings then wait for their deadline, released at the first row after it), with the
+    matches, their order and the condition counters of event-by-event processing."""
+    queries = [(f"m{k}", f"PATTERN SEQ(A a, B b, ~C n) WHERE [k] AND b.x > a.x * {f} AND "
+                         f"n.y > b.y WITHIN 3 seconds") for k, f in enumerate((0.5, 1, 1.5))]
+    events = stream(13, 600, True, 0, 0)
+    first = engine(queries, ("b", "a"), True)
+    want = by_event(first, events)
+    eng = engine(queries, ("b", "a"), True)
+    got = by_columns(eng, events, [0, 300, 600], True)
+    assert len(want) > 20
+    assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+    paths = eng.paths()
+    assert all(paths[name]["bulk"] > 0 and paths[name]["why"] is None for name, _ in queries)
+    assert {name: q["conjuncts"] for name, q in eng.stats()["queries"].items()} == \
+        {name: q["conjuncts"] for name, q in first.stats()["queries"].items()}
