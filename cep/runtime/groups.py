@@ -725,7 +725,9 @@ class GroupManager(PatternManager):
         return runs
 
     def _refusal(self) -> str | None:
-        if self._accepting and self.order is not None and self._member_columns() is None:
+        if self._accepting and self.order is not None and self._member_columns() is None \
+                and all(PatternManager._bulk_plan(self, b, name) is not None
+                        for targets in self._triggers.values() for b, name in targets):
             return ("skip-till-next-match variants in one group whose constants are not "
                     "decided over columns (each member's selection decided binding by "
                     "binding)")
