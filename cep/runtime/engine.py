@@ -570,23 +570,27 @@ class Engine:
             index.inserted = inserted
         return managers
 
-    def _quiet(self, made: list, prepared: list) -> list:
+    def _quiet(self, made: list, prepared: list, taking=()) -> list | None:
         """Per trigger of ``made``: whether every query it triggers evaluated it in bulk
         without a match (PatternManager.quiet): it is then indexed ahead like the rows of
-        other types, never processed on its own."""
+        other types, never processed on its own. Only the types whose queries were all asked
+        and do not all take their triggers at once (``taking``: those are skipped whole) are
+        looked at; None where there is no such type."""
         asked = set(prepared)
         by_type = self._by_type
-        masks = {m: m.quiet_mask(made) for m in prepared}
         kinds = {t.type for t in made}
+        open_ = {typ for typ in kinds if all(m in asked for m in by_type[typ]) and
+                 not all(m in taking for m in by_type[typ])}
+        if not open_:
+            return None
+        masks = {m: m.quiet_mask(made) for typ in open_ for m in by_type[typ]}
         if len(kinds) == 1:                              # one set of queries for them all
             managers = by_type[next(iter(kinds))]
-            if not all(m in asked for m in managers):
-                return [False] * len(made)
             quiet = masks[managers[0]]
             for m in managers[1:]:
                 quiet = list(map(and_, quiet, masks[m]))
             return quiet
-        return [all(m in asked and masks[m][k] for m in by_type[t.type])
+        return [t.type in open_ and all(masks[m][k] for m in by_type[t.type])
                 for k, t in enumerate(made)]
 
     def _take_quiet(self, quiet: list, source: str, taking=()):
@@ -648,8 +652,8 @@ class Engine:
         taking = self._taking(made, prepared)
         # (a trigger is quiet when each of its managers was asked: with all of them taking
         # theirs, only the triggers of types whose managers all take are, skipped below)
-        skip = self._quiet(made, prepared) if prepared and len(taking) < len(prepared) \
-            else None
+        skip = self._quiet(made, prepared, taking) if prepared and \
+            len(taking) < len(prepared) else None
         if taking:
             whole = {t.type for t in made}
             whole = {typ for typ in whole if all(m in taking for m in self._by_type[typ])}
