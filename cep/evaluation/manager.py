@@ -26,8 +26,8 @@ import math
 import sys
 from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import and_, attrgetter, eq, sub
+from itertools import compress
+from operator import and_, attrgetter
 
 from raycep.cep.errors import PlanningError
 from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
@@ -40,7 +40,6 @@ from raycep.cep.store.disorder import check_mode
 from raycep.cep.store.index import ALL, ANY_TYPE, SharedEventIndex
 
 log = logging.getLogger("raycep")
-_TYPE = attrgetter("type")
 _TS = attrgetter("ts")
 
 
@@ -372,39 +371,25 @@ class PatternManager:
         return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
-    def prepare(self, triggers: list, by_type: dict | None = None) -> None:
+    def prepare(self, triggers: list, by_type: dict) -> None:
         """Evaluate in bulk (cep.evaluation.bulk) the triggers among ``triggers`` that this manager
         can (``can_prepare``): in-order events the engine processes next, in time order, every
         row up to the last of them indexed already (the triggers too); ``by_type``: they per
-        type, in order (found where not given). ``_evaluate`` takes each result when the
-        engine processes its trigger (or ``take_prepared`` all at once); ``unprepare`` drops
-        the rest."""
+        type, in order (``triggers`` itself where they are all of one type). ``_evaluate``
+        takes each result when the engine processes its trigger (or ``take_prepared`` all at
+        once); ``unprepare`` drops the rest."""
         by_target: dict = {}
         floor = max(self.floor + self.cq.window, self.since)
-        targets = self._triggers
-        if len(targets) == 1 and triggers and triggers[0].ts > floor:
-            (typ, mine), = targets.items()         # all of them, in time order: all after
-            if all(map(eq, map(_TYPE, triggers), repeat(typ))):
-                by_target = dict.fromkeys(mine, triggers)
-        if not by_target:
-            if by_type is None:
-                by_type = {}
-                for t in triggers:
-                    got = by_type.get(t.type)
-                    if got is None:
-                        by_type[t.type] = [t]
-                    else:
-                        got.append(t)
-            for typ, mine in targets.items():
-                ts = by_type.get(typ)
+        for typ, mine in self._triggers.items():
+            ts = by_type.get(typ)
+            if not ts:
+                continue
+            if ts[0].ts <= floor:                   # evaluated on its own (or not at all)
+                ts = ts[bisect_right(list(map(_TS, ts)), floor):]
                 if not ts:
                     continue
-                if ts[0].ts <= floor:               # evaluated on its own (or not at all)
-                    ts = ts[bisect_right(list(map(_TS, ts)), floor):]
-                    if not ts:
-                        continue
-                for target in mine:
-                    by_target[target] = ts
+            for target in mine:
+                by_target[target] = ts
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
         ready = self._ready_map()
         cap = self.settings.max_matches_per_trigger

@@ -562,6 +562,8 @@ class Engine:
                 by_type[t.type] = [t]
             else:
                 got.append(t)
+        if len(by_type) == 1:               # the list itself: a manager keeps its results whole
+            by_type = dict.fromkeys(by_type, triggers)
         try:
             for m in managers:
                 m.prepare(triggers, by_type)
@@ -775,14 +777,14 @@ class Engine:
         of each of its managers, in turn)."""
         import numpy as np                                # a column batch: numpy is there
         parts, keys = [], []
+        rows = np.asarray(rows, dtype=np.intp)
         for m, where in taking.items():
             counts: list = []
             mine = made if len(where) == len(made) else list(map(made.__getitem__, where))
             found = m.take_prepared(mine, counts)
             if not len(found):
                 continue
-            at = np.asarray(rows, dtype=np.intp)[where] if len(where) < len(rows) else \
-                np.asarray(rows, dtype=np.intp)
+            at = rows[where] if len(where) < len(rows) else rows
             ranks = np.fromiter((rank[made[i].type][m] for i in where), dtype=np.intp,
                                 count=len(where))
             keys.append(np.repeat(at * width + ranks, counts))

@@ -138,6 +138,24 @@ def by_columns(eng, events: list, cuts: list, blocks: bool = False) -> list:
     return out + eng.advance(math.inf)
 
 
+def same_in_bulk(queries: list, order: tuple, keyed: bool, events: list, cuts: list,
+                 counted: tuple | None = None) -> list:
+    """``events`` fed as column batches cut at ``cuts`` (every chunk in bulk; blocks off and
+    on) give the matches of ``process`` event by event, in its order, and the same condition
+    counters for the queries ``counted`` (None: all); returns those matches."""
+    with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
+        first = engine(queries, order, keyed)
+        want = by_event(first, events)
+        for blocks in (False, True):
+            eng = engine(queries, order, keyed)
+            got = by_columns(eng, events, cuts, blocks)
+            assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+            mine, theirs = eng.stats()["queries"], first.stats()["queries"]
+            for name in counted or theirs:
+                assert mine[name]["conjuncts"] == theirs[name]["conjuncts"], name
+    return want
+
+
 class Resolved:
     """Counts the bindings decided over columns (MemberColumns.resolve; ``patch()``)."""
 
@@ -162,16 +180,8 @@ def test_groups_in_bulk_equal_event_by_event_and_the_oracle(case, seed, n, ties,
     events = stream(seed, n, keyed, ties, odd)
     cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=6), label="cuts")})
     note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
-    with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
-        first = engine(queries, order, keyed)
-        want = by_event(first, events)
-        for blocks in (False, True):
-            eng = engine(queries, order, keyed)
-            got = by_columns(eng, events, cuts, blocks)
-            assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
-            # every condition counted as event by event (what the planner reads)
-            assert {name: q["conjuncts"] for name, q in eng.stats()["queries"].items()} == \
-                {name: q["conjuncts"] for name, q in first.stats()["queries"].items()}
+    # every condition counted as event by event (what the planner reads)
+    got = same_in_bulk(queries, order, keyed, events, cuts)
     alone = by_event(engine(queries, order, keyed, sharing=False), events)
     assert Counter((m.query, m.key()) for m in got) == \
         Counter((m.query, m.key()) for m in alone)
@@ -283,16 +293,8 @@ def test_queries_one_by_one_beside_groups_in_bulk_keep_the_order_of_each_trigger
     events = stream(seed, n, keyed, ties, 0)
     cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=4), label="cuts")})
     note("\n".join(f"{name}: {text}" for name, text in queries) + f"\norder={order}")
-    with mock.patch.object(raycep.cep.runtime.engine, "BULK_TRIGGERS", 1):
-        first = engine(queries, order, keyed)
-        want = by_event(first, events)
-        for blocks in (False, True):
-            eng = engine(queries, order, keyed)
-            got = by_columns(eng, events, cuts, blocks)
-            assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
-            # the negation at the end read what it reads event by event: no row ahead
-            assert eng.stats()["queries"]["late"]["conjuncts"] == \
-                first.stats()["queries"]["late"]["conjuncts"]
+    # the negation at the end read what it reads event by event: no row ahead
+    same_in_bulk(queries, order, keyed, events, cuts, counted=("late",))
 
 
 def test_a_query_one_by_one_registered_before_a_group_in_bulk_comes_before_it():
