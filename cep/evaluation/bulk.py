@@ -47,6 +47,7 @@ from itertools import repeat
 
 import numpy as np
 
+from raycep.cep.evaluation.loose import OneOf
 from raycep.cep.evaluation.strategies import Run, accepts
 from raycep.cep.evaluation.vector import compile_term, compile_vector
 from raycep.cep.event import EXACT, EXACT_INT, kind_of
@@ -189,8 +190,11 @@ def _check(c, loose: dict, opaque: dict) -> _Check | None:
     """Condition ``c`` as a _Check, or None (not a comparison of numbers over columns)."""
     if c.kleene_i is not None:
         return None
-    if id(c) in loose:
-        exprs = tuple(e.expr for e in loose[id(c)])
+    spec = loose.get(id(c))
+    if spec.__class__ is OneOf:
+        return _Check(c, (_one_of(spec),))
+    if spec is not None:
+        exprs = tuple(e.expr for e in spec)
     elif id(c) in opaque:
         return None
     else:
@@ -252,7 +256,7 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
     if any(j not in before and j not in after for j in same):
         return None
     filters = tuple(_filter(c, neg.var.name, pos, k + 1) for c in neg.filters)
-    if None in filters or any(_text(f) for f in filters):
+    if None in filters or any(_text(f) or _joined(f) for f in filters):
         return None
     extreme = neg.extreme is not None
     if extreme and filters[0].arith is not None:
@@ -262,6 +266,8 @@ def _negation(neg, names: tuple, types: tuple, pos: dict, k: int, opaque: dict):
 
 def _loose_filter(c, ends: tuple, name: str, pos: dict, k: int) -> _Filter | None:
     """Group condition ``c`` as the _Filter of its extreme members' ``ends`` (plan_for)."""
+    if ends.__class__ is OneOf:
+        return None
     low, high = (_filter(e, name, pos, k) for e in ends)
     if low is None or high is None or low.op not in _ORDERING or (low.attr, low.op, low.var, low.other) != \
             (high.attr, high.op, high.var, high.other) or \
@@ -277,7 +283,7 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     if expr.__class__ is not ast.Compare:
         return None
     if not ordering:
-        return _equality(c, attr, op, expr)
+        return _equality(c, attr, op, expr, name, pos, k)
     arith = None
     if attr is None:
         spec = getattr(getter, "attr_arith", None)      # x.attr OP number (expressions)
@@ -315,11 +321,18 @@ def _filter(c, name: str, pos: dict, k: int) -> _Filter | None:
     return None
 
 
-def _equality(c, attr, op, expr) -> _Filter | None:
+def _equality(c, attr, op, expr, name: str, pos: dict, k: int) -> _Filter | None:
     """``x.attr = value`` or ``!=`` with a literal text or exact number, as a _Filter (its
-    ``const`` the text itself, or the number as a float), or None."""
-    other = expr.right if expr.left.__class__ is ast.Attr else expr.left
-    if attr is None or attr in FIELDS or other.__class__ is not ast.Literal:
+    ``const`` the text itself, or the number as a float), or with an attribute of a
+    variable bound before (``_joined``), or None."""
+    mine = expr.left.__class__ is ast.Attr and expr.left.var == name
+    other = expr.right if mine else expr.left
+    if attr is None or attr in FIELDS:
+        return None
+    if other.__class__ is ast.Attr and other.index is None and other.attr not in FIELDS \
+            and pos.get(other.var, k) < k:
+        return _Filter(c, attr, op, None, pos[other.var], other.attr)
+    if other.__class__ is not ast.Literal:
         return None
     value = other.value
     if value.__class__ is str:
@@ -330,6 +343,33 @@ def _equality(c, attr, op, expr) -> _Filter | None:
 def _text(f: _Filter) -> bool:
     """Whether ``f`` compares with a text (``_equality``)."""
     return f.const.__class__ is str
+
+
+def _joined(f: _Filter) -> bool:
+    """Whether ``f`` is an equality (``=``, ``!=``) with another variable's attribute, texts
+    or numbers (``_equality``, ``_equal_join``)."""
+    return f.const is None and f.term is None and f.op not in _ORDERING
+
+
+def _equal_join(f: _Filter, col, cols, rows: list, parent, cand, table: dict) -> tuple:
+    """``(held, unsure)`` of equality ``f`` per candidate ``cand`` of ``col`` against its
+    binding's (``parent``) value of ``f.other``: two texts compared by their numbers in
+    ``table`` (one numbering per evaluation, _Columns.text_ids), two exact numbers as
+    float64; anything else is a comparison the evaluator fails or makes in Python
+    (``unsure``)."""
+    at = rows[f.var][parent]
+    mine = col.text_ids(f.attr, table, True)[cand]
+    theirs = cols[f.var].text_ids(f.other, table, True)[at]
+    text = (mine >= 0) & (theirs >= 0)
+    equal = mine == theirs
+    unsure = ~text
+    if unsure.any():
+        values, odd = col.column(f.attr)
+        other, other_odd = cols[f.var].column(f.other)
+        number = ~odd[cand] & ~other_odd[at]
+        equal = np.where(text, equal, values[cand] == other[at])
+        unsure = ~(text | number)
+    return (equal if f.op is operator.eq else ~equal), unsure
 
 
 def _held(col, f: _Filter, at):
@@ -422,6 +462,19 @@ class _Columns:
             self._cols[key] = col
         return col
 
+    def text_ids(self, attr: str, table: dict, grow: bool = False):
+        """``attr`` of every row as the number ``table`` gives its text, -1 where it is no
+        text (or, unless ``grow``, one ``table`` lacks) (TimeBuffer.text_ids); made once per
+        attribute and table."""
+        key = ("ids", attr, id(table))
+        got = self._cols.get(key)
+        if got is None:
+            got = [p[0].text_ids(p[1], p[2], attr, table, grow) for p in self.parts
+                   if p is not None]
+            got = self._cols[key] = np.concatenate(got) if len(got) > 1 else \
+                got[0] if got else np.zeros(0, dtype=np.int64)
+        return got
+
     def events(self, rows) -> list:
         """The Events of ``rows`` (numpy, rows as above), one per entry."""
         if len(self.parts) == 1:
@@ -455,6 +508,18 @@ class _Triggers:
             values = np.where(kinds == EXACT, values, np.nan)    # as _value of each
             col = self._cols[attr] = (values, np.isnan(values))
         return col
+
+    def text_ids(self, attr: str, table: dict, grow: bool = False):
+        """Like _Columns.text_ids, over the triggers."""
+        key = ("ids", attr, id(table))
+        got = self._cols.get(key)
+        if got is None:
+            look = table.setdefault if grow else table.get
+            values = [t.attrs.get(attr) for t in self.triggers]
+            got = self._cols[key] = np.fromiter(
+                ((look(v, len(table) if grow else -1) if v.__class__ is str else -1)
+                 for v in values), dtype=np.int64, count=len(values))
+        return got
 
     def text(self, attr: str, value: str) -> tuple:
         """Like _Columns.text, over the triggers."""
@@ -498,7 +563,7 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
     bad = np.zeros(n, dtype=bool)
     tpart = np.asarray(part, dtype=np.intp) if part is not None and len(partitions) > 1 \
         else None
-    block = _Block(index, partitions, tpart, tts, tlow_all, {}, [], bad, [])
+    block = _Block(index, partitions, tpart, tts, tlow_all, {}, [], bad, [], {})
     cols = block.cols
     cols += [_Triggers(triggers)] + [block.columns(typ) for typ in plan.types[1:]]
     trig = np.arange(n)                  # per binding: its trigger
@@ -533,6 +598,8 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
         some = first < stop
         count = np.where(some, stop - first, 0)
         for f in filters:
+            if _joined(f):               # (decided per candidate: _equal_join)
+                continue
             # the evaluator fails such rows, or compares them row by row: any in a range
             odd = col.text(f.attr, f.const)[1] if _text(f) else col.column(f.attr)[1]
             if odd.any():
@@ -545,6 +612,11 @@ def evaluate(plan: BulkPlan, index, partitions: list, triggers: list, window: fl
             for g in (f, f.alt) if f.alt is not None else (f,):
                 if _text(g):
                     held = _held(col, g, cand)[0]
+                    passed = held if passed is None else passed | held
+                    continue
+                if _joined(g):
+                    held, unsure = _equal_join(g, col, cols, rows, parent, cand, block.texts)
+                    bad[trig[parent[unsure]]] = True
                     passed = held if passed is None else passed | held
                     continue
                 values = col.column(g.attr)[0][cand]
@@ -860,13 +932,38 @@ def _counted(tallies: list, good, n: int) -> list:
 def _values(cols, rows: list, steps: dict, k: int, parent, cand):
     """``get(var, attr)`` (cep.evaluation.vector): the bindings' values of ``attr`` of the
     variable bound at step ``steps[var]``; step ``k``'s are the candidates ``cand``'s, the
-    others those of each candidate's binding (``parent``)."""
+    others those of each candidate's binding (``parent``). ``get.ids(var, attr, table)``:
+    their texts as ``table`` numbers them (-1: no text of it, _Columns.text_ids)."""
     def get(var, attr):
         j = steps[var]
         values, odd = cols[j].column(attr)
         at = cand if j == k else rows[j][parent]
         return values[at], odd[at]
+
+    def ids(var, attr, table):
+        j = steps[var]
+        return cols[j].text_ids(attr, table)[cand if j == k else rows[j][parent]]
+    get.ids = ids
     return get
+
+
+def _one_of(spec: OneOf):
+    """``fn(get, const) -> (truth, unsure)`` of a OneOf (as cep.evaluation.vector's): its
+    attribute's value is one of the constants. A value of another kind is no member's (the
+    group's condition is false there, never a failure); a value that is no exact number is
+    left to the evaluator when the constants are numbers."""
+    if spec.texts:
+        table = spec.table
+
+        def texts(get, const):
+            return get.ids(spec.var, spec.attr, table) >= 0, False
+        return texts
+    consts = np.asarray(spec.values, dtype=np.float64)
+
+    def numbers(get, const):
+        values, odd = get(spec.var, spec.attr)
+        return np.isin(values, consts) & ~odd, odd
+    return numbers
 
 
 def _screened(filters: tuple, col: _Triggers, cand, bad, tallies: list):
@@ -1002,6 +1099,7 @@ class _Block:
     cols: list
     bad: np.ndarray
     tallies: list
+    texts: dict                  # the texts compared with each other, numbered (_equal_join)
 
     def columns(self, typ) -> _Columns:
         """The buffer of ``typ`` over the triggers' time span, made once per type."""

@@ -33,6 +33,7 @@ from bisect import bisect_left
 from itertools import repeat
 from operator import itemgetter
 
+from raycep.cep.evaluation.loose import one_of
 from raycep.cep.evaluation.manager import PatternManager
 from raycep.cep.evaluation.strategies import Run, accepts
 from raycep.cep.event import Event
@@ -592,10 +593,16 @@ class GroupManager(PatternManager):
 
     def _extremes(self, varying: tuple, tables: list) -> dict:
         """id(group condition) -> the conditions of the members with its lowest and highest
-        constant, for the ordered ones (cep.evaluation.bulk.plan_for's ``loose``)."""
+        constant, for the ordered ones, the set of its constants for the equalities
+        (cep.evaluation.bulk.plan_for's ``loose``)."""
         out = {}
+        exprs = split_conjuncts(self.members[0].cq.query.where)
         for k, table in zip(varying, tables):
-            if table.kind == "ordered":
+            if table.kind == "equal":
+                spec = one_of(exprs[k], [e[0] for e in table.entries])
+                if spec is not None:
+                    out[id(self.cq.conjuncts[k])] = spec
+            elif table.kind == "ordered":
                 ends = (table.entries[0][2], table.entries[-1][2])
                 out[id(self.cq.conjuncts[k])] = tuple(
                     self.members[(mask & -mask).bit_length() - 1].cq.conjuncts[k]

@@ -8,13 +8,15 @@ the binding. ``MemberColumns`` does the same for all the bindings of a chunk's t
 (cep.evaluation.vector) with the probed constant of every binding, so the accepted members of a
 binding are, per conjunct and per window, a range of that one's sorted entries; the matches are
 the (binding, member) pairs inside every range, found by expanding the first range and testing
-the others (Esper's filter service likewise indexes many statements' constants rather than
+the others; an equality with differing constants (``x.attr = constant``) accepts the members
+of one entry of its sorted constants, the binding's value's (Esper's filter service likewise indexes many statements' constants rather than
 testing each, "Esper Reference", chapter "Processing Model", filter indexes).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from raycep.cep.evaluation.loose import one_of
 from raycep.cep.evaluation.vector import compile_vector
 from raycep.cep.lang.validate import conjuncts as split_conjuncts
 
@@ -50,6 +52,30 @@ class _Ordered:
         start = np.where(split, np.where(first, 0, lo), 0)
         end = np.where(split, np.where(first, lo, k), np.where(first, k, 0))
         return start, end, unsure
+
+
+class _Equal:
+    """One equal Variants table (``x.attr = constant``, cep.evaluation.loose.OneOf): a
+    binding is accepted by the members whose constant its value is, one entry of the sorted
+    constants."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.table = spec.table if spec.texts else None
+        self.consts = None if spec.texts else np.asarray(spec.values, dtype=np.float64)
+
+    def ranges(self, get, n: int) -> tuple:
+        """``(lo, hi, unsure)`` per binding (as _Ordered's)."""
+        spec = self.spec
+        if self.table is not None:
+            at = get.ids(spec.var, spec.attr, self.table)
+            found, unsure = at >= 0, np.zeros(n, dtype=bool)
+        else:
+            values, unsure = get(spec.var, spec.attr)
+            at = np.minimum(np.searchsorted(self.consts, values), len(self.consts) - 1)
+            found = (self.consts[at] == values) & ~unsure
+        lo = np.where(found, at, 0)
+        return lo, np.where(found, at + 1, 0), unsure
 
 
 class _Windows:
@@ -91,11 +117,19 @@ class MemberColumns:
         if tables:
             exprs = split_conjuncts(members[0].cq.query.where)
         for k, table in zip(varying, tables):
+            lits = [m.values[k] for m in members]
+            hole = [i for i in range(len(lits[0])) if len({x[i] for x in lits}) > 1]
+            if table.kind == "equal":
+                spec = one_of(exprs[k], [v for v, _, _ in table.entries])
+                if spec is None or len(hole) != 1:
+                    return None
+                at = {v: i for i, v in enumerate(spec.values)}
+                dims.append((_Equal(spec), np.array([at[x[hole[0]]] for x in lits],
+                                                    dtype=np.intp), table.vars))
+                continue
             if table.kind != "ordered":
                 return None
             values = [v for v, _, _ in table.entries]
-            lits = [m.values[k] for m in members]
-            hole = [i for i in range(len(lits[0])) if len({x[i] for x in lits}) > 1]
             fn = compile_vector(exprs[k], hole[0]) if len(hole) == 1 else None
             if fn is None:
                 return None

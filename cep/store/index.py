@@ -325,6 +325,37 @@ class TimeBuffer(_Rows):
             return equal[0], odd[0]
         return np.concatenate(equal), np.concatenate(odd)
 
+    def text_ids(self, i: int, j: int, attr: str, table: dict, grow: bool) -> "np.ndarray":
+        """``attr`` at positions ``i`` to ``j - 1`` as the numbers ``table`` gives its texts
+        (int64 numpy): -1 where the row holds no ``str`` (absent, a number, ...) or, unless
+        ``grow`` (then a new text gets the next number), a text ``table`` lacks. Texts are
+        compared once per batch and distinct text (its codes, cep.store.batch ``texts``),
+        the rows made as Events one by one."""
+        import numpy as np
+        if j <= i:
+            return np.zeros(0, dtype=np.int64)
+        src = self._src
+        part = src[i:j] if src is not None else [None]
+        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
+                                             map(is_not, part[1:], part))), j - i]
+        out, off = [], self._off
+        look = table.setdefault if grow else table.get
+        for a, b in zip(cuts, cuts[1:]):
+            batch = part[a]
+            if batch is None:
+                got = [ev.attrs.get(attr, _MISSING) for ev in self._objs[i + a:i + b]]
+                out.append(np.fromiter(
+                    (look(v, len(table)) if v.__class__ is str else -1 for v in got)
+                    if grow else ((look(v, -1) if v.__class__ is str else -1) for v in got),
+                    dtype=np.int64, count=b - a))
+                continue
+            codes, index = batch.texts(attr)
+            lut = np.full(len(index) + 1, -1, dtype=np.int64)     # code -1: the last
+            for text, code in index.items():
+                lut[code] = look(text, len(table)) if grow else look(text, -1)
+            out.append(lut[codes[np.array(off[i + a:i + b], dtype=np.intp)]])
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
     def compare(self, i: int, j: int, attr: str, op, value) -> tuple:
         """``(held, odd)`` at positions ``i`` to ``j - 1`` as numpy bools: ``op(attr,
         value)`` for a text ``value`` (``op`` ``eq`` or ``ne``, ``text_equal``) or a number

@@ -4,8 +4,9 @@ over its loosest constants (cep.evaluation.bulk), its members are decided over c
 several queries of one chunk as a MatchMix in the engine's order.
 
 Random groups: 2-8 queries of one SEQ shape of 2-3 variables (or an OR of two sequences, each
-conjunct of one branch) whose order comparisons differ only in their constants (under ``*``,
-``+``, ``-`` or alone) and sometimes in their window, with a negation in the middle, at the
+conjunct of one branch) whose order comparisons and equalities with a text or a number differ
+only in their constants (under ``*``, ``+``, ``-`` or alone), with equalities of two
+variables' texts, and sometimes differing in their window, with a negation in the middle, at the
 end (its bindings wait for the clock) or none,
 under skip-till-any-match, a contiguity strategy or skip-till-next-match (each member
 judging its own bindings), keyed or not, next to an unrelated query; streams with
@@ -38,6 +39,9 @@ SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
 CONSTANTS = (0, 1, 2, 3, -1, 0.5, 1.25, 2.5)
 FACTORS = (0.5, 1, 1.5, 2, 0.75)
 ODD = ("p", None, 2 ** 60, True)
+TEXTS = ("p", "q", "r", "s")
+EQUALS = (0, 1, 2, 3, 2.5)
+ODD_TEXT = (1, None, True, 2.5)
 
 
 @st.composite
@@ -58,7 +62,10 @@ def groups(draw):
                         label="pair of a branch")
         ax, ay = draw(st.sampled_from("xyz")), draw(st.sampled_from("xyz"))
         op = draw(st.sampled_from(("<", "<=", ">", ">=")))
-        form = draw(st.sampled_from(("mul", "add", "sub", "const", "left")))
+        form = draw(st.sampled_from(("mul", "add", "sub", "const", "left", "text", "equal",
+                                     "join")))
+        if form == "join":                  # texts (or numbers) of two variables
+            op = draw(st.sampled_from(("=", "!=")))
         shapes.append((x, ax, y, ay, op, form))
     strategy = draw(st.sampled_from(("", "", "", " STRATEGY strict_contiguity",
                                      " STRATEGY partition_contiguity",
@@ -80,12 +87,17 @@ def groups(draw):
     for k in range(members):
         conds = ["[k]"] if keyed else []
         for x, ax, y, ay, op, form in shapes:
-            c = draw(st.sampled_from(FACTORS if form == "mul" else CONSTANTS), label="constant")
+            c = draw(st.sampled_from(FACTORS if form == "mul" else TEXTS if form == "text"
+                                     else EQUALS if form == "equal" else CONSTANTS),
+                     label="constant")
             conds.append({"mul": f"{x}.{ax} {op} {y}.{ay} * {c}",
                           "add": f"{x}.{ax} + {c} {op} {y}.{ay}",
                           "sub": f"{x}.{ax} {op} {y}.{ay} - {c}",
                           "const": f"{x}.{ax} {op} {c}",
-                          "left": f"{c} {op} {x}.{ax}"}[form])
+                          "left": f"{c} {op} {x}.{ax}",
+                          "text": f"{x}.v = '{c}'",       # (constants differ: an equality
+                          "equal": f"{c} = {x}.{ax}",     # index of the members)
+                          "join": f"{x}.v {op} {y}.v"}[form])
         if negation:
             conds.append(f"n.x > {names[-1] if at_end else names[0]}.x")
         window = draw(st.sampled_from((2, 3, 5, 8))) if windows or not k else \
@@ -99,6 +111,7 @@ def groups(draw):
 
 def stream(seed: int, n: int, keyed: bool, ties: float, odd: float) -> list:
     rng = random.Random(seed)
+    texts = random.Random(seed + 1)         # (the other attributes as before texts came)
     events, ts = [], 0.0
     for j in range(n):
         ts += 0 if rng.random() < ties else rng.choice([0.5, 1, 1, 1.5])
@@ -111,6 +124,13 @@ def stream(seed: int, n: int, keyed: bool, ties: float, odd: float) -> list:
                     del attrs[a]
                 else:
                     attrs[a] = value
+        attrs["v"] = texts.choice(TEXTS[:3])
+        if texts.random() < odd:
+            value = texts.choice(ODD_TEXT)
+            if value is None:
+                del attrs["v"]
+            else:
+                attrs["v"] = value
         events.append(Event(rng.choice("AABBCCD"), ts, attrs,
                             key=attrs["k"] if keyed else None, id=f"e{j:04d}"))
     return events
@@ -389,3 +409,44 @@ def test_a_negation_at_the_end_is_joined_in_bulk_and_waits_for_the_clock():
     assert all(paths[name]["bulk"] > 0 and paths[name]["why"] is None for name, _ in queries)
     assert {name: q["conjuncts"] for name, q in eng.stats()["queries"].items()} == \
         {name: q["conjuncts"] for name, q in first.stats()["queries"].items()}
+
+
+def test_text_constants_and_joins_of_texts_are_decided_in_bulk():
+    """Not vacuous: a group whose members differ in a text constant and a number equality
+    (``a.v = 'p'``, ``b.z = 2``: each member's an entry of an equality index), joined on two
+    variables' texts (``b.v = a.v``), has every trigger evaluated in bulk and its bindings
+    decided over columns, with the matches, their order and the condition counters of
+    event-by-event processing, and the oracle's."""
+    members = [("p", 1), ("q", 2), ("p", 2), ("r", 0), ("q", 1)]
+    queries = [(f"m{k}", f"PATTERN SEQ(A a, B b) WHERE [k] AND a.v = '{t}' AND b.v = a.v "
+                         f"AND b.z = {z} WITHIN 8 seconds") for k, (t, z) in enumerate(members)]
+    queries.append(("neq", "PATTERN SEQ(A a, C c) WHERE a.v != c.v AND c.x > a.x "
+                           "WITHIN 3 seconds"))
+    events = stream(17, 1500, True, 0, 0)
+    spy = Resolved()
+
+    def engine():
+        eng = Engine(key_attr="k")
+        for name, text in queries:
+            eng.add_query(text, name=name, order=("c", "a") if name == "neq" else ("b", "a"))
+        return eng
+    first = engine()
+    want = by_event(first, events)
+    eng = engine()
+    with spy.patch(), mock.patch.object(Engine, "process",
+                                        side_effect=AssertionError("one by one")):
+        out = eng.process_columns(ColumnBatch.from_events(events), blocks=True)
+    got = [m for item in out for m in (item if item.__class__ in (MatchBlock, MatchMix)
+                                       else (item,))] + eng.advance(math.inf)
+    assert spy.bindings >= 10
+    assert [(m.query, m.key()) for m in got] == [(m.query, m.key()) for m in want]
+    paths = eng.paths()
+    assert all(paths[name]["bulk"] > 0 and paths[name]["why"] is None for name, _ in queries)
+    assert {name: q["conjuncts"] for name, q in eng.stats()["queries"].items()} == \
+        {name: q["conjuncts"] for name, q in first.stats()["queries"].items()}
+    found = 0
+    for name, text in queries:
+        mine = {m.key() for m in want if m.query == name}
+        assert mine == oracle_matches(parse_query(text), events), name
+        found += bool(mine)
+    assert found >= 4
