@@ -14,6 +14,8 @@ untimed warm-up run:
 
 * ``set``: all rules; ``<first rule> alone``: the baseline, rule 0, a keyed SEQ-2 (the bulk
   path's shape: its path and plan are printed);
+* the set and its first rule alone again with raycep local's default settings (its time
+  slices; ratio of those two beside the per-core one);
 * ``read``: one rule over a type the stream never has: reading, the loop and writing nothing,
   subtracted to give a rule's cost per event (``us/ev``);
 * each structure's first rule alone (per-rule cost), its matches alone = its matches in the
@@ -35,6 +37,9 @@ import tempfile
 from benchmarks import hetero_rules as hr
 from benchmarks.bench_multiquery import (_cell, local_supports_no_sharing, log, run_local,
                                          same_lines, write_queries)
+
+
+DEFAULT = "@default"                    # a cell run with raycep local's default settings
 
 
 def _path(qstats: dict | None) -> str:
@@ -78,12 +83,15 @@ def bench_hetero(tmp: str, rows: int, seed: int, repeat: int, per: int = hr.PER,
     first = rules[0][0]
 
     def one(cell: str, sharing: bool = True) -> dict:
+        if cell.endswith(DEFAULT):          # raycep local's default settings (time slices)
+            return run_local(files[cell[:-len(DEFAULT)]], events,
+                             os.path.join(tmp, f"h_{cell}.jsonl"))
         return run_local(files[cell], events, os.path.join(tmp, f"h_{cell}_{sharing}.jsonl"),
                          sharing=sharing, workers=1, query_stats=True)
 
     log(f"[hetero] {len(rules)} rules, {rows:,} events, seed {seed}; warm-up run ...")
     one(first)
-    cells = ["set", "read"] + [name for name, _ in singles]
+    cells = ["set", "read", "set" + DEFAULT, first + DEFAULT] + [name for name, _ in singles]
     if by_structure:
         for sname, *_ in hr.STRUCTURES:
             files["all_" + sname] = write_queries(
@@ -106,7 +114,8 @@ def bench_hetero(tmp: str, rows: int, seed: int, repeat: int, per: int = hr.PER,
                 continue
             log(f"[hetero] run {rep + 1}/{repeat} {cell}: {s['events_per_s']:,.0f} events/s, "
                 f"{s['matches']:,} matches")
-            want = len(rules) if cell == "set" else per if cell.startswith("all_") else 1
+            want = len(rules) if cell.startswith("set") else per if cell.startswith("all_") \
+                else 1
             if s["events"] != rows or s["queries"] != want:
                 raise AssertionError(f"{cell}: raycep local reported {s['queries']} queries, "
                                      f"{s['events']} events")
@@ -156,6 +165,12 @@ def hetero_table(result: dict) -> list:
     lines.append(f"ratio set / first rule: {rate['set'] / rate[first]:.3f}x (issue 35 target "
                  f">= 0.2x); first rule {first}: path {_path(base['query_stats'].get(first))}"
                  f", plan {base['query_stats'][first].get('plan')}")
+    if "set" + DEFAULT in med:
+        s, b = med["set" + DEFAULT], med[first + DEFAULT]
+        lines.append(f"with raycep local's default settings (time slices, both runs): the set "
+                     f"{s['events_per_s']:,.0f} events/s ({s['seconds']:.3f} s), {first} alone "
+                     f"{b['events_per_s']:,.0f} ({b['seconds']:.3f} s): "
+                     f"{s['events_per_s'] / b['events_per_s']:.3f}x")
     lines.append(f"reading and the loop alone (a rule over a type never seen): {read:.3f} s; "
                  f"per-rule cost beyond it (us per event): the set "
                  f"{_us(med['set'], result['rows'], read) / n:.3f} per rule ({n} rules), the "
