@@ -182,7 +182,7 @@ def hetero_table(result: dict) -> list:
     lines.append("per structure: its first rule alone (per-rule cost), and the path each of "
                  "its rules took in the set")
     lines.append(f"{'structure':>13} {'events/s':>9} {'us/ev':>6} {'matches':>7} "
-                 f"{'in set':>7}  expected path (bulk.py rule) | reported alone | in set")
+                 f"{'in set':>7}  path before issue 35 | reported alone | in set")
     stats = med["set"].get("query_stats", {})
     singles = {name: name for name, _ in hr.first_of_each(rules)}
     for (sname, _, _, expected), name in zip(hr.STRUCTURES, singles):
