@@ -12,7 +12,7 @@ A handle (``RayHandle`` for a Ray actor, ``LocalHandle`` for a plain object in t
 
 ``as_handle(x)`` wraps a Ray actor handle or a plain object. The names and the Ray namespace
 of the cluster's actors are here too (``NAMESPACE``, ``actor_name``, ``PLANNER``,
-``GATEWAY``), and the Ray actor class of a service (``actor_class``).
+``GATEWAY``, ``INGEST``), and the Ray actor class of a service (``actor_class``).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from raycep.cep.errors import UnavailableError
 NAMESPACE = "raycep"
 PLANNER = "raycep-planner"
 GATEWAY = "raycep-gateway"
+INGEST = "raycep-ingest"            # the warm Spark of ``raycep serve --spark`` (optional)
 
 
 def actor_name(target) -> str:
@@ -179,6 +180,30 @@ def named_handle(name: str):
     """The RayHandle of a named actor of the cluster (requires Ray to be connected)."""
     import ray
     return RayHandle(ray.get_actor(name, namespace=NAMESPACE))
+
+
+def optional_handle(name: str):
+    """``named_handle(name)``, or None where the cluster has no such actor."""
+    try:
+        return named_handle(name)
+    except ValueError:
+        return None
+
+
+def wait_for(pending, timeout: float):
+    """``(done, value)`` of a submitted call within ``timeout`` seconds: ``(False, None)``
+    while it runs. The call's own exception is raised as it is (Ray's error is an instance
+    of it); an actor that died (its constructor failed, its process ended) is
+    UnavailableError naming why."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+    try:
+        return True, ray.get(pending, timeout=timeout)
+    except GetTimeoutError:
+        return False, None
+    except RayActorError as exc:
+        first = str(exc).strip().splitlines()
+        raise UnavailableError(first[-1] if first else type(exc).__name__) from None
 
 
 def named_handles(routing: RoutingTable) -> dict:

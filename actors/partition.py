@@ -549,7 +549,7 @@ class PartitionWorker:
         engine = self.engine
         index = engine.index
         live_from, total = index.evicted_span()
-        new_from, new = index.evicted_events(durable.evicted_written)
+        new_from, new = index.evicted_rows(durable.evicted_written)
         fresh = min(self._recent_added - self._recent_saved, len(self._recent))
         batches = list(islice(reversed(self._recent), fresh))[::-1]
         out = durable.checkpoint(

@@ -20,8 +20,11 @@ segments hold much more than the live events (``COMPACT_FACTOR`` times, plus
 ``COMPACT_SLACK`` bytes) or there are ``COMPACT_SEGMENTS`` of them, the checkpoint is a
 *compaction*: one segment with every live event replaces them (its cost is the live state,
 after at least as much change was written). The remembered evicted events (duplicate
-detection) are appended to ``evicted`` as they are evicted, as before. A checkpoint with
-nothing logged since the last is skipped.
+detection) evicted since the previous checkpoint go to a file of their own
+(``evicted-lists/<first list>.lists``), removed once none of its lists is remembered: never
+read back to shrink (issue 36: rewriting one file of them by reading it was a quarter of an
+actor's time under a fast ingest). A checkpoint with nothing logged since the last is
+skipped.
 
 Each log record carries a sequence number; the checkpoint names the last one it contains,
 so a crash between writing a checkpoint and starting the new log replays nothing twice. A
@@ -50,7 +53,8 @@ from raycep.cep.errors import RecoveryError
 
 CHECKPOINT = "checkpoint"
 WAL = "wal"
-EVICTED = "evicted"
+EVICTED = "evicted-lists"          # the remembered evicted events: a file per checkpoint
+LEGACY_EVICTED = "evicted"         # ... before: one file, rewritten (read back) to shrink
 SEGMENTS = "segments"
 MANIFEST = "cluster.json"
 #: default interval between two checkpoints of an actor: events taken, or seconds. A
@@ -111,6 +115,7 @@ class DurableLog:
         self.partition = str(partition)
         self.every_events, self.every_seconds, self.fsync = every_events, every_seconds, fsync
         os.makedirs(os.path.join(self.directory, SEGMENTS), exist_ok=True)
+        os.makedirs(os.path.join(self.directory, EVICTED), exist_ok=True)
         self._wal = None
         self.seq = 0                      # sequence number of the last record logged
         self.saved_seq = 0                # ... of the last one a checkpoint contains
@@ -121,8 +126,8 @@ class DurableLog:
         self.last_checkpoint: dict | None = None
         self.totals = {"bytes": 0, "seconds": 0.0, "events": 0, "compactions": 0}
         self.wal_bytes = 0
-        self.evicted_written = 0          # lists of evicted events in the EVICTED file
-        self._evicted_dead = 0            # records in that file (live or not) since rewritten
+        self.evicted_written = 0          # lists of evicted events written (numbered)
+        self._evicted: list = []          # [(first list, end, file name)] in EVICTED
         self.segments: list = []          # [{"name", "events", "bytes"}] the checkpoint lists
         self._next = 0                    # number of the next segment file
         self.mark = (-math.inf, [])       # where the index stood at the last checkpoint
@@ -163,8 +168,9 @@ class DurableLog:
             self.last_checkpoint = {"at": meta.get("at"), "seq": done,
                                     "bytes": os.path.getsize(path), "seconds": None}
             self.saved_seq = done
-        elif os.path.exists(self._path(EVICTED)):
-            os.remove(self._path(EVICTED))         # of a checkpoint never written
+        else:                                      # of a checkpoint never written
+            for _, name in self._evicted_names():
+                os.remove(self._path(EVICTED, name))
         listed = {s["name"] for s in self.segments}
         for name in os.listdir(self._path(SEGMENTS)):  # of a checkpoint never committed
             if name not in listed:
@@ -183,19 +189,64 @@ class DurableLog:
 
     def _load_evicted(self, first: int, total: int) -> tuple:
         """The lists of evicted events numbered ``first`` .. ``total - 1`` from the EVICTED
-        file, which is rewritten to hold just those."""
-        path = self._path(EVICTED)
-        found, _ = read_records(path, EVICTED_KIND)
-        by_number = {number: rows for number, rows in found}   # a later write wins
+        files (a file holding none of them is removed: written by a checkpoint never
+        committed, or no longer needed), or from the single file of the earlier layout
+        (then written as one file of this one)."""
+        by_number: dict = {}
+        legacy = self._path(LEGACY_EVICTED)
+        if os.path.isfile(legacy):
+            found, _ = read_records(legacy, EVICTED_KIND)
+            by_number.update((number, rows) for number, rows in found)   # later ones win
+        files = []
+        for start, name in self._evicted_names():
+            found, _ = read_records(self._path(EVICTED, name), EVICTED_KIND)
+            end = max((number + 1 for number, _ in found), default=start)
+            if end <= first or start >= total:
+                os.remove(self._path(EVICTED, name))
+                continue
+            by_number.update((number, rows) for number, rows in found)
+            files.append((start, end, name))
         lists = [[row_event(r) for r in by_number[n]] for n in range(first, total)
                  if n in by_number]
         if len(lists) != total - first:
-            raise RecoveryError(f"{path} lacks evicted events the checkpoint needs "
-                                f"(lists {first}..{total - 1}, found {len(lists)})")
-        self._rewrite_evicted([(first + i, event_rows(events))
-                               for i, events in enumerate(lists)])
+            raise RecoveryError(f"{self._path(EVICTED)} lacks evicted events the checkpoint "
+                                f"needs (lists {first}..{total - 1}, found {len(lists)})")
+        if os.path.isfile(legacy):
+            if lists:
+                name = self._evicted_name(first)
+                write_file(self._path(EVICTED, name), EVICTED_KIND,
+                           [[first + i, event_rows(events)] for i, events in enumerate(lists)])
+                files = [(first, total, name)]
+            os.remove(legacy)
+        self._evicted = files
         self.evicted_written = total
         return first, lists
+
+    @staticmethod
+    def _evicted_name(first: int) -> str:
+        return f"{first:012d}.lists"
+
+    def _evicted_names(self) -> list:
+        """``[(first list number, file name)]`` of the EVICTED files, ascending."""
+        out = []
+        for name in os.listdir(self._path(EVICTED)):
+            stem, dot, ext = name.partition(".")
+            if ext == "lists" and stem.isdigit():
+                out.append((int(stem), name))
+            else:                                    # a temporary file of a torn write
+                os.remove(self._path(EVICTED, name))
+        return sorted(out)
+
+    def _drop_evicted(self, live_from: int) -> None:
+        """Remove the EVICTED files all of whose lists are before ``live_from`` (no longer
+        remembered; the checkpoint just committed does not name them)."""
+        keep = []
+        for first, end, name in self._evicted:
+            if end <= live_from:
+                os.remove(self._path(EVICTED, name))
+            else:
+                keep.append((first, end, name))
+        self._evicted = keep
 
     # ---------------------------------------------------------------- writing
     def _restart_wal(self, records=()) -> None:
@@ -249,24 +300,19 @@ class DurableLog:
         (indexed since then) and ``batches`` (batch ids accepted since then) as a new segment,
         ``state`` (the rest of the worker's state) and ``mark`` (where the index stands now)
         in the checkpoint file. ``evicted``: ``(first live, first new, new lists, total)`` of
-        the engine's remembered evicted events: the new lists are appended to the EVICTED file
-        and the checkpoint names the span it needs. ``live``: events buffered now;
+        the engine's remembered evicted events, each list as event rows (``evicted_rows``):
+        the new lists go to an EVICTED file of their own and the checkpoint names the span
+        it needs. ``live``: events buffered now;
         ``everything()``: ``(every buffered event, every remembered batch id)``, written
         instead of the changes when a compaction is due. Returns this checkpoint's figures."""
         started = time.perf_counter()
         written = 0
         live_from, new_from, new, total = evicted
-        if new:
-            with open(self._path(EVICTED), "ab") as f:
-                if not f.tell():
-                    f.write(header(EVICTED_KIND))
-                data = b"".join(record([new_from + i, event_rows(events)])
-                                for i, events in enumerate(new))
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            written += len(data)
-            self._evicted_dead += len(new)
+        if new:                          # a file of their own: never read back to shrink
+            name = self._evicted_name(new_from)
+            written += write_file(self._path(EVICTED, name), EVICTED_KIND,
+                                  [[new_from + i, rows] for i, rows in enumerate(new)])
+            self._evicted.append((new_from, new_from + len(new), name))
         self.evicted_written = total
         compact = everything is not None and self._compaction_due(live)
         if compact:
@@ -283,6 +329,7 @@ class DurableLog:
                 "mark": [mark[0], list(mark[1])], "state": state}
         meta_size = write_file(self._path(CHECKPOINT), CHECKPOINT_KIND, [meta])
         _sync_directory(self._path(SEGMENTS))
+        _sync_directory(self._path(EVICTED))
         _sync_directory(self.directory)
         written += size + meta_size
         if compact:
@@ -291,9 +338,7 @@ class DurableLog:
                     os.remove(self._path(SEGMENTS, s["name"]))
                 except FileNotFoundError:
                     pass
-        if self._evicted_dead > 2 * max(64, total - live_from):   # mostly forgotten lists
-            found, _ = read_records(self._path(EVICTED), EVICTED_KIND)
-            self._rewrite_evicted([r for r in found if live_from <= r[0] < total])
+        self._drop_evicted(live_from)
         self._restart_wal()
         self.saved_seq, self.mark = self.seq, (mark[0], list(mark[1]))
         self.since_events, self.since = 0, time.monotonic()
@@ -308,10 +353,6 @@ class DurableLog:
         t["events"] += len(events)
         t["compactions"] += compact
         return self.last_checkpoint
-
-    def _rewrite_evicted(self, records: list) -> None:
-        write_file(self._path(EVICTED), EVICTED_KIND, [list(r) for r in records])
-        self._evicted_dead = len(records)
 
     def close(self) -> None:
         if self._wal is not None:

@@ -42,7 +42,7 @@ import zlib
 import msgpack
 
 from raycep.cep.errors import RecoveryError
-from raycep.cep.event import Event
+from raycep.cep.event import Event, event_row
 from raycep.cep.lang import ast as _ast
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
 
@@ -114,10 +114,6 @@ def pack(value) -> bytes:
 def unpack(data: bytes):
     return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext,
                            use_list=True)
-
-
-def event_row(ev: Event) -> list:
-    return [ev.type, ev.ts, ev.key, ev.attrs, ev._id]
 
 
 def row_event(row) -> Event:

@@ -119,6 +119,12 @@ def trusted_event(type: str, ts: float, attrs: dict, key=None, id: str | None = 
 _new = object.__new__
 
 
+def event_row(ev: Event) -> list:
+    """``[type, ts, key, attrs, id]`` of ``ev`` (its own id, None where it is derived): an
+    event as a row (the actors' state files, cep.store.batch ``ColumnBatch.rows``)."""
+    return [ev.type, ev.ts, ev.key, ev.attrs, ev._id]
+
+
 def _bad_type(etype):
     if etype is None or etype == "":
         raise IngestError("missing event type", None, "type")

@@ -3,7 +3,9 @@
 RayCluster creates, in the Ray namespace ``raycep``: partition actors ``raycep-p0`` ..
 ``raycep-p<n-1>`` and the global actor ``raycep-global`` (PartitionWorker, one shared index
 each), the planner ``raycep-planner`` (PlannerService) and the gateway ``raycep-gateway``
-(GatewayServer, an async actor serving HTTP). The partition actors are created by the driver,
+(GatewayServer, an async actor serving HTTP), and with ``spark`` settings ``raycep-ingest``
+(spark_ingest.service.IngestService: a warm Spark for ``raycep ingest``). The partition
+actors are created by the driver,
 not by the gateway, so a gateway restart keeps them and their buffered events; the new
 gateway re-attaches and converges them to its persisted registry.
 """
@@ -14,8 +16,8 @@ import threading
 import time
 from dataclasses import replace
 
-from raycep.actors.handles import (GATEWAY, NAMESPACE, PLANNER, LocalHandle, RayHandle, actor_class,
-                            actor_name, connect_ray, node_id)
+from raycep.actors.handles import (GATEWAY, INGEST, NAMESPACE, PLANNER, LocalHandle, RayHandle,
+                            actor_class, actor_name, connect_ray, node_id)
 from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.recovery import CheckpointSettings, claim
 from raycep.actors.routing import GLOBAL
@@ -79,7 +81,10 @@ class RayCluster:
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
                  num_cpus: int | None = None, disorder: DisorderSettings | None = None,
                  mode: str | None = None, checkpoint: CheckpointSettings | None = None,
-                 retain: float = 0.0):
+                 retain: float = 0.0, spark=None, spark_log: str | None = None):
+        """``spark``: a spark_ingest.service.SparkSettings: keep a warm Spark for ``raycep
+        ingest`` (the actor INGEST, started in the background; its JVM logs to
+        ``spark_log``)."""
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
@@ -90,6 +95,8 @@ class RayCluster:
         self.num_cpus = num_cpus
         self.checkpoint = checkpoint
         self.retain = check_retain(retain)
+        self.spark, self.spark_log = spark, spark_log
+        self.ingest = None                # RayHandle of the warm Spark (spark settings given)
         self.handles: dict = {}           # routing target -> RayHandle of its actor
         self.planner = None               # RayHandle
         self.gateway = None               # RayHandle
@@ -130,7 +137,20 @@ class RayCluster:
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
             name=PLANNER, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
             max_task_retries=-1).remote())
+        if self.spark is not None:
+            self.start_ingest()
         return self.start_gateway()
+
+    def start_ingest(self) -> None:
+        """Start the warm Spark (spark_ingest.service): its constructor starts Spark in the
+        background; ``raycep ingest`` waits for it when it comes early. Not restarted when
+        it fails: ``raycep ingest`` then starts a Spark of its own, saying why. Several
+        calls at once: progress and cancellation reach it while a job runs."""
+        from raycep.spark_ingest.service import IngestService
+        self.ingest = RayHandle(actor_class(IngestService, num_cpus=0, max_concurrency=4)
+                                .options(name=INGEST, namespace=NAMESPACE,
+                                         get_if_exists=True)
+                                .remote(self.spark, self.spark_log))
 
     def start_gateway(self) -> str:
         import ray
@@ -178,10 +198,15 @@ class RayCluster:
                 self.gateway.get("stop", timeout=10)
             except Exception:
                 pass
-        for h in [self.gateway, self.planner, *self.handles.values()]:
+        if self.ingest is not None:        # Spark's executors and master with it
+            try:
+                self.ingest.get("stop", timeout=30)
+            except Exception:
+                pass
+        for h in [self.gateway, self.planner, self.ingest, *self.handles.values()]:
             if h is not None:
                 h.kill()
-        self.handles, self.gateway, self.planner = {}, None, None
+        self.handles, self.gateway, self.planner, self.ingest = {}, None, None, None
         if self._owns_ray:
             import ray
             ray.shutdown()

@@ -529,7 +529,8 @@ def run_job(spark, paths, fmt: str, mapping: EventMapping, routing: RoutingTable
     mapping, sorting, pushing until every batch is acknowledged, writing the dead letters;
     ``events_per_s`` is ``events_sent / seconds``."""
     t0 = time.monotonic()
-    watcher = JobProgress(spark, routing, report, every) if report else None
+    watcher = JobProgress(lambda: spark_tasks(spark), routing, report, every) if report \
+        else None
     try:
         # a sort is the only way to spread one actor's events over several push tasks
         in_order = settings.push_tasks in (None, 1) and in_time_order(paths, fmt, mapping)
@@ -551,13 +552,26 @@ def rate(events: int, seconds: float) -> float | None:
     return round(events / seconds, 1) if seconds > 0 else None
 
 
+def spark_tasks(spark) -> str:
+    """Spark's task counts of the stages running now (``, Spark tasks 3/8``), or ""."""
+    tracker = spark.sparkContext.statusTracker()
+    done = total = 0
+    for stage in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage)
+        if info is not None:
+            done += info.numCompletedTasks
+            total += info.numTasks
+    return f", Spark tasks {done}/{total}" if total else ""
+
+
 class JobProgress:
     """A driver thread that reports, every ``every`` seconds, the job's phase, the events
-    the actors received since it started and their rate, and Spark's task counts."""
+    the actors received since it started and their rate, and Spark's task counts
+    (``tasks()``: ``spark_tasks`` of the session that runs the job)."""
 
-    def __init__(self, spark, routing: RoutingTable, report, every: float = 2.0):
+    def __init__(self, tasks, routing: RoutingTable, report, every: float = 2.0):
         import threading
-        self.spark, self.report, self.every = spark, report, every
+        self.tasks, self.report, self.every = tasks, report, every
         self.handles = list(named_handles(routing).values())
         self.base = self._events()
         self.t0 = time.monotonic()
@@ -574,23 +588,13 @@ class JobProgress:
         return sum(s["events"] + s["duplicates"] for s in
                    [result(p) for p in [h.submit("stats") for h in self.handles]])
 
-    def _tasks(self) -> str:
-        tracker = self.spark.sparkContext.statusTracker()
-        done = total = 0
-        for stage in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage)
-            if info is not None:
-                done += info.numCompletedTasks
-                total += info.numTasks
-        return f", Spark tasks {done}/{total}" if total else ""
-
     def line(self) -> str:
         wall = time.monotonic() - self.t0
         got = self._events() - self.base
         if got and self._phase == "reading":
             self._phase = "pushing"
         return (f"[ingest] {self._phase}: {wall:.0f} s, {got:,} events at the actors, "
-                f"{got / wall if wall > 0 else 0:,.0f} events/s{self._tasks()}")
+                f"{got / wall if wall > 0 else 0:,.0f} events/s{self.tasks()}")
 
     def _run(self):
         while not self._stop.wait(self.every):

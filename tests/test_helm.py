@@ -304,6 +304,16 @@ def test_disorder_settings_reach_raycep_serve(chart):
     assert '--disorder-mode "${RAYCEP_DISORDER_MODE:-optimistic}"' in script
 
 
+def test_a_warm_spark_for_ingest_is_a_value(chart):
+    """``gateway.warmSpark`` reaches ``raycep serve --spark`` (off by default)."""
+    for values, want in (({}, "false"), ({"gateway": {"warmSpark": True}}, "true")):
+        objects, _ = render(chart, values)
+        head, _ = head_container(objects)
+        assert env_of(head)["RAYCEP_WARM_SPARK"] == want
+    script = (CHART / "files" / "start-head.sh").read_text()
+    assert '[ "${RAYCEP_WARM_SPARK:-false}" = "true" ] && serve+=(--spark)' in script
+
+
 def test_nodeport_service(chart):
     objects, notes = render(chart, VALUE_SETS["nodeport"])
     service = one(objects, "Service")["spec"]

@@ -15,7 +15,8 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from raycep.cep.event import ABSENT, EXACT, EXACT_INT, OTHER, Event, kind_of, trusted_event
+from raycep.cep.event import (ABSENT, EXACT, EXACT_INT, OTHER, Event, event_row, kind_of,
+                              trusted_event)
 
 _NUMBERS = frozenset((int, float))
 _FLOATS = {float}
@@ -169,6 +170,25 @@ class ColumnBatch:
 
     def _build(self, rows=None) -> list:
         """New Events of ``rows`` (all rows when None), in that order, built column-wise."""
+        return list(map(trusted_event, *self._fields(rows)))
+
+    def rows(self, rows: list) -> list:
+        """``[type, ts, key, attrs, id]`` of ``rows`` (positions), in that order, without
+        making Events (cep.event.event_row of those made: a made Event is the truth for its
+        row): what a checkpoint writes of evicted rows."""
+        objs = self.objs
+        made = [i for i, k in enumerate(rows) if objs[k] is not None]
+        if len(made) == len(rows):
+            return [event_row(objs[k]) for k in rows]
+        types, times, attrs, keys, ids = self._fields(rows)
+        out = list(map(list, zip(types, times, keys, attrs, ids)))
+        for i in made:
+            out[i] = event_row(objs[rows[i]])
+        return out
+
+    def _fields(self, rows=None) -> tuple:
+        """``(types, times, attrs, keys, ids)`` of ``rows`` (all rows when None), each in
+        that order, built column-wise (``_build``, ``rows``)."""
         if rows is None:
             n, pick = len(self.types), _whole
         else:
@@ -185,9 +205,9 @@ class ColumnBatch:
                         del attrs[k][name]
         else:
             attrs = [{} for _ in range(n)]
-        return list(map(trusted_event, pick(self.types), pick(self.times), attrs,
-                        pick(self.keys) if self.keys is not None else repeat(None, n),
-                        pick(self.ids) if self.ids is not None else repeat(None, n)))
+        return (pick(self.types), pick(self.times), attrs,
+                pick(self.keys) if self.keys is not None else repeat(None, n),
+                pick(self.ids) if self.ids is not None else repeat(None, n))
 
     def _picked(self, rows: list):
         """``_decode()`` for ``rows`` only (values of those rows, as ``_Picked``) while no

@@ -21,7 +21,7 @@ from collections import deque
 from itertools import compress, islice, repeat
 from operator import eq, is_, is_not
 
-from raycep.cep.event import EXACT, Event, kind_of
+from raycep.cep.event import EXACT, Event, event_row, kind_of
 
 _MISSING = object()
 
@@ -78,6 +78,29 @@ class _Rows:
             self._fill(i, j)
         return self._objs[i:j]
 
+    def _rows(self, i: int, j: int) -> list:
+        """``[type, ts, key, attrs, id]`` of rows ``i`` to ``j - 1`` (cep.event.event_row),
+        those of batch rows whose Event is not made read from their batch's columns without
+        making it (ColumnBatch.rows)."""
+        objs, src, off = self._objs, self._src, self._off
+        if src is None:
+            return list(map(event_row, objs[i:j]))
+        out: list = []
+        k = i
+        while k < j:
+            batch = src[k] if objs[k] is None else None
+            end = k + 1
+            if batch is None:
+                while end < j and objs[end] is not None:
+                    end += 1
+                out += map(event_row, objs[k:end])
+            else:
+                while end < j and objs[end] is None and src[end] is batch:
+                    end += 1
+                out += batch.rows(off[k:end])
+            k = end
+        return out
+
 
 class EvictedRows(_Rows):
     """Rows a buffer evicted (remembered for ``seen_before``), Events made only on demand."""
@@ -97,6 +120,10 @@ class EvictedRows(_Rows):
 
     def events(self) -> list:
         return self._slice(0, len(self._ts))
+
+    def rows(self) -> list:
+        """Its events as rows (``_rows``), no Event made."""
+        return self._rows(0, len(self._ts))
 
     def __iter__(self):
         return iter(self.events())
@@ -715,6 +742,14 @@ class SharedEventIndex:
         first = self.gone_lists - len(self._gone)
         skip = max(0, since - first)
         return max(first, since), [rows.events() for rows in islice(self._gone, skip, None)]
+
+    def evicted_rows(self, since: int = 0) -> tuple:
+        """``evicted_events(since)`` with each event as a row (cep.event.event_row), made
+        from the columns of the batches they came in where their Event was never made:
+        what a checkpoint writes of them (actors/recovery.py)."""
+        first = self.gone_lists - len(self._gone)
+        skip = max(0, since - first)
+        return max(first, since), [rows.rows() for rows in islice(self._gone, skip, None)]
 
     def evicted_span(self) -> tuple:
         """``(number of the first remembered list of evicted events, lists ever evicted)``."""

@@ -7,6 +7,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 
 from raycep.cep.errors import IngestError
 from raycep.cep.io.timestamps import FORMAT_HELP
@@ -48,6 +49,9 @@ def add_parser(commands) -> None:
                         help="an existing Spark master (default: Spark on Ray via RayDP)")
     ingest.add_argument("--ray-address", default="auto",
                         help="the Ray cluster of the raycep actors (default: auto)")
+    ingest.add_argument("--own-spark", action="store_true",
+                        help="start a Spark for this job even where the cluster keeps a "
+                             "warm one (raycep serve --spark), which is used by default")
     ingest.add_argument("--executors", type=int, default=1, metavar="N")
     ingest.add_argument("--executor-cores", type=int, default=1, metavar="N",
                         help="cores of the Spark executor (default 1: one task reads and "
@@ -96,8 +100,12 @@ def run_ingest(args) -> int:
         if not os.path.exists(path):
             err(f"error: {path} not found")
             return 2
+    # paths as the warm Spark's actor (another working directory) and Spark's executors see
+    # them
+    args.paths = [os.path.abspath(p) for p in args.paths]
+    settings = replace(settings, dead_letters=os.path.abspath(settings.dead_letters))
     t0 = time.monotonic()
-    status.tick(lambda: f"[ingest] starting Spark: {time.monotonic() - t0:.0f} s")
+    status.tick(lambda: f"[ingest] joining Ray: {time.monotonic() - t0:.0f} s")
     try:
         # a namespace of its own: RayDP names its master actor in the driver's namespace, so
         # two ingest jobs on one Ray must not share one (the actors are looked up by name in
@@ -105,6 +113,15 @@ def run_ingest(args) -> int:
         with jvm_output(log):
             connect_ray(args.ray_address, namespace=f"{NAMESPACE}-ingest-{os.getpid()}",
                         log_to_driver=False, configure_logging=False)
+    except BaseException:
+        status.close()
+        raise
+    if not (args.stream or args.spark_master or args.own_spark):
+        warm = _warm_spark(status, t0)
+        if warm is not None:
+            return _run_warm(args, warm, fmt, mapping, routing, settings, status, t0)
+    status.tick(lambda: f"[ingest] starting Spark: {time.monotonic() - t0:.0f} s")
+    try:
         spark = start_spark(args.spark_master, executors=args.executors,
                             cores=args.executor_cores, memory=args.executor_memory, log=log,
                             level="warn" if args.verbose else "error")
@@ -141,19 +158,79 @@ def run_ingest(args) -> int:
             raise
     finally:
         stop_spark(spark, args.spark_master)
+    result["spark"] = "own"
+    return _finish(result, startup, t0, status)
+
+
+def _finish(result: dict, startup: float, t0: float, status) -> int:
+    """The summary: a last progress line, the dead letters' note, the JSON on stdout."""
     wall = time.monotonic() - t0
     result["spark_startup_seconds"] = round(startup, 3)
     result["wall_seconds"] = round(wall, 3)
+    which = "the cluster's warm Spark" if result["spark"] == "warm" else "Spark start-up"
     status.show(f"[ingest] done: {result['rows']:,} rows, {result['events_sent']:,} events "
-                f"sent in {result['seconds']:.1f} s after Spark start-up "
+                f"sent in {result['seconds']:.1f} s after {which} "
                 f"({result['events_per_s']:,} events/s), {result['dead_letters']:,} dead "
-                f"letters; {wall:.1f} s in all with Spark start-up {startup:.1f} s", keep=True)
+                f"letters; {wall:.1f} s in all with {which} {startup:.1f} s", keep=True)
     status.close()
     if result["dead_letters"]:
         note(f"[ingest] {result['dead_letters']} rows could not become events; reasons in "
              f"{result['dead_letter_dir']} (first: {result['dead_letter_sample'][0]})")
     print(json.dumps(result), flush=True)
     return 0
+
+
+def _warm_spark(status, t0: float):
+    """The cluster's warm Spark (``raycep serve --spark``) once it has started, or None: the
+    cluster keeps none, or it failed to start (said on stderr)."""
+    from raycep.actors.handles import INGEST, optional_handle, wait_for
+    from raycep.cep.errors import UnavailableError
+    handle = optional_handle(INGEST)
+    if handle is None:
+        return None
+    pending = handle.submit("ready")
+    status.tick(lambda: f"[ingest] waiting for the cluster's warm Spark to start: "
+                        f"{time.monotonic() - t0:.0f} s")
+    try:
+        while not wait_for(pending, 1.0)[0]:
+            pass
+    except UnavailableError as exc:
+        status.show(f"[ingest] the cluster's warm Spark is not available ({exc}); starting "
+                    f"Spark for this job", keep=True)
+        return None
+    return handle
+
+
+def _run_warm(args, warm, fmt, mapping, routing, settings, status, t0: float) -> int:
+    """The job on the cluster's warm Spark: its progress read from the actors and the
+    Spark; Ctrl-C cancels it there."""
+    from raycep.actors.handles import wait_for
+    from raycep.spark_ingest.job import JobProgress
+    startup = time.monotonic() - t0
+    status.show(f"[ingest] the cluster's warm Spark (raycep serve --spark) after "
+                f"{startup:.1f} s; {routing.partitions} partition actors, key "
+                f"{mapping.key_column!r}")
+    if (args.executors, args.executor_cores, args.executor_memory) != (1, 1, "1GB"):
+        note("[ingest] --executors, --executor-cores and --executor-memory are the warm "
+             "Spark's own (raycep serve --spark-executors ...); --own-spark starts one with "
+             "these")
+    pending = warm.submit("run", args.paths, fmt, mapping, routing.to_dict(), settings)
+    watcher = JobProgress(lambda: warm.get("tasks", timeout=2), routing, status.show,
+                          1.0 if status.in_place else 2.0)
+    try:
+        while True:
+            done, result = wait_for(pending, 0.5)
+            if done:
+                break
+    except KeyboardInterrupt:
+        warm.tell("cancel")
+        raise
+    finally:
+        watcher.stop()
+    # ``seconds``: run_job's own, as with a Spark of its own (Spark running); a wait for
+    # another job on the warm Spark is ``queued_seconds``, counted as start-up
+    result["spark"] = "warm"
+    return _finish(result, startup + result["queued_seconds"], t0, status)
 
 
 def _quiet_libraries():

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 
 from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 from raycep.cep.errors import CepError
 from raycep.cep.runtime.engine import check_retain
-from raycep.gateway.cli.common import add_disorder_arguments, disorder_settings, err, note
+from raycep.gateway.cli.common import (add_disorder_arguments, disorder_settings, err, note,
+                                       require)
 
 
 def add_parser(commands) -> None:
@@ -88,6 +90,17 @@ def add_parser(commands) -> None:
     serve.add_argument("--max-advance-ahead", type=float, default=None, metavar="SECONDS",
                        help="how far past the latest event time seen `advance` may move the "
                             "watermark without --force (default 86400: 1 day)")
+    serve.add_argument("--spark", action="store_true",
+                       help="keep a warm Spark (RayDP on this Ray) for `raycep ingest`: its "
+                            "jobs then skip Spark's start-up and a fresh session's first-job "
+                            "costs (started in the background; holds its executors' CPUs and "
+                            "memory while serve runs)")
+    serve.add_argument("--spark-executors", type=int, default=1, metavar="N",
+                       help="with --spark: Spark executors (default 1)")
+    serve.add_argument("--spark-executor-cores", type=int, default=1, metavar="N",
+                       help="with --spark: cores per executor (default 1)")
+    serve.add_argument("--spark-executor-memory", default="1GB", metavar="SIZE",
+                       help="with --spark: memory per executor (default 1GB)")
     add_disorder_arguments(serve)
     serve.set_defaults(func=run_serve)
 
@@ -114,6 +127,9 @@ def run_serve(args) -> int:
     if args.wait_for_nodes < 1 or not args.wait_for_nodes_timeout >= 0:
         err("error: --wait-for-nodes must be >= 1 and --wait-for-nodes-timeout >= 0")
         return 2
+    if args.spark_executors < 1 or args.spark_executor_cores < 1:
+        err("error: --spark-executors and --spark-executor-cores must be >= 1")
+        return 2
     try:
         check_retain(args.retain)
     except CepError as exc:
@@ -133,12 +149,24 @@ def run_serve(args) -> int:
         except CepError as exc:
             err(f"error: --checkpoint-dir: {exc}")
             return 2
+    spark, spark_log = None, None
+    if args.spark:
+        require("pyspark", "raydp")
+        from raycep.spark_ingest.service import SparkSettings
+        spark = SparkSettings(args.spark_executors, args.spark_executor_cores,
+                              args.spark_executor_memory)
+        spark_log = os.path.join(tempfile.gettempdir(),
+                                 f"raycep-ingest-service-{os.getpid()}.log")
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode,
-                         checkpoint=checkpoint, retain=args.retain)
+                         checkpoint=checkpoint, retain=args.retain, spark=spark,
+                         spark_log=spark_log)
     note(f"starting {args.partitions} partition actors, the global actor, the planner and "
-         f"the gateway ...")
+         f"the gateway{' (and a warm Spark for raycep ingest)' if spark else ''} ...")
     url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)
+    if spark is not None:
+        note(f"warm Spark for `raycep ingest` starting in the background ({spark.executors} "
+             f"executor(s) x {spark.cores} core(s), {spark.memory}); its log: {spark_log}")
     # SIGTERM (kill, Kubernetes) stops as Ctrl-C does; set after Ray's start, whose own handler
     # would print a native stack dump instead
     terminated = threading.Event()

@@ -187,14 +187,46 @@ def test_segments_are_compacted_when_mostly_evicted(tmp_path, monkeypatch):
     assert send(again, ticks(2000, start=0), "b0")["redelivered"]
 
 
-def test_the_evicted_file_is_in_the_format_too(tmp_path):
+def test_the_evicted_files_are_in_the_format_too(tmp_path):
     w = worker(tmp_path)
     w.add_query("pair", PAIR)
     send(w, ticks(3000), "b1")
     w.advance(100.0)
     send(w, ticks(10, start=10_001), "b2")
     w.checkpoint()
-    data = (tmp_path / "p0" / EVICTED).read_bytes()
-    assert data.startswith(fmt.MAGIC)
-    values, _ = fmt.read_records(str(tmp_path / "p0" / EVICTED), fmt.EVICTED_KIND)
+    files = sorted((tmp_path / "p0" / EVICTED).iterdir())
+    assert files and all(f.read_bytes().startswith(fmt.MAGIC) for f in files)
+    values = [v for f in files for v in fmt.read_records(str(f), fmt.EVICTED_KIND)[0]]
     assert sum(len(rows) for _, rows in values) >= 3000
+
+
+def test_evicted_files_no_longer_remembered_are_removed_and_never_read_back(
+        tmp_path, monkeypatch):
+    """Each checkpoint writes the lists evicted since the one before to a file of its own;
+    once the index remembers none of a file's events, the next checkpoint deletes it: the
+    directory does not grow with the stream, no checkpoint reads a file back, and a
+    restarted worker still recognises a copy of a remembered evicted event."""
+    import raycep.actors.recovery as recovery
+    w = worker(tmp_path)
+    w.engine.index.remember_ids = 3000
+    w.add_query("pair", PAIR.replace("a.price", "a.price + 1000"))    # no match
+    reads = []
+    real = recovery.read_records
+    monkeypatch.setattr(recovery, "read_records",
+                        lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    for k in range(12):                     # batch k: times 20k .. 20k + 19.99
+        send(w, ticks(2000, start=2000 * k), f"b{k}")
+        w.advance(20.0 * (k + 1))
+        w.checkpoint()
+    index = w.engine.index
+    first, total = index.evicted_span()
+    assert first > 0 and index.gone_lists == total      # lists forgotten: files to drop
+    assert not [p for p in reads if EVICTED in p]
+    files = list((tmp_path / "p0" / EVICTED).iterdir())
+    assert 1 <= len(files) <= 4            # ~3,000 remembered of ~20,000 evicted
+    copy = ticks(2000, start=2000 * 9)[-1]
+    assert index.seen_before(copy) and not index.contains(copy)
+    monkeypatch.undo()
+    again = worker(tmp_path)
+    ack = send(again, [copy], "copy")
+    assert ack["duplicates"] == 1 and ack["events"] == 1

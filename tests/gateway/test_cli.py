@@ -345,6 +345,10 @@ def test_serve_limits_are_checked_before_anything_starts(capsys):
         assert cli.main(["serve", option, value]) == 2
         err = capsys.readouterr().err
         assert "--wait-for-nodes" in err and "Traceback" not in err
+    for option in ("--spark-executors", "--spark-executor-cores"):
+        assert cli.main(["serve", "--spark", option, "0"]) == 2
+        err = capsys.readouterr().err
+        assert option in err and ">= 1" in err and "Traceback" not in err
     # advance: a watermark that is not a finite number never reaches a gateway
     assert cli.main(["advance", "Infinity", "--gateway", "http://127.0.0.1:9"]) == 2
     assert "finite number" in capsys.readouterr().err

@@ -510,7 +510,8 @@ def test_ingest_command(spark, cluster, tmp_path):
     assert all(line.startswith("[ingest] ") for line in proc.stderr.splitlines()), \
         proc.stderr[-3000:]
     phases = [line.split(":")[0] for line in proc.stderr.splitlines()]
-    assert phases[0] == "[ingest] starting Spark" and "[ingest] done" in phases
+    assert phases[:2] == ["[ingest] joining Ray", "[ingest] starting Spark"]
+    assert "[ingest] done" in phases and summary["spark"] == "own"
     assert summary["rows"] == 505 and summary["events_sent"] == 500
     assert summary["events_per_s"] == round(500 / summary["seconds"], 1) > 0
     assert summary["wall_seconds"] > summary["spark_startup_seconds"] > 0

@@ -25,6 +25,7 @@ serve=(raycep serve --address "127.0.0.1:${RAYCEP_GCS_PORT}" --host 0.0.0.0 --po
        --alpha "${RAYCEP_ALPHA:-2.5}" --wait-for-nodes "${RAYCEP_WAIT_FOR_NODES:-1}")
 [ -n "${RAYCEP_KEY:-}" ] && serve+=(--key "$RAYCEP_KEY")
 [ "${RAYCEP_MATCHES_JSONL:-false}" = "true" ] && serve+=(--matches-jsonl "$RAYCEP_DATA_DIR/matches.jsonl")
+[ "${RAYCEP_WARM_SPARK:-false}" = "true" ] && serve+=(--spark)
 echo "[raycep] ${serve[*]}"
 set -m          # job control: else a background job ignores SIGINT, the gateway's stop signal
 "${serve[@]}" &

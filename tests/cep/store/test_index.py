@@ -122,3 +122,27 @@ def test_per_key_buffers_exist_only_while_a_query_reads_per_key():
     assert {m.key() for m in late} == {m.key() for m in expect} and expect
     eng.remove_query("p")
     assert not eng.index.keep_keys and eng.index.partitions() == 0
+
+
+def test_evicted_rows_come_from_the_columns_without_making_events():
+    """What a checkpoint writes of evicted events (``EvictedRows.rows``): each event's
+    ``[type, ts, key, attrs, id]`` as its Event would give it (absent attributes, given and
+    derived ids, keys), read from its batch's columns without making the Event; a row whose
+    Event was made (the truth for its row) gives that one's."""
+    from raycep.cep.event import event_row
+    from raycep.cep.store.batch import ColumnBatch
+    from raycep.cep.store.index import EvictedRows
+    source = [Event("A", 1.0, {"x": 1, "s": "p"}, key="k1", id="a1"),
+              Event("B", 2.0, {"x": 2.5}, key="k2"),
+              Event("A", 3.0, {"s": "q", "y": True}, key="k1", id="a3"),
+              Event("B", 4.0, {}, key=None)]
+    batch = ColumnBatch.from_events(source)
+    rows = EvictedRows([e.ts for e in source], [None] * 4, [batch] * 4, [0, 1, 2, 3])
+    made = batch.event(2)                            # made elsewhere: the truth for row 2
+    made.attrs["s"] = "changed"
+    got = rows.rows()
+    assert [batch.objs[i] is None for i in range(4)] == [True, True, False, True]
+    want = [event_row(e) for e in source]
+    want[2] = event_row(made)
+    assert got == want and got[1][4] is None and got[0][2] == "k1"
+    assert got == [event_row(e) for e in rows.events()]
