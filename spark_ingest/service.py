@@ -85,16 +85,23 @@ class IngestService:
         stop_spark(self.spark)
 
 
-def warm_up(spark) -> float:
-    """Run what a first job would run for the first time, on a two-row CSV file: Spark's
-    CSV reader and a ``mapInArrow`` stage (the JVM's first plans), a Python worker (Spark
-    reuses it for the next tasks) that imports the job's modules and joins Ray as a push
-    task does. Nothing reaches the actors. Returns its seconds."""
+#: rows of the warm-up's file: enough for the JVM to compile its CSV reading and Arrow
+#: conversion (a first job of a million rows took ~1.5x the next one's time without)
+WARM_ROWS = 200_000
+
+
+def warm_up(spark, rows: int = WARM_ROWS) -> float:
+    """Run what a first job would run for the first time, on a CSV file of ``rows`` rows:
+    Spark's CSV reader and a ``mapInArrow`` stage (the JVM's first plans, compiled as it
+    reads), a Python worker (Spark reuses it for the next tasks) that imports the job's
+    modules, joins Ray and calls the actors as a push task does. Nothing reaches the
+    actors. Returns its seconds."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="raycep-warm-up-") as tmp:
         path = os.path.join(tmp, "warm.csv")
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write("type,ts,key,value\nA,1,k,1.5\nB,2,k,2.5\n")
+            handle.write("type,ts,key,value\n")
+            handle.writelines(f"A,{k / 10},k{k % 64},{k % 997 / 7}\n" for k in range(rows))
         spark.conf.set(ARROW_BATCH, str(ARROW_ROWS))
         try:
             read_table(spark, [path], "csv").mapInArrow(
@@ -105,13 +112,23 @@ def warm_up(spark) -> float:
 
 
 def _joining(address: str | None):
-    """Spark-side (warm_up): the push tasks' modules imported and the Ray at ``address``
-    joined (as a job's push task joins it)."""
+    """Spark-side (warm_up): the push tasks' modules imported, the Ray at ``address`` joined
+    and each partition actor asked for its figures (as a job's push task joins it and
+    calls them; nothing is sent to them)."""
     def run(batches):
         import pyarrow as pa
 
-        import raycep.spark_ingest.columnar  # noqa: F401  (what a job's tasks import)
+        import raycep.cep.io.codec  # noqa: F401  (what a job's tasks import)
+        import raycep.spark_ingest.columnar  # noqa: F401
+        from raycep.actors.handles import actor_name, optional_handle, result
+        from raycep.actors.routing import GLOBAL
         connect_ray(address or "auto", log_to_driver=False, configure_logging=False)
+        handles, k = [optional_handle(actor_name(GLOBAL))], 0
+        while (handle := optional_handle(actor_name(k))) is not None:
+            handles.append(handle)
+            k += 1
+        for pending in [h.submit("stats") for h in handles if h is not None]:
+            result(pending, timeout=30)
         for batch in batches:
             yield pa.RecordBatch.from_pydict({"ready": [True] * batch.num_rows})
     return run
