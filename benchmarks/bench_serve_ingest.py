@@ -22,6 +22,11 @@ Spark's JVMs and Python workers, Ray, the rest; the command and what it started 
 from getrusage). No query is registered (issue 36's first
 target: >= 200,000 events/s as the summary reports it, Spark start-up <= 10 s).
 
+``--queries``: ``examples/queries.cep`` registered first (the actors evaluate them: issue 36's
+second target, the cluster >= 1.0x ``raycep local`` with default settings on the same file);
+``raycep local --key symbol`` then runs on the first file and the matches the gateway stored
+over all runs are compared with its count (each file holds the same ticks).
+
 Figures to stdout, progress to stderr; results: benchmarks/INGEST_RESULTS.md.
 """
 from __future__ import annotations
@@ -151,6 +156,37 @@ def ingest(path: str, tmp: str, url: str, own: bool) -> dict:
     return {"summary": summary, "wall": wall, "cpu": cpu}
 
 
+QUERIES = os.path.join(ROOT, "examples", "queries.cep")
+
+
+def matches_stored(url: str, timeout: float = 600.0) -> int:
+    """The matches the gateway has stored over every query, once the actors' outboxes are
+    drained (the totals stop changing)."""
+    from raycep.gateway.client import connect
+    client = connect(url)
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        stats = client.stats()
+        total = sum(q["matches"]["total"] for q in (client.query(x["id"])
+                                                     for x in client.queries()))
+        if not any(a["outbox"] for a in stats["actors"].values()) and total == last:
+            return total
+        last = total
+        time.sleep(1.0)
+    return last
+
+
+def run_local(path: str, tmp: str) -> dict:
+    """``raycep local`` (default settings) with the sample queries on ``path``: its summary."""
+    done = subprocess.run([sys.executable, "-m", "raycep", "local", "--query", QUERIES,
+                           "--events", path, "--key", "symbol", "--out",
+                           os.path.join(tmp, "local.jsonl")], capture_output=True, text=True,
+                          timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"raycep local failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def table(runs: list, events: int) -> list:
     lines = [f"{'run':>12} {'spark':>5} {'events/s':>10} {'seconds':>8} {'start-up':>8} "
              f"{'wall':>7} {'actors CPU':>10} {'all CPU':>8}"]
@@ -178,6 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs on the warm Spark")
     ap.add_argument("--cold", type=int, default=1, help="runs with --own-spark")
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--queries", action="store_true",
+                    help="register examples/queries.cep first, and compare with raycep "
+                         "local (default settings) on the first file")
     args = ap.parse_args(argv)
     print("raycep ingest into raycep serve (issue 36)")
     with tempfile.TemporaryDirectory(prefix="bench_serve_ingest_") as tmp:
@@ -193,6 +232,10 @@ def main(argv=None) -> int:
                   f"Spark ready after {time.perf_counter() - t:.1f} s (its start-up "
                   f"{ready['startup_seconds']:.1f} s, of which warm-up "
                   f"{ready['warm_up_seconds']:.1f} s)")
+            if args.queries:
+                from raycep.gateway.client import connect
+                with open(QUERIES, encoding="utf-8") as f:
+                    connect(url).register_many(f.read())
             runs = []
             for k, path in enumerate(paths):
                 own = k >= args.repeat
@@ -201,9 +244,19 @@ def main(argv=None) -> int:
                     f"{' --own-spark' if own else ''} ...")
                 runs.append((label, ingest(path, tmp, url, own)))
                 log(f"[{label}] {runs[-1][1]['summary']['events_per_s']:,.0f} events/s")
+            stored = matches_stored(url) if args.queries else None
         finally:
             stop_serve(proc)
+        local = run_local(paths[0], tmp) if args.queries else None
     print("\n".join(table(runs, args.events)))
+    if local is not None:
+        first = runs[0][1]["summary"]
+        print(f"\nwith the sample queries: raycep local (default settings) on the first file "
+              f"{local['seconds']:.3f} s ({local['events_per_s']:,.0f} events/s, "
+              f"{local['matches']:,} matches); the cluster's first run {first['seconds']:.3f} "
+              f"s: {local['seconds'] / first['seconds']:.2f}x raycep local (issue 36 target "
+              f">= 1.0x); matches stored at the gateway over all {len(runs)} runs: {stored:,} "
+              f"(= {len(runs)} x raycep local's: {stored == len(runs) * local['matches']})")
     print("\nCPU seconds by process during each run:")
     for label, r in runs:
         print(f"{label:>12}: " + ", ".join(f"{k} {v:.2f}" for k, v in
