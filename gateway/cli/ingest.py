@@ -189,11 +189,12 @@ def _warm_spark(status, t0: float):
     if handle is None:
         return None
     pending = handle.submit("ready")
-    status.tick(lambda: f"[ingest] waiting for the cluster's warm Spark to start: "
-                        f"{time.monotonic() - t0:.0f} s")
     try:
-        while not wait_for(pending, 1.0)[0]:
-            pass
+        if not wait_for(pending, 0.5)[0]:       # still starting (serve started just now)
+            status.tick(lambda: f"[ingest] waiting for the cluster's warm Spark to start: "
+                                f"{time.monotonic() - t0:.0f} s")
+            while not wait_for(pending, 1.0)[0]:
+                pass
     except UnavailableError as exc:
         status.show(f"[ingest] the cluster's warm Spark is not available ({exc}); starting "
                     f"Spark for this job", keep=True)
