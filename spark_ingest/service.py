@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from raycep.actors.handles import connect_ray, connected_address
 from raycep.actors.routing import RoutingTable
-from raycep.spark_ingest.job import (ARROW_BATCH, ARROW_ROWS, IngestSettings, read_table,
-                                     run_job, spark_tasks)
+from raycep.spark_ingest.job import (ARROW_BATCH, ARROW_ROWS, IngestSettings, in_time_order,
+                                     read_table, run_job, spark_tasks)
 from raycep.spark_ingest.mapping import EventMapping
 from raycep.spark_ingest.session import start_spark, stop_spark
 
@@ -92,16 +92,17 @@ WARM_ROWS = 200_000
 
 def warm_up(spark, rows: int = WARM_ROWS) -> float:
     """Run what a first job would run for the first time, on a CSV file of ``rows`` rows:
-    Spark's CSV reader and a ``mapInArrow`` stage (the JVM's first plans, compiled as it
-    reads), a Python worker (Spark reuses it for the next tasks) that imports the job's
-    modules, joins Ray and calls the actors as a push task does. Nothing reaches the
-    actors. Returns its seconds."""
+    the driver's order check, Spark's CSV reader and a ``mapInArrow`` stage (the JVM's first
+    plans, compiled as it reads), a Python worker (Spark reuses it for the next tasks) that
+    imports the job's modules, joins Ray and calls the actors as a push task does. Nothing
+    reaches the actors. Returns its seconds."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="raycep-warm-up-") as tmp:
         path = os.path.join(tmp, "warm.csv")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("type,ts,key,value\n")
             handle.writelines(f"A,{k / 10},k{k % 64},{k % 997 / 7}\n" for k in range(rows))
+        in_time_order([path], "csv", EventMapping(key_column="key"))   # the driver's check
         spark.conf.set(ARROW_BATCH, str(ARROW_ROWS))
         try:
             read_table(spark, [path], "csv").mapInArrow(
