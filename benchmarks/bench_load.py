@@ -1,0 +1,207 @@
+"""The client path under load (issue 36): how long a send takes, and how long until its
+matches are readable, with many producers, readers and query changes at once.
+
+    python3 -m benchmarks.bench_load [--seconds 20] [--producers 8] [--readers 4]
+                                     [--queries 100] [--batch 50] [--seed 7]
+
+Starts ``raycep serve --port 0 --partitions 2 --key symbol`` (a subprocess: checkpoints and
+write-ahead log on, as by default) and registers ``--queries`` keyed variant rules
+(``bench_multiquery.query_variants``: SEQ-3 ratios, a negation, SEQ-2) with the Python
+client. Then, for ``--seconds``:
+
+* ``--producers`` threads in lockstep (a barrier per round), each with symbols of its own
+  (the ticks of ``examples/make_ticks.py --rows N --seed S``, 8 symbols, split by symbol),
+  each sending its next ``--batch`` ticks per round in time order (``Client.send``: a
+  msgpack batch over HTTP);
+* ``--readers`` threads, each polling its share of the queries (``Client.matches`` with its
+  cursor) without pause;
+* one thread registering and removing a query of its own, one change a second.
+
+Per send: its duration (``send``). Per match read: the time from the start of the send that
+carried its last event until a reader got it (``readable``). Their p50 / p99 / max (the
+issue's target: both p99 <= 250 ms on 2 cores), events/s sent, matches read.
+Figures to stdout, progress to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from benchmarks.bench_multiquery import make_ticks, query_variants
+from benchmarks.bench_register import start_serve, stop_serve
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def producer_ticks(path: str, producers: int) -> list:
+    """The ticks of ``path`` (examples/make_ticks.py) as event dicts with ids, split by
+    symbol over ``producers`` (each keeps its symbols' ticks in time order)."""
+    import csv
+    out: list = [[] for _ in range(producers)]
+    owner: dict = {}
+    with open(path, encoding="utf-8", newline="") as f:
+        for k, row in enumerate(csv.DictReader(f)):
+            p = owner.setdefault(row["symbol"], len(owner) % producers)
+            out[p].append({"type": row["type"], "ts": float(row["ts"]),
+                           "symbol": row["symbol"], "price": float(row["price"]),
+                           "volume": int(row["volume"]), "id": f"t{k}"})
+    return out
+
+
+def percentiles(xs: list) -> str:
+    if not xs:
+        return "n=0"
+    xs = sorted(xs)
+
+    def pct(p):
+        return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] * 1e3
+    return (f"n={len(xs):>7,}  p50 {pct(50):8.1f} ms  p99 {pct(99):8.1f} ms  "
+            f"max {xs[-1] * 1e3:8.1f} ms  mean {statistics.fmean(xs) * 1e3:7.1f} ms")
+
+
+class Load:
+    """The producers, readers and the churn thread (``run``)."""
+
+    def __init__(self, url: str, args):
+        from raycep.gateway.client import connect
+        self.url, self.args = url, args
+        self.connect = connect
+        self.stop = threading.Event()
+        self.barrier = threading.Barrier(args.producers)
+        self.sent_at: dict = {}              # event id -> when its send started
+        self.sends: list = []                # seconds per send
+        self.readable: list = []             # seconds from send start to read, per match
+        self.events = 0
+        self.matches = 0
+        self.changes = 0
+        self.errors: list = []
+        self.lock = threading.Lock()
+
+    def producer(self, p: int, ticks: list) -> None:
+        client = self.connect(self.url)
+        n, r = self.args.batch, 0
+        try:
+            while not self.stop.is_set() and (r + 1) * n <= len(ticks):
+                self.barrier.wait(timeout=60)
+                batch = ticks[r * n:(r + 1) * n]
+                started = time.perf_counter()
+                for ev in batch:
+                    self.sent_at[ev["id"]] = started
+                client.send(batch)
+                took = time.perf_counter() - started
+                with self.lock:
+                    self.sends.append(took)
+                    self.events += n
+                r += 1
+        except threading.BrokenBarrierError:
+            pass
+        except Exception as exc:            # reported, not fatal
+            self.errors.append(f"producer {p}: {exc}")
+            self.barrier.abort()
+
+    def reader(self, queries: list) -> None:
+        client = self.connect(self.url)
+        cursors = dict.fromkeys(queries, 0)
+        try:
+            while not self.stop.is_set():
+                for q in queries:
+                    page = client.matches(q, since=cursors[q])
+                    now = time.perf_counter()
+                    cursors[q] = page.next
+                    got = []
+                    for m in page.matches:
+                        if m.get("retracted"):
+                            continue
+                        last = max(m["events"].values(),
+                                   key=lambda e: e["ts"] if isinstance(e, dict) else 0)
+                        started = self.sent_at.get(last["id"]) if isinstance(last, dict) \
+                            else None
+                        if started is not None:
+                            got.append(now - started)
+                    with self.lock:
+                        self.readable.extend(got)
+                        self.matches += len(page.matches)
+        except Exception as exc:
+            self.errors.append(f"reader: {exc}")
+
+    def churn(self) -> None:
+        client = self.connect(self.url)
+        k = 0
+        try:
+            while not self.stop.wait(1.0):
+                name = f"churn_{k}"
+                client.register("PATTERN SEQ(Stock a, Stock b) WHERE [symbol] AND b.price > "
+                                f"a.price * 1.0{k % 9 + 1} WITHIN 5 seconds", name=name)
+                if k:
+                    client.remove(f"churn_{k - 1}")
+                self.changes += 1
+                k += 1
+        except Exception as exc:
+            self.errors.append(f"churn: {exc}")
+
+    def run(self, queries: list, ticks: list) -> float:
+        threads = [threading.Thread(target=self.producer, args=(p, mine), daemon=True)
+                   for p, mine in enumerate(ticks)]
+        share = [queries[i::self.args.readers] for i in range(self.args.readers)]
+        threads += [threading.Thread(target=self.reader, args=(qs,), daemon=True)
+                    for qs in share if qs]
+        threads.append(threading.Thread(target=self.churn, daemon=True))
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        self.stop.wait(self.args.seconds)
+        self.stop.set()
+        self.barrier.abort()
+        for t in threads:
+            t.join(30)
+        return time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--producers", type=int, default=8)
+    ap.add_argument("--readers", type=int, default=4)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rows", type=int, default=200_000, help="ticks made (enough for the run)")
+    args = ap.parse_args(argv)
+    print("the client path under load (issue 36)")
+    with tempfile.TemporaryDirectory(prefix="bench_load_") as tmp:
+        ticks = producer_ticks(make_ticks(os.path.join(tmp, "ticks.csv"), args.rows,
+                                          args.seed), args.producers)
+        log("starting raycep serve --partitions 2 ...")
+        proc, url = start_serve(tmp, 2)
+        try:
+            from raycep.gateway.client import connect
+            queries = query_variants(args.queries)
+            connect(url).register_many([(text, name) for name, text in queries])
+            load = Load(url, args)
+            log(f"{args.producers} producers x {args.batch} events per round, "
+                f"{args.readers} readers, {args.queries} queries, for {args.seconds:g} s ...")
+            wall = load.run([name for name, _ in queries], ticks)
+        finally:
+            stop_serve(proc)
+    print(f"{args.producers} producers in lockstep x {args.batch} events a send, "
+          f"{args.readers} readers polling, {args.queries} keyed queries, one query change "
+          f"a second; {wall:.1f} s")
+    print(f"sent {load.events:,} events ({load.events / wall:,.0f} events/s), read "
+          f"{load.matches:,} matches, {load.changes} query changes")
+    print(f"send                {percentiles(load.sends)}")
+    print(f"send -> readable    {percentiles(load.readable)}")
+    print("target (issue 36): both p99 <= 250 ms on 2 cores")
+    if load.errors:
+        print("errors: " + "; ".join(load.errors[:5]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
