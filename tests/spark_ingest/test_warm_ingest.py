@@ -44,7 +44,14 @@ def cluster(tmp_path_factory):
     c.start()
     yield c
     c.stop()
-    with pytest.raises(ValueError):                  # stopped with the cluster
+    deadline = time.monotonic() + 30                 # stopped with the cluster (Ray frees
+    while time.monotonic() < deadline:               # a killed actor's name soon after)
+        try:
+            ray.get_actor(INGEST, namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.1)
+    with pytest.raises(ValueError):
         ray.get_actor(INGEST, namespace=NAMESPACE)
     ray.shutdown()
 
@@ -91,3 +98,42 @@ def test_ingest_runs_on_the_clusters_warm_spark(cluster, tmp_path):
         time.sleep(0.5)
     ids = [m["events"]["a"]["id"] for m in got]
     assert len(ids) == 600 == len(set(ids))
+
+
+class _Broken:
+    """A warm Spark whose start failed (no Java, no memory): its constructor raises."""
+
+    def __init__(self):
+        raise RuntimeError("JAVA_HOME is not set")
+
+    def ready(self):                      # pragma: no cover  (never constructed)
+        return {}
+
+
+def test_a_warm_spark_that_failed_to_start_is_passed_over_saying_why(cluster, capsys):
+    """``raycep ingest`` asks the cluster's warm Spark; when its actor died starting, the
+    command goes on with a Spark of its own and says why on stderr (here checked without
+    starting one: the decision alone)."""
+    from raycep.gateway.cli.ingest import StatusLine, _warm_spark
+    warm = ray.get_actor(INGEST, namespace=NAMESPACE)
+    ray.kill(warm)                                    # the fixture's: replaced by a broken one
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(INGEST, namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.1)
+    from ray import cloudpickle                    # tests/ is not on the workers' path
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    broken = ray.remote(_Broken).options(name=INGEST, namespace=NAMESPACE).remote()
+    try:
+        status = StatusLine(in_place=False)
+        assert _warm_spark(status, time.monotonic()) is None
+        status.close()
+        err = capsys.readouterr().err
+        assert "the cluster's warm Spark is not available" in err
+        assert "JAVA_HOME is not set" in err and "starting Spark for this job" in err
+    finally:
+        ray.kill(broken)
+        cluster.ingest = None                         # (nothing left to stop)
