@@ -230,3 +230,31 @@ def test_evicted_files_no_longer_remembered_are_removed_and_never_read_back(
     again = worker(tmp_path)
     ack = send(again, [copy], "copy")
     assert ack["duplicates"] == 1 and ack["events"] == 1
+
+
+def test_the_single_evicted_file_of_the_earlier_layout_is_read_and_converted(tmp_path):
+    """State written before evicted events got a file per checkpoint: one ``evicted`` file.
+    A restarted worker reads the lists its checkpoint needs from it, recognises a copy of a
+    remembered evicted event, and keeps them in the present layout (the old file gone)."""
+    from raycep.actors.recovery import LEGACY_EVICTED
+    w = worker(tmp_path)
+    w.add_query("pair", PAIR.replace("a.price", "a.price + 1000"))    # no match
+    for k in range(3):
+        send(w, ticks(2000, start=2000 * k), f"b{k}")
+        w.advance(20.0 * (k + 1))
+        w.checkpoint()
+    copy = ticks(2000, start=2000)[0]
+    assert w.engine.index.seen_before(copy) and not w.engine.index.contains(copy)
+    lists = tmp_path / "p0" / EVICTED
+    records = [r for f in sorted(lists.iterdir())
+               for r in fmt.read_records(str(f), fmt.EVICTED_KIND)[0]]
+    fmt.write_file(str(tmp_path / "p0" / LEGACY_EVICTED), fmt.EVICTED_KIND, records)
+    for f in lists.iterdir():
+        f.unlink()
+    again = worker(tmp_path)
+    assert not (tmp_path / "p0" / LEGACY_EVICTED).exists()
+    assert len(list(lists.iterdir())) == 1
+    ack = send(again, [copy], "copy")
+    assert ack["duplicates"] == 1 and ack["events"] == 1
+    third = worker(tmp_path)                          # and from the present layout again
+    assert send(third, [copy], "copy2")["duplicates"] == 1
