@@ -159,7 +159,12 @@ def run_ingest(args) -> int:
     finally:
         stop_spark(spark, args.spark_master)
     result["spark"] = "own"
-    return _finish(result, startup, t0, status)
+    code = _finish(result, startup, t0, status)
+    if not args.spark_master and not args.own_spark:
+        note(f"[ingest] starting Spark took {startup:.1f} s of this command's "
+             f"{result['wall_seconds']:.1f} s: `raycep serve --spark` keeps a Spark warm in "
+             f"the cluster for every `raycep ingest`")
+    return code
 
 
 def _finish(result: dict, startup: float, t0: float, status) -> int:

@@ -522,6 +522,7 @@ def test_ingest_command(spark, cluster, tmp_path):
     assert all(r["file"] == path for r in records)
     assert "[ingest] Spark ready" in proc.stderr
     assert "5 rows could not become events" in proc.stderr
+    assert "`raycep serve --spark` keeps a Spark warm" in proc.stderr
     settle(client, {"all": range(500)})
     assert partition_events(client) == 500
     assert len(arrived(client)) == 500
