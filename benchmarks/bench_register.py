@@ -60,13 +60,15 @@ def bench_parse(count: int) -> list:
         [f"{what:<26} {secs:>8.3f} {count / secs:>10,.0f}" for what, secs in rows]
 
 
-def start_serve(tmp: str, partitions: int) -> tuple:
-    """``raycep serve`` as a subprocess; ``(process, gateway URL)``."""
+def start_serve(tmp: str, partitions: int, extra: tuple = ()) -> tuple:
+    """``raycep serve`` (and the options ``extra``) as a subprocess; ``(process, gateway
+    URL)``."""
     env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, "state"))
     env.pop("RAYCEP_REGISTRY", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "raycep", "serve", "--port", "0", "--key", "symbol",
-         "--partitions", str(partitions), "--registry", os.path.join(tmp, "registry.sqlite")],
+         "--partitions", str(partitions), "--registry", os.path.join(tmp, "registry.sqlite"),
+         *extra],
         cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if not line.startswith("raycep gateway listening on "):

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.bench_register import stop_serve
+from benchmarks.bench_register import start_serve, stop_serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIFT = 10_000_000.0                 # seconds between two copies of the file
@@ -73,22 +73,6 @@ def write_copies(directory: str, events: int, seed: int, count: int) -> list:
             f.write("\n".join(out) + "\n")
         paths.append(path)
     return paths
-
-
-def start_serve(tmp: str, partitions: int) -> tuple:
-    """``raycep serve --spark`` as a subprocess; ``(process, gateway URL)``."""
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, "state"))
-    env.pop("RAYCEP_REGISTRY", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "raycep", "serve", "--port", "0", "--key", "symbol",
-         "--partitions", str(partitions), "--spark", "--registry",
-         os.path.join(tmp, "registry.sqlite")],
-        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("raycep gateway listening on "):
-        proc.kill()
-        raise RuntimeError(f"raycep serve did not start: {line!r}")
-    return proc, line.split()[4]
 
 
 def warm_ready() -> dict:
@@ -224,7 +208,7 @@ def main(argv=None) -> int:
         paths = write_copies(tmp, args.events, args.seed, args.repeat + args.cold)
         log(f"starting raycep serve --partitions {args.partitions} --spark ...")
         t = time.perf_counter()
-        proc, url = start_serve(tmp, args.partitions)
+        proc, url = start_serve(tmp, args.partitions, ("--spark",))
         listening = time.perf_counter() - t
         try:
             ready = warm_ready()

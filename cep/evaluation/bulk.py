@@ -55,7 +55,7 @@ from raycep.cep.lang import ast
 from raycep.cep.lang.expressions import FIELDS
 from raycep.cep.match import MatchBlock
 from raycep.cep.store.batch import numeric_of
-from raycep.cep.store.index import ALL
+from raycep.cep.store.index import ALL, text_numbers
 
 
 @dataclass(frozen=True)
@@ -514,11 +514,10 @@ class _Triggers:
         key = ("ids", attr, id(table))
         got = self._cols.get(key)
         if got is None:
-            look = table.setdefault if grow else table.get
-            values = [t.attrs.get(attr) for t in self.triggers]
+            number = text_numbers(table, grow)
             got = self._cols[key] = np.fromiter(
-                ((look(v, len(table) if grow else -1) if v.__class__ is str else -1)
-                 for v in values), dtype=np.int64, count=len(values))
+                (number(t.attrs.get(attr)) for t in self.triggers), dtype=np.int64,
+                count=len(self.triggers))
         return got
 
     def text(self, attr: str, value: str) -> tuple:

@@ -6,6 +6,7 @@ binding are those whose constant it equals (cep.runtime.members)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from raycep.cep.event import EXACT, kind_of
 from raycep.cep.lang import ast
@@ -23,9 +24,10 @@ class OneOf:
     def texts(self) -> bool:
         return self.values[0].__class__ is str
 
-    @property
+    @cached_property
     def table(self) -> dict:
-        """Each text's place in ``values`` (texts only)."""
+        """Each text's place in ``values`` (texts only); one dict, so the columns' text
+        numbers made for it (cep.evaluation.bulk) serve the condition and the members."""
         return {v: i for i, v in enumerate(self.values)}
 
 

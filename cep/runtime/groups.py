@@ -258,6 +258,9 @@ class Variants:
                 self.by_value = {e[0]: e for e in entries}
             except TypeError:
                 self.kind = "scan"
+        #: equal: the condition as set membership over columns (cep.evaluation.loose; None
+        #: where a bulk evaluation does not decide it)
+        self.one_of = one_of(expr, [e[0] for e in entries]) if self.kind == "equal" else None
 
     def any(self, env, p=None) -> bool:
         if self.kind == "ordered":
@@ -596,12 +599,9 @@ class GroupManager(PatternManager):
         constant, for the ordered ones, the set of its constants for the equalities
         (cep.evaluation.bulk.plan_for's ``loose``)."""
         out = {}
-        exprs = split_conjuncts(self.members[0].cq.query.where)
         for k, table in zip(varying, tables):
-            if table.kind == "equal":
-                spec = one_of(exprs[k], [e[0] for e in table.entries])
-                if spec is not None:
-                    out[id(self.cq.conjuncts[k])] = spec
+            if table.one_of is not None:
+                out[id(self.cq.conjuncts[k])] = table.one_of
             elif table.kind == "ordered":
                 ends = (table.entries[0][2], table.entries[-1][2])
                 out[id(self.cq.conjuncts[k])] = tuple(

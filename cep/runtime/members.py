@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from raycep.cep.evaluation.loose import one_of
 from raycep.cep.evaluation.vector import compile_vector
 from raycep.cep.lang.validate import conjuncts as split_conjuncts
 
@@ -120,7 +119,7 @@ class MemberColumns:
             lits = [m.values[k] for m in members]
             hole = [i for i in range(len(lits[0])) if len({x[i] for x in lits}) > 1]
             if table.kind == "equal":
-                spec = one_of(exprs[k], [v for v, _, _ in table.entries])
+                spec = table.one_of
                 if spec is None or len(hole) != 1:
                     return None
                 at = {v: i for i, v in enumerate(spec.values)}

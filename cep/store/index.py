@@ -26,6 +26,19 @@ from raycep.cep.event import EXACT, Event, event_row, kind_of
 _MISSING = object()
 
 
+def text_numbers(table: dict, grow: bool):
+    """``number(value)``: the number ``table`` gives the text ``value``; -1 for a value that
+    is no ``str`` or, unless ``grow`` (a new text then gets the next number), a text
+    ``table`` lacks."""
+    if grow:
+        def number(value) -> int:
+            return table.setdefault(value, len(table)) if value.__class__ is str else -1
+    else:
+        def number(value) -> int:
+            return table.get(value, -1) if value.__class__ is str else -1
+    return number
+
+
 class _All:
     def __repr__(self):
         return "ALL"
@@ -309,11 +322,9 @@ class TimeBuffer(_Rows):
             if cut < len(odd) and odd[cut] < j:
                 mask[np.array(odd[cut:bisect_left(odd, j)], dtype=np.intp) - i] = True
             return np.array(vals[i:j], dtype=np.float64), mask
-        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
-                                             map(is_not, part[1:], part))), len(part)]
         values, odd, off = [], [], self._off
-        for a, b in zip(cuts, cuts[1:]):
-            vals, kinds = part[a].numeric(attr)
+        for batch, a, b in self._pieces(i, j):
+            vals, kinds = batch.numeric(attr)
             rows = np.array(off[i + a:i + b], dtype=np.intp)
             values.append(vals[rows])
             odd.append(kinds[rows] != EXACT)
@@ -330,13 +341,8 @@ class TimeBuffer(_Rows):
         import numpy as np
         if j <= i:
             return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
-        src = self._src
-        part = src[i:j] if src is not None else [None]
-        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
-                                             map(is_not, part[1:], part))), j - i]
         equal, odd, off = [], [], self._off
-        for a, b in zip(cuts, cuts[1:]):
-            batch = part[a]
+        for batch, a, b in self._pieces(i, j):
             if batch is None:
                 got = [ev.attrs.get(attr, _MISSING) for ev in self._objs[i + a:i + b]]
                 odd.append(np.fromiter((v.__class__ is not str for v in got), dtype=bool,
@@ -361,27 +367,29 @@ class TimeBuffer(_Rows):
         import numpy as np
         if j <= i:
             return np.zeros(0, dtype=np.int64)
-        src = self._src
-        part = src[i:j] if src is not None else [None]
-        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
-                                             map(is_not, part[1:], part))), j - i]
+        number = text_numbers(table, grow)
         out, off = [], self._off
-        look = table.setdefault if grow else table.get
-        for a, b in zip(cuts, cuts[1:]):
-            batch = part[a]
+        for batch, a, b in self._pieces(i, j):
             if batch is None:
-                got = [ev.attrs.get(attr, _MISSING) for ev in self._objs[i + a:i + b]]
                 out.append(np.fromiter(
-                    (look(v, len(table)) if v.__class__ is str else -1 for v in got)
-                    if grow else ((look(v, -1) if v.__class__ is str else -1) for v in got),
+                    (number(ev.attrs.get(attr)) for ev in self._objs[i + a:i + b]),
                     dtype=np.int64, count=b - a))
                 continue
             codes, index = batch.texts(attr)
             lut = np.full(len(index) + 1, -1, dtype=np.int64)     # code -1: the last
             for text, code in index.items():
-                lut[code] = look(text, len(table)) if grow else look(text, -1)
+                lut[code] = number(text)
             out.append(lut[codes[np.array(off[i + a:i + b], dtype=np.intp)]])
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def _pieces(self, i: int, j: int) -> list:
+        """``[(batch, a, b)]``: positions ``i + a`` to ``i + b - 1`` came from one column
+        batch (None: rows held as Events), in order."""
+        src = self._src
+        part = src[i:j] if src is not None else [None]
+        cuts = [0, *(k + 1 for k in compress(range(len(part) - 1),
+                                             map(is_not, part[1:], part))), j - i]
+        return [(part[a], a, b) for a, b in zip(cuts, cuts[1:])]
 
     def compare(self, i: int, j: int, attr: str, op, value) -> tuple:
         """``(held, odd)`` at positions ``i`` to ``j - 1`` as numpy bools: ``op(attr,
@@ -739,17 +747,21 @@ class SharedEventIndex:
         events, oldest first, numbered in the order they were evicted) from list number
         ``since`` on. Part of a snapshot, so a restored index still recognises a late copy of
         one (``seen_before``); a checkpoint writes only the lists it has not written yet."""
-        first = self.gone_lists - len(self._gone)
-        skip = max(0, since - first)
-        return max(first, since), [rows.events() for rows in islice(self._gone, skip, None)]
+        first, lists = self._gone_since(since)
+        return first, [rows.events() for rows in lists]
 
     def evicted_rows(self, since: int = 0) -> tuple:
         """``evicted_events(since)`` with each event as a row (cep.event.event_row), made
         from the columns of the batches they came in where their Event was never made:
         what a checkpoint writes of them (actors/recovery.py)."""
+        first, lists = self._gone_since(since)
+        return first, [rows.rows() for rows in lists]
+
+    def _gone_since(self, since: int) -> tuple:
+        """``(number of the first, its EvictedRows and those after)``: the remembered
+        lists of evicted events from list number ``since`` on."""
         first = self.gone_lists - len(self._gone)
-        skip = max(0, since - first)
-        return max(first, since), [rows.rows() for rows in islice(self._gone, skip, None)]
+        return max(first, since), islice(self._gone, max(0, since - first), None)
 
     def evicted_span(self) -> tuple:
         """``(number of the first remembered list of evicted events, lists ever evicted)``."""

@@ -224,10 +224,9 @@ def _run_warm(args, warm, fmt, mapping, routing, settings, status, t0: float) ->
     watcher = JobProgress(lambda: warm.get("tasks", timeout=2), routing, status.show,
                           1.0 if status.in_place else 2.0)
     try:
-        while True:
-            done, result = wait_for(pending, 0.5)
-            if done:
-                break
+        while not (got := wait_for(pending, 0.5))[0]:
+            pass
+        result = got[1]
     except KeyboardInterrupt:
         warm.tell("cancel")
         raise

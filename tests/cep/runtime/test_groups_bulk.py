@@ -119,21 +119,21 @@ def stream(seed: int, n: int, keyed: bool, ties: float, odd: float) -> list:
                  "z": rng.randint(-2, 4), "k": rng.randint(0, 2)}
         for a in "xyz":
             if rng.random() < odd:
-                value = rng.choice(ODD)
-                if value is None:
-                    del attrs[a]
-                else:
-                    attrs[a] = value
+                _put(attrs, a, rng.choice(ODD))
         attrs["v"] = texts.choice(TEXTS[:3])
         if texts.random() < odd:
-            value = texts.choice(ODD_TEXT)
-            if value is None:
-                del attrs["v"]
-            else:
-                attrs["v"] = value
+            _put(attrs, "v", texts.choice(ODD_TEXT))
         events.append(Event(rng.choice("AABBCCD"), ts, attrs,
                             key=attrs["k"] if keyed else None, id=f"e{j:04d}"))
     return events
+
+
+def _put(attrs: dict, name: str, value) -> None:
+    """``attrs[name] = value``, or no attribute ``name`` for None."""
+    if value is None:
+        del attrs[name]
+    else:
+        attrs[name] = value
 
 
 def engine(queries: list, order: tuple, keyed: bool, sharing: bool = True) -> Engine:
