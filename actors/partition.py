@@ -129,6 +129,7 @@ class PartitionWorker:
         self.own_plans: set = set()                  # evaluators planned by this worker
         self.batches = 0
         self.redelivered = 0
+        self._checkpoint_seconds = 0.0              # of the checkpoint the last call wrote
         self.bad_rows = 0
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
@@ -260,6 +261,8 @@ class PartitionWorker:
         records put in the outbox and ``outbox`` how many it holds now; ``truncated`` counts
         the triggers whose matches hit the per-trigger cap (the rest were not enumerated).
         """
+        began = time.perf_counter()
+        self._checkpoint_seconds = 0.0
         box = self.outbox
         decoded, problems = decode_batch(batch, errors="collect", columns=True)
         ident = (decoded.source, decoded.batch_id)
@@ -303,7 +306,9 @@ class PartitionWorker:
                 "bad": [[p.row, p.field, p.reason] for p in problems],
                 "matches": records, "queued": len(out) - len(records),
                 "outbox": len(box) if box is not None else 0,
-                "truncated": self._truncated() - capped0, "redelivered": False}
+                "truncated": self._truncated() - capped0, "redelivered": False,
+                "seconds": time.perf_counter() - began,
+                "checkpoint_seconds": self._checkpoint_seconds}
 
     def _process(self, rows, source: str) -> list:
         """Process the rows of a batch (a tuple of Events, or a column batch: Events only
@@ -534,7 +539,9 @@ class PartitionWorker:
             return
         self.durable.log(op, args, outputs, events)
         if self.durable.due():
+            began = time.perf_counter()
             self.checkpoint()
+            self._checkpoint_seconds = time.perf_counter() - began
 
     def checkpoint(self, force: bool = False) -> dict | None:
         """Write a checkpoint now: what changed since the last one (actors/recovery.py);

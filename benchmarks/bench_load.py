@@ -164,6 +164,19 @@ class Load:
         return time.perf_counter() - started
 
 
+def stage_table(stages: dict) -> str:
+    """The gateway's send stages (GET /v1/stats, gateway.send_stages) as a table in ms."""
+    lines = [f"send time by stage at the gateway ({stages.get('kept', 0):,} sends; "
+             "gateway/server/send_stages.py)",
+             f"{'stage':<12}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'mean ms':>9}"]
+    for stage in ("route", "wait", "actor", "checkpoint", "drain", "total"):
+        st = stages.get(stage) or {}
+        if st.get("n"):
+            lines.append(f"{stage:<12}" + "".join(f"{st[k] * 1000:>9.1f}" for k in
+                                                 ("p50", "p99", "max", "mean")))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -188,6 +201,7 @@ def main(argv=None) -> int:
             log(f"{args.producers} producers x {args.batch} events per round, "
                 f"{args.readers} readers, {args.queries} queries, for {args.seconds:g} s ...")
             wall = load.run([name for name, _ in queries], ticks)
+            stages = connect(url).stats()["gateway"].get("send_stages", {})
         finally:
             stop_serve(proc)
     print(f"{args.producers} producers in lockstep x {args.batch} events a send, "
@@ -198,6 +212,7 @@ def main(argv=None) -> int:
     print(f"send                {percentiles(load.sends)}")
     print(f"send -> readable    {percentiles(load.readable)}")
     print("target (issue 36): both p99 <= 250 ms on 2 cores")
+    print(stage_table(stages))
     if load.errors:
         print("errors: " + "; ".join(load.errors[:5]))
     return 0

@@ -56,6 +56,9 @@ __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "Gatewa
 log = logging.getLogger("raycep.client")
 MSGPACK = "application/msgpack"
 DEFAULT_ADDRESS = "http://127.0.0.1:8470"
+#: seconds a kept-alive connection may idle and still be reused (the gateway closes one after
+#: 75 s: aiohttp's keepalive_timeout)
+KEEP_IDLE = 15.0
 KEEPALIVE = 15.0         # seconds between the gateway's keep-alive comments on a stream
 #: a table is sent in batches of at most this many rows and about this many bytes (the
 #: gateway refuses a body above its max_body_bytes, 16 MiB by default)
@@ -97,12 +100,24 @@ class Client:
         self._batches = itertools.count(1)
         self._key_attr = None              # (the gateway's partition key attribute,) once known
         self._streams: set = set()         # open subscription responses (closed by close())
+        self._local = threading.local()    # this thread's kept-alive connection (_exchange)
+        parts = urllib.parse.urlsplit(self.address)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CepError(f"not a gateway address: {address!r} (expected "
+                           f"http://HOST:PORT)")
+        self._connection_class = http.client.HTTPSConnection if parts.scheme == "https" \
+            else http.client.HTTPConnection
+        self._host, self._port, self._prefix = parts.hostname, parts.port, parts.path
         self.closed = False
 
     def close(self) -> None:
-        """End the live streams (``subscribe``, ``listen``) this client opened; later calls
-        raise CepError. Closing twice is fine."""
+        """End the live streams (``subscribe``, ``listen``) this client opened and this
+        thread's kept-alive connection; later calls raise CepError. Closing twice is fine."""
         self.closed = True
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
         for resp in list(self._streams):
             try:
                 resp.close()
@@ -132,23 +147,74 @@ class Client:
             data, headers["Content-Type"] = msgpack.packb(body, use_bin_type=True), MSGPACK
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
+        if stream:
+            return self._open_stream(method, path, data, headers, timeout)
+        status, reason, resp_headers, payload = self._exchange(method, path, data, headers,
+                                                               timeout or self.timeout)
+        if status >= 400:
+            raise _remote_error(status, reason, resp_headers, payload, self.address + path)
+        if resp_headers.get_content_type() == MSGPACK:
+            return msgpack.unpackb(payload, raw=False)
+        return json.loads(payload or b"null")
+
+    def _open_stream(self, method: str, path: str, data, headers: dict,
+                     timeout: float | None):
+        """A response left open for reading (a live stream: a connection of its own)."""
         req = urllib.request.Request(self.address + path, data=data, method=method,
                                      headers=headers)
         try:
-            resp = urllib.request.urlopen(req, timeout=timeout or self.timeout)
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as exc:
-            raise _remote_error(exc) from None
+            raise _remote_error(exc.code, exc.reason, exc.headers, exc.read(),
+                                exc.geturl() or exc.filename) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UnavailableError(f"cannot reach the raycep gateway at {self.address}: "
-                                   f"{reason} (is `raycep serve` running?)") from None
-        if stream:
-            return resp
-        with resp:
-            payload = resp.read()
-        if resp.headers.get_content_type() == MSGPACK:
-            return msgpack.unpackb(payload, raw=False)
-        return json.loads(payload or b"null")
+            raise self._unreachable(getattr(exc, "reason", exc)) from None
+
+    def _exchange(self, method: str, path: str, data, headers: dict, timeout: float) -> tuple:
+        """One request over this thread's kept-alive connection (issue 36: no TCP connection
+        set up and torn down per call, at either end); (status, reason, headers, body). A
+        kept connection the gateway closed meanwhile is replaced and the request sent once
+        more (the gateway had not read it); one idle longer than ``KEEP_IDLE`` seconds is
+        not reused."""
+        local = self._local
+        for attempt in range(2):
+            conn = getattr(local, "conn", None)
+            if conn is not None and time.monotonic() - local.used > KEEP_IDLE:
+                conn.close()
+                conn = None
+            if conn is None:
+                conn = local.conn = self._connection_class(self._host, self._port,
+                                                           timeout=timeout)
+            reused = conn.sock is not None
+            if reused:
+                conn.sock.settimeout(timeout)
+            else:
+                conn.timeout = timeout
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError,
+                    BrokenPipeError) as exc:
+                conn.close()
+                local.conn = None
+                if reused and attempt == 0:
+                    continue
+                raise self._unreachable(exc) from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                local.conn = None
+                raise self._unreachable(exc) from None
+            local.used = time.monotonic()
+            if resp.will_close:
+                conn.close()
+                local.conn = None
+            return resp.status, resp.reason, resp.headers, payload
+        raise AssertionError("unreachable")
+
+    def _unreachable(self, reason) -> UnavailableError:
+        return UnavailableError(f"cannot reach the raycep gateway at {self.address}: {reason} "
+                                f"(is `raycep serve` running?)")
 
     # ---------------------------------------------------------------- API
     def health(self) -> dict:
@@ -525,19 +591,19 @@ def _q(query: str) -> str:
     return urllib.parse.quote(query, safe="")
 
 
-def _remote_error(exc: urllib.error.HTTPError) -> GatewayError:
-    body = exc.read()
+def _remote_error(code: int, reason, headers, body: bytes, url: str) -> GatewayError:
+    """The raycep error an HTTP error answer carries (``code``, its ``headers`` and
+    ``body``), or a GatewayError saying the answer was not a raycep one."""
     try:
-        if exc.headers.get_content_type() == MSGPACK:
+        if headers.get_content_type() == MSGPACK:
             data = msgpack.unpackb(body, raw=False)
         else:
             data = json.loads(body)
         err = error_from_dict(data["error"])
     except Exception:
-        url = exc.geturl() or exc.filename
-        err = GatewayError(f"{url} answered HTTP {exc.code} {exc.reason or ''} without a raycep "
+        err = GatewayError(f"{url} answered HTTP {code} {reason or ''} without a raycep "
                            f"error: is the address a raycep gateway (`raycep serve` prints "
                            f"its URL)? body: {body[:200]!r}")
     if isinstance(err, GatewayError):
-        err.status = exc.code                 # 413, 405, 500 ... as the gateway answered
+        err.status = code                     # 413, 405, 500 ... as the gateway answered
     return err

@@ -29,6 +29,7 @@ class Outboxes:
         self.settings = settings
         self._acks = {t: 0 for t in actors.targets}
         self._locks = {t: asyncio.Lock() for t in actors.targets}
+        self._waiting: dict = {}            # target -> the drain that starts next (drain)
         self._errors: dict = {}
 
     async def start(self) -> None:
@@ -41,8 +42,20 @@ class Outboxes:
         """Move a target's outbox to the match store (and sink), page by page; returns the
         number of records moved. A page is acknowledged by the next drain call, after it is
         stored (the last one by a call without records), so the outbox ends empty: what it
-        holds is never in the store yet, which is what its limit (backpressure) counts."""
+        holds is never in the store yet, which is what its limit (backpressure) counts.
+
+        Callers share drains: one that finds a drain of ``target`` waiting to start (behind
+        the one running) waits for that one, which moves everything the outbox held when
+        the caller came (issue 36: concurrent sends to one actor no longer drain it one
+        after the other, each behind the others' calls at the actor)."""
+        waiting = self._waiting.get(target)
+        if waiting is None:
+            waiting = self._waiting[target] = asyncio.ensure_future(self._next_drain(target))
+        return await asyncio.shield(waiting)
+
+    async def _next_drain(self, target) -> int:
         async with self._locks[target]:
+            del self._waiting[target]       # started: a later caller needs the next one
             return await self._drain_locked(target)
 
     async def call_and_drain(self, target, method: str, *args) -> int:

@@ -15,6 +15,7 @@ from raycep.cep.lang.validate import finite, short_repr
 from raycep.gateway.server.actors import Actors, event_clock
 from raycep.gateway.server.drain import Outboxes
 from raycep.gateway.server.messages import type_name
+from raycep.gateway.server.send_stages import STARTED, SendStages, now
 from raycep.gateway.server.settings import GatewaySettings
 
 
@@ -31,6 +32,7 @@ class Ingest:
         self.started = started
         self.events_in = 0
         self.bad_rows = 0
+        self.stages = SendStages()
         self._batch_ids = itertools.count(1)
 
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
@@ -44,6 +46,7 @@ class Ingest:
         the row's index in this request. A version-2 batch (columns: ``Client.send`` of a
         table) is routed by its key column and each actor gets its rows as columns, which it
         evaluates in bulk (``Engine.process_columns``)."""
+        STARTED.set(now())
         if batch or isinstance(body, (bytes, bytearray)):
             header, rows = read_header(body)
             if header["schema_version"] == 1:
@@ -154,10 +157,18 @@ class Ingest:
         actor's event time is the stream's, as in one engine (deferred matches, lateness)."""
         idle = [t for t in self.actors.busy() if t not in payloads] \
             if clock is not None else []
-        acks = await asyncio.gather(*(self._send(t, b, clock) for t, b in payloads.items()),
-                                    *(self.actors.call(t, "observe", clock) for t in idle))
+        dispatched = now()
+        got = await asyncio.gather(*(_timed(self._send(t, b, clock))
+                                     for t, b in payloads.items()),
+                                   *(self.actors.call(t, "observe", clock) for t in idle))
+        acked = now()
         await asyncio.gather(*(self.outboxes.drain(t) for t in (*payloads, *idle)))
-        return acks[:len(payloads)]
+        acks = [ack for ack, _ in got[:len(payloads)]]
+        started = STARTED.get()
+        if started is not None:
+            self.stages.add(started, dispatched, acked, now(), acks,
+                            [took for _, took in got[:len(payloads)]])
+        return acks
 
     async def _send(self, target, batch: bytes, clock: float | None) -> dict:
         """``ingest`` on one actor. Backpressure: an actor whose outbox is over its limit
@@ -206,6 +217,13 @@ class Ingest:
                 f"serve --max-advance-ahead; send force (\"force\": true, "
                 f"client.advance(w, force=True), raycep advance --force) to advance anyway",
                 field="watermark")
+
+
+async def _timed(call) -> tuple:
+    """(what ``call`` returns, the seconds it took)."""
+    t = now()
+    got = await call
+    return got, now() - t
 
 
 def check_watermark(watermark, force) -> float:

@@ -155,7 +155,8 @@ class GatewayService:
         return {"gateway": {"events": self.events_in, "bad_rows": self.bad_rows,
                             "pid": os.getpid(),
                             "orphan_matches": self.store.orphans,
-                            "late_events": self._outboxes.late_total()},
+                            "late_events": self._outboxes.late_total(),
+                            "send_stages": self._ingest.stages.summary()},
                 "actors": {str(t): {k: v for k, v in st.items() if k != "queries"}
                            for t, st in zip(self.targets, actors)},
                 "routing": self.routing.to_dict()}

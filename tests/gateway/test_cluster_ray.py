@@ -22,12 +22,14 @@ from raycep.cep import Engine, Event
 from raycep.cep.errors import AuthenticationError, IngestError, NotFoundError
 from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway import cli
 from raycep.gateway.client import Client, connect
 from raycep.gateway.runtime import RayCluster
 from raycep.gateway.server.service import GatewaySettings
 
-from cluster_helpers import SEQ3, http, make_stream, ids_of, read_all, send_in_slices
+from cluster_helpers import (SEQ3, check_concurrent_sends, http, ids_of, make_stream, read_all,
+                             send_in_slices)
 
 pytestmark = pytest.mark.ray
 
@@ -110,11 +112,11 @@ def make_cluster(ray_session, tmp_path):
     after which their actor names are free again."""
     started = []
 
-    def start(partitions=2, **kw):
+    def start(partitions=2, disorder=None, **kw):
         kw.setdefault("port", 0)
         kw.setdefault("registry_path", str(tmp_path / "registry.sqlite"))
         kw.setdefault("plan_every", 0.5)
-        cluster = RayCluster(partitions, "k", GatewaySettings(**kw))
+        cluster = RayCluster(partitions, "k", GatewaySettings(**kw), disorder=disorder)
         started.append(cluster)
         cluster.start()
         return cluster
@@ -165,6 +167,12 @@ def test_same_matches_as_the_engine(make_cluster, partitions):
         p = partition_of(e.key, partitions)
         counts[p] = counts.get(p, 0) + 1
     assert per_partition == [counts.get(i, 0) for i in range(partitions)]
+
+
+def test_concurrent_sends_are_answered_after_their_own_matches_are_stored(make_cluster):
+    """Through Ray the actors' ingest and drain calls overlap (cluster_helpers)."""
+    cluster = make_cluster(disorder=DisorderSettings(min_slack=1e6))
+    check_concurrent_sends(connect(cluster.url), PAIR)
 
 
 def test_add_and_remove_at_runtime_while_events_flow(make_cluster):

@@ -18,11 +18,12 @@ from raycep.cep.errors import (AuthenticationError, ConflictError,
 from raycep.cep.event import make_event
 from raycep.cep.io.codec import encode_batch
 from raycep.cep.match import match_id
+from raycep.cep.store.disorder import DisorderSettings
 from raycep.gateway import cli
 from raycep.gateway.client import Client, connect
 
-from cluster_helpers import (GLOBAL_AC, NEG, PAIR, SEQ3, http, ids_of, make_stream, read_all,
-                             send_in_slices, wait_for)
+from cluster_helpers import (GLOBAL_AC, NEG, PAIR, SEQ3, check_concurrent_sends, http, ids_of,
+                             make_stream, read_all, send_in_slices, wait_for)
 
 WAIT = 30.0
 
@@ -488,6 +489,8 @@ def test_gateway_restart_keeps_queries_and_they_keep_matching(make_cluster, tmp_
     old_url = cluster.url
     cluster.restart_gateway()
     assert cluster.url == old_url
+    # the old client's kept-alive connection died with the gateway: it connects again
+    assert [q["id"] for q in client.queries()] == ["seq3", "glob"]
     client = connect(cluster.url)
     rows = {q["id"]: q for q in client.queries()}
     assert list(rows) == ["seq3", "glob"]
@@ -505,6 +508,13 @@ def test_gateway_restart_keeps_queries_and_they_keep_matching(make_cluster, tmp_
         assert set(ids_of(before[q])) | set(ids_of(after)) == set(expected[q])
     # a generated id after the restart does not reuse an old one
     assert client.register(PAIR) not in ("seq3", "glob")
+
+
+def test_concurrent_sends_are_answered_after_their_own_matches_are_stored(make_cluster):
+    """(Through Ray, where the actors' calls overlap: test_cluster_ray.py.) The keys
+    interleave in time: a slack keeps no event late."""
+    cluster = make_cluster(disorder=DisorderSettings(min_slack=1e6))
+    check_concurrent_sends(connect(cluster.url), PAIR)
 
 
 # --------------------------------------------------------------------------- CLI
