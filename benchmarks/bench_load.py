@@ -25,6 +25,7 @@ Figures to stdout, progress to stderr.
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import statistics
 import sys
@@ -66,12 +67,32 @@ def percentiles(xs: list) -> str:
             f"max {xs[-1] * 1e3:8.1f} ms  mean {statistics.fmean(xs) * 1e3:7.1f} ms")
 
 
+def round_step(ticks: list, batch: int) -> float:
+    """The event time a round covers: ``batch`` ticks per producer on average (producers in
+    lockstep by event time, as live sources are, so they stay within a round of each
+    other)."""
+    first = min(mine[0]["ts"] for mine in ticks if mine)
+    last = max(mine[-1]["ts"] for mine in ticks if mine)
+    per_producer = sum(map(len, ticks)) / len(ticks)
+    return (last - first) / per_producer * batch
+
+
+def binding(record: dict) -> tuple:
+    """A match record's variables and their events' ids (what raycep local writes and the
+    gateway gives both carry)."""
+    return tuple(sorted((var, tuple(e["id"] for e in evs) if isinstance(evs, list) else evs["id"])
+                        for var, evs in record["events"].items()))
+
+
 class Load:
     """The producers, readers and the churn thread (``run``)."""
 
-    def __init__(self, url: str, args):
+    def __init__(self, url: str, args, ticks: list):
         from raycep.gateway.client import connect
         self.url, self.args = url, args
+        self.times = [[ev["ts"] for ev in mine] for mine in ticks]
+        self.step = round_step(ticks, args.batch)
+        self.first = min(mine[0]["ts"] for mine in ticks if mine)
         self.connect = connect
         self.stop = threading.Event()
         self.barrier = threading.Barrier(args.producers)
@@ -80,17 +101,26 @@ class Load:
         self.readable: list = []             # seconds from send start to read, per match
         self.events = 0
         self.matches = 0
+        self.sent: dict = {}                 # producer -> how many of its ticks it sent
+        self.cursors: dict = {}              # query -> the readers' cursor
+        self.ids: dict = {}                  # query -> bindings of the matches read
+        self.retracted = 0
         self.changes = 0
         self.errors: list = []
         self.lock = threading.Lock()
 
     def producer(self, p: int, ticks: list) -> None:
+        """Round r: this producer's ticks of event time [r x step, (r + 1) x step)."""
         client = self.connect(self.url)
-        n, r = self.args.batch, 0
+        r, i, step = 0, 0, self.step
         try:
-            while not self.stop.is_set() and (r + 1) * n <= len(ticks):
+            while not self.stop.is_set() and i < len(ticks):
                 self.barrier.wait(timeout=60)
-                batch = ticks[r * n:(r + 1) * n]
+                r += 1
+                j = bisect.bisect_left(self.times[p], self.first + r * step, i)
+                batch = ticks[i:j]
+                if not batch:
+                    continue
                 started = time.perf_counter()
                 for ev in batch:
                     self.sent_at[ev["id"]] = started
@@ -98,8 +128,8 @@ class Load:
                 took = time.perf_counter() - started
                 with self.lock:
                     self.sends.append(took)
-                    self.events += n
-                r += 1
+                    self.events += len(batch)
+                i = self.sent[p] = j
         except threading.BrokenBarrierError:
             pass
         except Exception as exc:            # reported, not fatal
@@ -108,28 +138,34 @@ class Load:
 
     def reader(self, queries: list) -> None:
         client = self.connect(self.url)
-        cursors = dict.fromkeys(queries, 0)
         try:
             while not self.stop.is_set():
                 for q in queries:
-                    page = client.matches(q, since=cursors[q])
-                    now = time.perf_counter()
-                    cursors[q] = page.next
-                    got = []
-                    for m in page.matches:
-                        if m.get("retracted"):
-                            continue
-                        last = max(m["events"].values(),
-                                   key=lambda e: e["ts"] if isinstance(e, dict) else 0)
-                        started = self.sent_at.get(last["id"]) if isinstance(last, dict) \
-                            else None
-                        if started is not None:
-                            got.append(now - started)
-                    with self.lock:
-                        self.readable.extend(got)
-                        self.matches += len(page.matches)
+                    self.read(client, q)
         except Exception as exc:
             self.errors.append(f"reader: {exc}")
+
+    def read(self, client, q: str) -> int:
+        """Read one page of ``q``'s matches from its cursor; how many it held."""
+        page = client.matches(q, since=self.cursors.get(q, 0))
+        now = time.perf_counter()
+        self.cursors[q] = page.next
+        got, ids = [], self.ids.setdefault(q, set())
+        for m in page.matches:
+            if m.get("retracted"):
+                ids.discard(binding(m))
+                self.retracted += 1
+                continue
+            ids.add(binding(m))
+            last = max(m["events"].values(),
+                       key=lambda e: e["ts"] if isinstance(e, dict) else 0)
+            started = self.sent_at.get(last["id"]) if isinstance(last, dict) else None
+            if started is not None:
+                got.append(now - started)
+        with self.lock:
+            self.readable.extend(got)
+            self.matches += len(page.matches)
+        return len(page.matches)
 
     def churn(self) -> None:
         client = self.connect(self.url)
@@ -164,6 +200,48 @@ class Load:
         return time.perf_counter() - started
 
 
+def compare_with_local(load: Load, url: str, queries: list, ticks: list, tmp: str) -> str:
+    """The matches the readers got (after a final watermark past every sent tick and a last
+    read) against ``raycep local`` (default settings) on the ticks the producers sent, in
+    time order, with the same queries: per query, the same match ids?"""
+    import json
+    import subprocess
+
+    from raycep.gateway.client import connect
+    from benchmarks.bench_multiquery import write_queries
+    sent = sorted((ev for p, mine in enumerate(ticks) for ev in mine[:load.sent.get(p, 0)]),
+                  key=lambda ev: (ev["ts"], int(ev["id"][1:])))
+    client = connect(url)
+    client.advance(sent[-1]["ts"] + 3600.0, force=True)
+    for name, _ in queries:
+        while load.read(client, name):
+            pass
+    path = os.path.join(tmp, "sent.csv")
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("id,type,ts,symbol,price,volume\n")
+        for ev in sent:
+            out.write(f"{ev['id']},{ev['type']},{ev['ts']!r},{ev['symbol']},{ev['price']!r},"
+                      f"{ev['volume']}\n")
+    qfile = write_queries(os.path.join(tmp, "load.cep"), queries)
+    found = os.path.join(tmp, "local.jsonl")
+    subprocess.run(["raycep", "local", "-q", qfile, "-e", path, "--key", "symbol", "-o", found],
+                   check=True, capture_output=True)
+    local: dict = {name: set() for name, _ in queries}
+    with open(found, encoding="utf-8") as handle:
+        for line in handle:
+            rec = json.loads(line)
+            local[rec["query"]].add(binding(rec))
+    differ = [name for name, _ in queries if local[name] != load.ids.get(name, set())]
+    late = client.stats()["gateway"]["late_events"]
+    total = sum(map(len, local.values()))
+    return (f"matches against raycep local on the {len(sent):,} sent ticks: "
+            + ("identical" if not differ else f"DIFFER in {len(differ)} queries "
+               f"(e.g. {differ[0]}: cluster {len(load.ids.get(differ[0], ()))}, local "
+               f"{len(local[differ[0]])})")
+            + f" ({total:,} matches in {len(queries)} queries; {load.retracted} retractions "
+              f"read; {late:,} events the actors found late)")
+
+
 def stage_table(stages: dict) -> str:
     """The gateway's send stages (GET /v1/stats, gateway.send_stages) as a table in ms."""
     lines = [f"send time by stage at the gateway ({stages.get('kept', 0):,} sends; "
@@ -192,19 +270,24 @@ def main(argv=None) -> int:
         ticks = producer_ticks(make_ticks(os.path.join(tmp, "ticks.csv"), args.rows,
                                           args.seed), args.producers)
         log("starting raycep serve --partitions 2 ...")
-        proc, url = start_serve(tmp, 2)
+        step = round_step(ticks, args.batch)
+        # the producers stay within two rounds of each other (the barrier): with that slack
+        # no event is late, as with live sources whose skew is known (raycep serve --slack)
+        proc, url = start_serve(tmp, 2, ("--slack", f"{2 * step:.6g}"))
         try:
             from raycep.gateway.client import connect
             queries = query_variants(args.queries)
             connect(url).register_many([(text, name) for name, text in queries])
-            load = Load(url, args)
+            load = Load(url, args, ticks)
             log(f"{args.producers} producers x {args.batch} events per round, "
                 f"{args.readers} readers, {args.queries} queries, for {args.seconds:g} s ...")
             wall = load.run([name for name, _ in queries], ticks)
             stages = connect(url).stats()["gateway"].get("send_stages", {})
+            same = compare_with_local(load, url, queries, ticks, tmp)
         finally:
             stop_serve(proc)
-    print(f"{args.producers} producers in lockstep x {args.batch} events a send, "
+    print(f"{args.producers} producers in lockstep x {args.batch} events a send on average "
+          f"({step:.4g} s of event time a round; raycep serve --slack {2 * step:.4g}), "
           f"{args.readers} readers polling, {args.queries} keyed queries, one query change "
           f"a second; {wall:.1f} s")
     print(f"sent {load.events:,} events ({load.events / wall:,.0f} events/s), read "
@@ -213,6 +296,7 @@ def main(argv=None) -> int:
     print(f"send -> readable    {percentiles(load.readable)}")
     print("target (issue 36): both p99 <= 250 ms on 2 cores")
     print(stage_table(stages))
+    print(same)
     if load.errors:
         print("errors: " + "; ".join(load.errors[:5]))
     return 0

@@ -30,3 +30,8 @@ def test_load_benchmark_drives_a_real_cluster(capsys):
     sent = [line for line in out.splitlines() if line.startswith("sent ")]
     assert sent and int(sent[0].split()[1].replace(",", "")) > 0
     assert "send -> readable    n=" in out and "errors" not in out
+    stages = {line.split()[0]: line for line in out.splitlines() if line[:1].isalpha()}
+    assert all(stage in stages for stage in ("route", "wait", "actor", "drain", "total"))
+    same = [line for line in out.splitlines() if line.startswith("matches against raycep local")]
+    assert same and ": identical (" in same[0]
+    assert int(same[0].split(": identical (")[1].split()[0].replace(",", "")) > 0   # not vacuous
