@@ -103,8 +103,7 @@ class Load:
         self.matches = 0
         self.sent: dict = {}                 # producer -> how many of its ticks it sent
         self.cursors: dict = {}              # query -> the readers' cursor
-        self.ids: dict = {}                  # query -> bindings of the matches read
-        self.retracted = 0
+        self.pages: dict = {}                # query -> the pages of matches read
         self.changes = 0
         self.errors: list = []
         self.lock = threading.Lock()
@@ -146,26 +145,37 @@ class Load:
             self.errors.append(f"reader: {exc}")
 
     def read(self, client, q: str) -> int:
-        """Read one page of ``q``'s matches from its cursor; how many it held."""
+        """Read one page of ``q``'s matches from its cursor; how many it held (kept for
+        ``compare_with_local``, compared after the run)."""
         page = client.matches(q, since=self.cursors.get(q, 0))
         now = time.perf_counter()
         self.cursors[q] = page.next
-        got, ids = [], self.ids.setdefault(q, set())
+        got, sent_at = [], self.sent_at
         for m in page.matches:
             if m.get("retracted"):
-                ids.discard(binding(m))
-                self.retracted += 1
                 continue
-            ids.add(binding(m))
             last = max(m["events"].values(),
                        key=lambda e: e["ts"] if isinstance(e, dict) else 0)
-            started = self.sent_at.get(last["id"]) if isinstance(last, dict) else None
+            started = sent_at.get(last["id"]) if isinstance(last, dict) else None
             if started is not None:
                 got.append(now - started)
+        self.pages.setdefault(q, []).append(page.matches)
         with self.lock:
             self.readable.extend(got)
             self.matches += len(page.matches)
         return len(page.matches)
+
+    def bindings(self, q: str) -> set:
+        """The matches of ``q`` read (less the retracted ones), as ``binding``s."""
+        out: set = set()
+        for matches in self.pages.get(q, ()):
+            for m in matches:
+                (out.discard if m.get("retracted") else out.add)(binding(m))
+        return out
+
+    def retractions(self) -> int:
+        return sum(1 for pages in self.pages.values() for matches in pages for m in matches
+                   if m.get("retracted"))
 
     def churn(self) -> None:
         client = self.connect(self.url)
@@ -231,14 +241,15 @@ def compare_with_local(load: Load, url: str, queries: list, ticks: list, tmp: st
         for line in handle:
             rec = json.loads(line)
             local[rec["query"]].add(binding(rec))
-    differ = [name for name, _ in queries if local[name] != load.ids.get(name, set())]
+    cluster = {name: load.bindings(name) for name, _ in queries}
+    differ = [name for name, _ in queries if local[name] != cluster[name]]
     late = client.stats()["gateway"]["late_events"]
     total = sum(map(len, local.values()))
     return (f"matches against raycep local on the {len(sent):,} sent ticks: "
             + ("identical" if not differ else f"DIFFER in {len(differ)} queries "
-               f"(e.g. {differ[0]}: cluster {len(load.ids.get(differ[0], ()))}, local "
+               f"(e.g. {differ[0]}: cluster {len(cluster[differ[0]])}, local "
                f"{len(local[differ[0]])})")
-            + f" ({total:,} matches in {len(queries)} queries; {load.retracted} retractions "
+            + f" ({total:,} matches in {len(queries)} queries; {load.retractions()} retractions "
               f"read; {late:,} events the actors found late)")
 
 

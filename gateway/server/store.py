@@ -58,6 +58,20 @@ def _line(cursor: int, data: bytes) -> bytes:
         b'{"cursor":%d}\n' % cursor
 
 
+def _tail(records: deque, start: int, limit: int) -> list:
+    """``records[start:start + limit]`` of a deque, walked from the nearer end (a reader near
+    the head costs what it reads, not the records retained before it)."""
+    n = len(records)
+    stop = min(n, start + limit)
+    if start >= stop:
+        return []
+    if start <= n - stop:
+        return list(islice(records, start, stop))
+    out = list(islice(reversed(records), n - stop, n - start))
+    out.reverse()
+    return out
+
+
 def _record(cursor: int, data: bytes) -> dict:
     """A stored record as a reader gets it: its fields and its ``"cursor"``."""
     record = orjson.loads(data)
@@ -266,7 +280,7 @@ class MatchStore:
             start = max(0, since - oldest + 1)
             missed = max(0, oldest - max(since, stream.base) - 1)
         matches = list(map(_record, count(oldest + start),
-                           islice(stream.records, start, start + max(0, limit))))
+                           _tail(stream.records, start, max(0, limit))))
         return {
             "matches": matches,
             # nothing after ``since`` is retained: continue from the head (a reader that starts

@@ -297,3 +297,18 @@ def test_put_raw_keeps_what_a_record_by_record_store_keeps(tmp_path_factory, pag
         assert store.stats(q)["head"] == m["head"]
     if sink:
         assert (path.read_bytes().splitlines() if path.exists() else []) == lines
+
+
+@given(n=st.integers(0, 40), capacity=st.integers(1, 30), since=st.integers(-2, 45),
+       limit=st.integers(0, 45))
+def test_read_gives_the_retained_records_after_the_cursor_in_order(n, capacity, since, limit):
+    """A page is the retained records with cursor > ``since``, oldest first, at most
+    ``limit`` (read from whichever end of the store is nearer)."""
+    store = MatchStore(capacity=capacity)
+    store.open("q")
+    store.put("q", [_m(i, "q") for i in range(1, n + 1)])
+    retained = list(range(max(1, n - capacity + 1), n + 1))
+    want = [c for c in retained if c > since][:limit]
+    page = store.read("q", since, limit)
+    assert [m["cursor"] for m in page["matches"]] == want
+    assert [m["id"] for m in page["matches"]] == [f"m{c}" for c in want]
