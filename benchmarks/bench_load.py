@@ -13,8 +13,9 @@ client. Then, for ``--seconds``:
   (the ticks of ``examples/make_ticks.py --rows N --seed S``, 8 symbols, split by symbol),
   each sending its next ``--batch`` ticks per round in time order (``Client.send``: a
   msgpack batch over HTTP);
-* ``--readers`` threads, each polling its share of the queries (``Client.matches`` with its
-  cursor) without pause;
+* ``--readers`` threads, each polling its share of the queries without pause, all of them
+  in one request (``Client.matches_many`` with their cursors), a long poll (``wait``: the
+  answer comes once one of them has a new match);
 * one thread registering and removing a query of its own, one change a second.
 
 Per send: its duration (``send``). Per match read: the time from the start of the send that
@@ -136,34 +137,37 @@ class Load:
             self.barrier.abort()
 
     def reader(self, queries: list) -> None:
+        """Poll ``queries`` without pause, all of them in one request (Client.matches_many),
+        a long poll (answered when one has a new match)."""
         client = self.connect(self.url)
         try:
             while not self.stop.is_set():
-                for q in queries:
-                    self.read(client, q)
+                self.read(client, queries, wait=1.0)
         except Exception as exc:
             self.errors.append(f"reader: {exc}")
 
-    def read(self, client, q: str) -> int:
-        """Read one page of ``q``'s matches from its cursor; how many it held (kept for
-        ``compare_with_local``, compared after the run)."""
-        page = client.matches(q, since=self.cursors.get(q, 0))
+    def read(self, client, queries: list, wait: float = 0.0) -> int:
+        """Read one page of each query's matches from its cursor; how many they held (kept
+        for ``compare_with_local``, compared after the run)."""
+        pages = client.matches_many({q: self.cursors.get(q, 0) for q in queries}, wait=wait)
         now = time.perf_counter()
-        self.cursors[q] = page.next
-        got, sent_at = [], self.sent_at
-        for m in page.matches:
-            if m.get("retracted"):
-                continue
-            last = max(m["events"].values(),
-                       key=lambda e: e["ts"] if isinstance(e, dict) else 0)
-            started = sent_at.get(last["id"]) if isinstance(last, dict) else None
-            if started is not None:
-                got.append(now - started)
-        self.pages.setdefault(q, []).append(page.matches)
+        got, sent_at, n = [], self.sent_at, 0
+        for q, page in pages.items():
+            self.cursors[q] = page.next
+            for m in page.matches:
+                if m.get("retracted"):
+                    continue
+                last = max(m["events"].values(),
+                           key=lambda e: e["ts"] if isinstance(e, dict) else 0)
+                started = sent_at.get(last["id"]) if isinstance(last, dict) else None
+                if started is not None:
+                    got.append(now - started)
+            self.pages.setdefault(q, []).append(page.matches)
+            n += len(page.matches)
         with self.lock:
             self.readable.extend(got)
-            self.matches += len(page.matches)
-        return len(page.matches)
+            self.matches += n
+        return n
 
     def bindings(self, q: str) -> set:
         """The matches of ``q`` read (less the retracted ones), as ``binding``s."""
@@ -223,9 +227,8 @@ def compare_with_local(load: Load, url: str, queries: list, ticks: list, tmp: st
                   key=lambda ev: (ev["ts"], int(ev["id"][1:])))
     client = connect(url)
     client.advance(sent[-1]["ts"] + 3600.0, force=True)
-    for name, _ in queries:
-        while load.read(client, name):
-            pass
+    while load.read(client, [name for name, _ in queries]):
+        pass
     path = os.path.join(tmp, "sent.csv")
     with open(path, "w", encoding="utf-8") as out:
         out.write("id,type,ts,symbol,price,volume\n")

@@ -404,6 +404,24 @@ class Client:
         return MatchPage(page["matches"], page["next"], page.get("missed", 0),
                          page.get("head", 0))
 
+    def matches_many(self, cursors: Mapping, limit: int = 1000, wait: float = 0.0) -> dict:
+        """The matches of several queries in one request: ``cursors`` maps each query to the
+        cursor to read after (a page's ``next``); returns query -> MatchPage. All or nothing:
+        an unknown query raises NotFoundError. ``wait`` (seconds, at most 60): a long poll,
+        answered as soon as one of them has a new match (or after ``wait`` with empty
+        pages). A reader of many queries polls them with one request, and with ``wait``
+        without spinning: each match is read as soon as it is stored."""
+        if not isinstance(cursors, Mapping):
+            raise TypeError(f"cursors must be a mapping of query -> cursor, got "
+                            f"{type(cursors).__name__}")
+        body = {"queries": {str(q): int(c) for q, c in cursors.items()}, "limit": int(limit)}
+        if wait:
+            body["wait"] = wait
+        pages = self._request("POST", "/v1/matches", body,
+                              timeout=self.timeout + (wait or 0))["pages"]
+        return {q: MatchPage(p["matches"], p["next"], p.get("missed", 0), p.get("head", 0))
+                for q, p in pages.items()}
+
     def late_events(self, since: int = 0, limit: int = 1000) -> MatchPage:
         """Events that arrived later than the lateness threshold (never used by any query):
         records ``{"late": true, "id", "source", "reason", "score", "threshold", "watermark",

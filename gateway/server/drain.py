@@ -50,13 +50,21 @@ class Outboxes:
         after the other, each behind the others' calls at the actor)."""
         waiting = self._waiting.get(target)
         if waiting is None:
-            waiting = self._waiting[target] = asyncio.ensure_future(self._next_drain(target))
+            waiting = self._waiting[target] = asyncio.get_running_loop().create_future()
+            asyncio.ensure_future(self._next_drain(target, waiting))
         return await asyncio.shield(waiting)
 
-    async def _next_drain(self, target) -> int:
+    async def _next_drain(self, target, done: asyncio.Future) -> None:
         async with self._locks[target]:
             del self._waiting[target]       # started: a later caller needs the next one
-            return await self._drain_locked(target)
+            try:
+                await self._drain_locked(target, done)
+            except Exception as exc:        # the callers' error (the drain loop logs it)
+                if not done.done():
+                    done.set_exception(exc)
+                else:
+                    log.debug("acknowledging %s's outbox: %s (the next drain does)", target,
+                              exc)
 
     async def call_and_drain(self, target, method: str, *args) -> int:
         """Call ``method`` on ``target`` and drain it, under its drain lock: the background
@@ -65,7 +73,11 @@ class Outboxes:
             await self.actors.call(target, method, *args)
             return await self._drain_locked(target)
 
-    async def _drain_locked(self, target) -> int:
+    async def _drain_locked(self, target, done: asyncio.Future | None = None) -> int:
+        """The drain; ``done``: given the count as soon as every record is stored, before
+        the last acknowledgement (a call to the actor, queued behind its other calls, that
+        the callers need not wait for: it is submitted before they go on, and nothing else
+        drains the actor until it is answered)."""
         moved = 0
         while True:
             page = await self.actors.call(target, "drain", self._acks[target],
@@ -76,6 +88,8 @@ class Outboxes:
             moved += len(page["records"])
             self._acks[target] = page["last"]
             if not page["pending"]:
+                if done is not None:
+                    done.set_result(moved)
                 if page["records"]:
                     await self.actors.call(target, "drain", self._acks[target], 0)
                 return moved

@@ -13,6 +13,8 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
   GET    /queries/{id}                one query
   DELETE /queries/{id}                remove it
   GET    /queries/{id}/matches        ?since=CURSOR&limit=N -> {"matches", "next", "missed", "head"}
+  POST   /matches                     {"queries": {id: CURSOR, ...}, "limit": N} -> {"pages":
+                                      {id: page, ...}}: several queries' pages in one request
   GET    /queries/{id}/stream         ?since=CURSOR -> Server-Sent Events
                                       (event: match | retraction | gap | end)
   GET    /late                        ?since=CURSOR&limit=N -> late events, paged like matches
@@ -48,6 +50,7 @@ from aiohttp import web
 
 from raycep.cep.errors import (AuthenticationError, CepError, GatewayError, IngestError,
                         NotFoundError, error_to_dict, http_status)
+from raycep.cep.lang.validate import short_repr
 from raycep.gateway.client import strict_json as dumps
 from raycep.gateway.server.messages import plain_text, type_name
 from raycep.gateway.server.query_sets import file_entries, list_entries
@@ -301,6 +304,52 @@ async def read_matches(request):
     return reply(request, request.app[SERVICE].matches(request.match_info["id"], *_page(request)))
 
 
+#: the fields of POST /v1/matches
+READ_FIELDS = {"queries": "an object: query id -> the cursor to read after (0: from the start)",
+               "limit": "the most matches per query (default 1000)",
+               "wait": "seconds to wait for a match when none is there yet (default 0, at "
+                       "most 60): a long poll"}
+#: the longest wait of a long poll (POST /v1/matches)
+MAX_READ_WAIT = 60.0
+#: the most queries one POST /v1/matches reads
+MAX_READ_QUERIES = 10_000
+
+
+async def read_many(request):
+    """The matches of several queries in one request: ``{"queries": {id: since, ...},
+    "limit": n, "wait": seconds}`` -> ``{"pages": {id: page, ...}}`` (each page as GET
+    .../matches gives it); all or nothing (an unknown query: 404 naming it). With ``wait``,
+    a long poll: the answer comes as soon as one of the queries has a match past its
+    cursor, or after ``wait`` seconds with empty pages."""
+    body = _object(await body_of(request), READ_FIELDS, required=("queries",))
+    cursors, limit, wait = body["queries"], body.get("limit", 1000), body.get("wait", 0)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or \
+            not 0 <= wait <= MAX_READ_WAIT:
+        raise IngestError(f"'wait' must be a number of seconds from 0 to {MAX_READ_WAIT:g}, "
+                          f"got {short_repr(wait)}", field="wait")
+    if not isinstance(cursors, dict):
+        raise IngestError(f"'queries' must be an object of query id -> cursor, got "
+                          f"{type_name(cursors)}", field="queries")
+    if len(cursors) > MAX_READ_QUERIES:
+        raise IngestError(f"'queries' names {len(cursors)} queries; at most "
+                          f"{MAX_READ_QUERIES} per request", field="queries")
+    for name, value in (("limit", limit), *cursors.items()):
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not 0 <= value <= MAX_INT_ARG:
+            raise IngestError(f"{'limit' if name == 'limit' else f'the cursor of {name!r}'}"
+                              f" must be an integer from 0 to {MAX_INT_ARG}, got "
+                              f"{short_repr(value)}", field="limit" if name == "limit"
+                              else "queries")
+    service = request.app[SERVICE]
+    cursors = {str(q): since for q, since in cursors.items()}
+    for q in cursors:
+        service.matches(q, 0, 0)                    # 404 before waiting
+    if wait:
+        await service.store.wait_any(cursors, float(wait))
+    return reply(request, {"pages": {q: service.matches(q, since, limit)
+                                     for q, since in cursors.items()}})
+
+
 async def read_late(request):
     return reply(request, request.app[SERVICE].late_events(*_page(request)))
 
@@ -382,6 +431,7 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.get("/v1/queries/{id}", get_query),
         web.delete("/v1/queries/{id}", remove_query),
         web.get("/v1/queries/{id}/matches", read_matches),
+        web.post("/v1/matches", read_many),
         web.get("/v1/queries/{id}/stream", stream_matches),
         web.get("/v1/late", read_late),
         web.post("/v1/events", post_events),

@@ -58,6 +58,10 @@ def _line(cursor: int, data: bytes) -> bytes:
         b'{"cursor":%d}\n' % cursor
 
 
+#: the key of the event that wakes the waiters for any query (not a valid query name)
+_ANY = ":any"
+
+
 def _tail(records: deque, start: int, limit: int) -> list:
     """``records[start:start + limit]`` of a deque, walked from the nearer end (a reader near
     the head costs what it reads, not the records retained before it)."""
@@ -322,8 +326,30 @@ class MatchStore:
             except asyncio.TimeoutError:
                 return False
 
+    async def wait_any(self, cursors: dict, timeout: float) -> bool:
+        """True as soon as one of the queries of ``cursors`` has a cursor past its own (or
+        is closed); False on timeout (a long poll of several queries: POST /v1/matches)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for query, since in cursors.items():
+                stream = self._streams.get(query)
+                if stream is None or stream.head > since:
+                    return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._events.get(_ANY)
+            if event is None:
+                event = self._events[_ANY] = asyncio.Event()
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+
     def _wake(self, query: str) -> None:
         # a set event is discarded, so the next waiter creates a fresh one (no clear() race)
-        event = self._events.pop(query, None)
-        if event is not None:
-            event.set()
+        for key in (query, _ANY):
+            event = self._events.pop(key, None)
+            if event is not None:
+                event.set()

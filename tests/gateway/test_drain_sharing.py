@@ -76,6 +76,9 @@ def test_a_caller_waits_for_a_drain_that_starts_after_it_came():
         await second
         assert set(late_ids) <= _stored(store)
         await third
+        for _ in range(5):                                  # the last acknowledgement
+            await asyncio.sleep(0)
+        assert actor.outbox == []
         return actor.calls
 
     calls = asyncio.run(scenario())

@@ -376,6 +376,59 @@ def test_paging_by_cursor_gives_each_match_once_in_order(client):
     assert set(every) == set(engine_ids(events, [("pair", PAIR)])["pair"])
 
 
+def test_matches_of_several_queries_in_one_request(cluster, client):
+    client.register(PAIR, name="pair")
+    client.register("NAME seq3\n" + SEQ3)
+    events = stream(400, seed=12)
+    send_in_slices(client, events)
+    one = {q: client.matches(q, since=3, limit=9) for q in ("pair", "seq3")}
+    assert all(len(p.matches) == 9 for p in one.values())             # not vacuous
+    assert client.matches_many({"pair": 3, "seq3": 3}, limit=9) == one
+    # paging with the cursors of each page reads every match once
+    cursors, seen = {"pair": 0, "seq3": 0}, {"pair": [], "seq3": []}
+    while True:
+        pages = client.matches_many(cursors, limit=50)
+        if not any(p.matches for p in pages.values()):
+            break
+        for q, page in pages.items():
+            seen[q] += ids_of(page.matches)
+            cursors[q] = page.next
+    assert seen["pair"] == ids_of(read_all(client, "pair"))
+    assert seen["seq3"] == ids_of(read_all(client, "seq3"))
+    # all or nothing: an unknown query is a 404 naming it
+    with pytest.raises(NotFoundError, match="nope"):
+        client.matches_many({"pair": 0, "nope": 0})
+    for body, field in (({"queries": ["pair"]}, "queries"), ({"queries": {"pair": -1}}, "queries"),
+                        ({"queries": {"pair": 0}, "limit": "x"}, "limit"),
+                        ({"queries": {"pair": 0}, "wait": 61}, "wait"),
+                        ({"queries": {"pair": 0}, "wait": True}, "wait"),
+                        ({"queries": {"pair": 0}, "since": 0}, "since"), ({}, "queries")):
+        status, _, answer = http("POST", cluster.url + "/v1/matches", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+        assert status == 400 and field in answer["error"]["message"], (body, answer)
+
+
+def test_a_long_poll_answers_when_a_match_is_stored(client):
+    """``wait``: the answer comes once one of the queries has a new match (it would come
+    after 60 s with empty pages otherwise), or after the wait with empty pages."""
+    client.register(PAIR, name="pair")
+    client.register("NAME seq3\n" + SEQ3)
+    heads = {q: client.matches(q).head for q in ("pair", "seq3")}
+    pages = client.matches_many(heads, wait=0.2)
+    assert [p.matches for p in pages.values()] == [[], []]
+    got = {}
+
+    def reader():
+        got.update(client.matches_many(heads, wait=60))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    send_in_slices(client, stream(200, seed=13))
+    t.join(90)
+    assert not t.is_alive()
+    assert got["pair"].matches and got["pair"].matches[0]["cursor"] == heads["pair"] + 1
+
+
 def test_subscribe_yields_matches_as_they_arrive_and_ends_on_remove(client):
     client.register(PAIR, name="pair")
     events = stream(300, seed=13)
