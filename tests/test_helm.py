@@ -229,7 +229,8 @@ def test_defaults(chart):
     assert (env["RAYCEP_PORT"], env["RAYCEP_PARTITIONS"], env["RAYCEP_KEY"]) == \
         ("8470", "2", "symbol")
     assert {p["name"]: p["containerPort"] for p in head["ports"]}["gateway"] == 8470
-    assert head["readinessProbe"]["tcpSocket"]["port"] == "gateway"
+    assert head["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "gateway"}
+    assert head["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "gateway"}
     [group] = spec["workerGroupSpecs"]
     assert (group["groupName"], group["replicas"], group["minReplicas"],
             group["maxReplicas"]) == ("workers", 2, 1, 4)

@@ -234,8 +234,9 @@ def test_a_package_importing_one_above_it_is_found(tmp_path):
 
 #: gateway/server's modules, each importing only those before it (GatewayService is a facade
 #: over one manager per concern; the managers share ``actors``)
-GATEWAY_SERVER = ("messages", "settings", "checks", "actors", "drain", "planning", "query_sets",
-                  "queries", "ingest", "service", "registry", "store", "http")
+GATEWAY_SERVER = ("messages", "settings", "checks", "actors", "drain", "send_stages", "metrics",
+                  "planning", "query_sets", "queries", "ingest", "service", "registry", "store",
+                  "http")
 
 
 def test_gateway_server_modules_import_one_way():

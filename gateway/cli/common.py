@@ -169,3 +169,10 @@ def peak_rss_mb():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     divisor = 1024 * 1024 if sys.platform == "darwin" else 1024     # bytes vs KiB
     return round(peak / divisor, 1)
+
+
+def table(header: tuple, rows: list) -> str:
+    """``rows`` under ``header`` in left-aligned columns (two spaces apart)."""
+    lines = [tuple(header)] + [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)

@@ -7,7 +7,7 @@ import os
 
 from raycep.cep.errors import CepError, UnavailableError
 from raycep.gateway.cli.common import (add_gateway_arguments, client_for, declares_name, err,
-                                finite_float, load_queries, note, parse_params)
+                                       finite_float, load_queries, note, parse_params, table)
 
 
 def add_parser(commands) -> None:
@@ -134,15 +134,18 @@ def run_advance(args) -> int:
 
 
 def query_table(rows: list) -> str:
-    header = ("QUERY", "SCOPE", "STATUS", "MATCHES", "PLAN", "VERSION")
-    lines = [header]
+    """``raycep query ls``: per query its scope, status, out-of-order mode, matches stored,
+    retractions, late events, plan order and version (and its warnings after the table)."""
+    header = ("QUERY", "SCOPE", "STATUS", "MODE", "MATCHES", "RETRACTED", "LATE", "PLAN",
+              "VERSION")
+    lines = []
     for q in rows:
         plan = q.get("plan") or {}
+        stats = q.get("stats") or {}
         order = ",".join(plan.get("order") or []) or "tree-nfa"
         lines.append((q["id"], q.get("scope") or "-", q.get("status", "-"),
-                      str(q.get("matches", {}).get("total", 0)), order,
-                      str(plan.get("version", "-"))))
-    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
+                      stats.get("mode", "-"), q.get("matches", {}).get("total", 0),
+                      stats.get("retractions", 0), stats.get("late_events", 0), order,
+                      plan.get("version", "-")))
     notes = [f"warning: query {q['id']}: {w}" for q in rows for w in q.get("warnings") or ()]
-    return "\n".join(["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-                      for r in lines] + notes)
+    return "\n".join([table(header, lines)] + notes)

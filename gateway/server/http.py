@@ -13,8 +13,9 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
   GET    /queries/{id}                one query
   DELETE /queries/{id}                remove it
   GET    /queries/{id}/matches        ?since=CURSOR&limit=N -> {"matches", "next", "missed", "head"}
-  POST   /matches                     {"queries": {id: CURSOR, ...}, "limit": N} -> {"pages":
-                                      {id: page, ...}}: several queries' pages in one request
+  POST   /matches                     {"queries": {id: CURSOR, ...}, "limit": N, "wait": s} ->
+                                      {"pages": {id: page, ...}}: several queries' pages in
+                                      one request (``wait``: a long poll)
   GET    /queries/{id}/stream         ?since=CURSOR -> Server-Sent Events
                                       (event: match | retraction | gap | end)
   GET    /late                        ?since=CURSOR&limit=N -> late events, paged like matches
@@ -24,6 +25,10 @@ A retraction is the record of the match it cancels (same ``id``) plus ``"retract
   POST   /advance                     {"watermark": w, "force"?: bool}
   GET    /routing                     the routing table producers use
   GET    /stats                       gateway and actor counters
+
+Outside ``/v1``: ``GET /metrics`` (Prometheus text exposition, gateway/server/metrics.py),
+``GET /healthz`` (liveness) and ``GET /readyz`` (started and every actor answering; 503
+otherwise): the two probes answer without a token and without details.
 
 With a token configured every request needs ``Authorization: Bearer <token>`` (the scheme in
 any case, RFC 7235); without it the answer is 401 and nothing changes.
@@ -53,6 +58,7 @@ from raycep.cep.errors import (AuthenticationError, CepError, GatewayError, Inge
 from raycep.cep.lang.validate import short_repr
 from raycep.gateway.client import strict_json as dumps
 from raycep.gateway.server.messages import plain_text, type_name
+from raycep.gateway.server.metrics import CONTENT_TYPE
 from raycep.gateway.server.query_sets import file_entries, list_entries
 from raycep.gateway.server.registry import QueryRegistry
 from raycep.gateway.server.service import GatewayService, GatewaySettings
@@ -205,8 +211,10 @@ async def errors_and_auth(request, handler):
     """Authentication, and every failure as a JSON error body: raycep errors with their
     status, aiohttp's own (no route, method, body size) as 4xx, anything else a logged 500."""
     token = request.app[TOKEN]
+    began = time.perf_counter()
     try:
-        if token is not None and not _authorized(request, token):
+        if token is not None and request.path not in OPEN_PATHS and \
+                not _authorized(request, token):
             raise AuthenticationError("missing or wrong bearer token (send the header "
                                       "'Authorization: Bearer <token>')")
         return await handler(request)
@@ -239,12 +247,35 @@ async def errors_and_auth(request, handler):
         log.exception("unexpected error in %s %s", request.method, request.path)
         return error_reply(request, _status_error(
             500, "internal error in the gateway (details are in its log)"), 500)
+    finally:
+        route = request.match_info.route.resource
+        request.app[SERVICE].metrics.observe_request(
+            request.method, route.canonical if route is not None else "unmatched",
+            time.perf_counter() - began)
 
 
 # --------------------------------------------------------------------------- handlers
 
 async def health(request):
     return reply(request, await request.app[SERVICE].health())
+
+
+async def healthz(request):
+    """Liveness, without a token and without details: the gateway answers."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request):
+    """Readiness, without a token and without details: started, and every actor answers."""
+    if await request.app[SERVICE].ready():
+        return web.Response(text="ready\n")
+    return web.Response(text="not ready\n", status=503)
+
+
+async def metrics(request):
+    """Prometheus text exposition (gateway/server/metrics.py)."""
+    return web.Response(body=await request.app[SERVICE].metrics_text(),
+                        headers={"Content-Type": CONTENT_TYPE})
 
 
 async def list_queries(request):
@@ -303,6 +334,9 @@ def _page(request) -> tuple:
 async def read_matches(request):
     return reply(request, request.app[SERVICE].matches(request.match_info["id"], *_page(request)))
 
+
+#: the paths answered without a token (probes: no details)
+OPEN_PATHS = frozenset(("/healthz", "/readyz"))
 
 #: the fields of POST /v1/matches
 READ_FIELDS = {"queries": "an object: query id -> the cursor to read after (0: from the start)",
@@ -424,6 +458,9 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
     app[SETTINGS] = settings
     app.add_routes([
         web.get("/v1/health", health),
+        web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
+        web.get("/metrics", metrics),
         web.get("/v1/queries", list_queries),
         web.post("/v1/queries", add_query),
         web.post("/v1/query-set", add_query_set),

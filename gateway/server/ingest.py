@@ -24,7 +24,7 @@ class Ingest:
     gateway's start time, part of the batch ids it makes."""
 
     def __init__(self, actors: Actors, outboxes: Outboxes, key_attr: str | None,
-                 settings: GatewaySettings, started: float):
+                 settings: GatewaySettings, started: float, observe_send=None):
         self.actors = actors
         self.outboxes = outboxes
         self.key_attr = key_attr
@@ -32,7 +32,7 @@ class Ingest:
         self.started = started
         self.events_in = 0
         self.bad_rows = 0
-        self.stages = SendStages()
+        self.stages = SendStages(observe_send)
         self._batch_ids = itertools.count(1)
 
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:

@@ -25,9 +25,10 @@ class SendStages:
 
     KEEP = 20_000
 
-    def __init__(self):
+    def __init__(self, observe=None):
         self._rows: deque = deque(maxlen=self.KEEP)
         self.count = 0
+        self._observe = observe             # called with each send's stage seconds
 
     def add(self, started: float, dispatched: float, acked: float, drained: float,
             acks: list, calls: list) -> None:
@@ -41,9 +42,11 @@ class SendStages:
             actor = float(acks[k].get("seconds", 0.0))
             checkpoint = float(acks[k].get("checkpoint_seconds", 0.0))
             wait = max(0.0, calls[k] - actor)
-        self._rows.append((dispatched - started, wait, actor, checkpoint, drained - acked,
-                           drained - started))
+        row = (dispatched - started, wait, actor, checkpoint, drained - acked, drained - started)
+        self._rows.append(row)
         self.count += 1
+        if self._observe is not None:
+            self._observe(row)
 
     def summary(self) -> dict:
         """Per stage: n, p50, p99, max and mean (seconds) of the sends kept."""

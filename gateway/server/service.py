@@ -19,12 +19,15 @@ watermarks), ``drain.Outboxes`` (matches moved to the store and read back) and
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
+from raycep.cep.errors import CepError
 from raycep.gateway.server.actors import Actors
 from raycep.gateway.server.drain import Outboxes
 from raycep.gateway.server.ingest import Ingest
+from raycep.gateway.server.metrics import GatewayMetrics
 from raycep.gateway.server.planning import Planning
 from raycep.gateway.server.queries import Queries
 from raycep.gateway.server.settings import GatewaySettings
@@ -55,7 +58,10 @@ class GatewayService:
         self._planning = Planning(self.actors, registry)
         self._queries = Queries(self.actors, self._planning, registry, store, key_attr,
                                 settings)
-        self._ingest = Ingest(self.actors, self._outboxes, key_attr, settings, self._started)
+        self.metrics = GatewayMetrics()
+        self.started = False
+        self._ingest = Ingest(self.actors, self._outboxes, key_attr, settings, self._started,
+                              self.metrics.observe_send)
 
     @property
     def targets(self) -> dict:
@@ -83,6 +89,18 @@ class GatewayService:
         keeps the queries)."""
         await self._outboxes.start()
         await self._queries.start()
+        self.started = True
+
+    async def ready(self, timeout: float = 5.0) -> bool:
+        """Whether the gateway has started and every actor answers within ``timeout``
+        seconds (GET /readyz)."""
+        if not self.started:
+            return False
+        try:
+            await asyncio.wait_for(self.actors.clock(), timeout)
+        except (asyncio.TimeoutError, CepError):
+            return False
+        return True
 
     async def stream_clock(self) -> float:
         return await self.actors.clock()
@@ -152,11 +170,26 @@ class GatewayService:
 
     async def stats(self) -> dict:
         actors = await self.actors.stats()
-        return {"gateway": {"events": self.events_in, "bad_rows": self.bad_rows,
-                            "pid": os.getpid(),
-                            "orphan_matches": self.store.orphans,
-                            "late_events": self._outboxes.late_total(),
-                            "send_stages": self._ingest.stages.summary()},
+        return {"gateway": self._gateway_stats(),
                 "actors": {str(t): {k: v for k, v in st.items() if k != "queries"}
                            for t, st in zip(self.targets, actors)},
                 "routing": self.routing.to_dict()}
+
+    def _gateway_stats(self) -> dict:
+        return {"events": self.events_in, "bad_rows": self.bad_rows, "pid": os.getpid(),
+                "orphan_matches": self.store.orphans,
+                "late_events": self._outboxes.late_total(),
+                "send_stages": self._ingest.stages.summary()}
+
+    async def metrics_text(self) -> bytes:
+        """The Prometheus exposition (gateway/server/metrics.py) of this gateway and of every
+        actor's stats, read now."""
+        actors = await self.actors.stats()
+        store = {}
+        for q in self.store.queries():
+            if not q.startswith(":"):
+                store[q] = self.store.stats(q)
+        return self.metrics.exposition({
+            "gateway": self._gateway_stats(),
+            "actors": {str(t): st for t, st in zip(self.targets, actors)},
+            "store": store})

@@ -594,6 +594,29 @@ def test_cli_against_a_running_gateway(cluster, client, tmp_path, capsys):
     assert [r["id"] for r in rows] == ["pair", "seq3"]
     expected = engine_ids(events, [("pair", PAIR)])["pair"]
     assert rows[0]["matches"]["total"] == len(expected)
+    assert cli.main(["query", "ls", *gw]) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert table[0] == ["QUERY", "SCOPE", "STATUS", "MODE", "MATCHES", "RETRACTED", "LATE",
+                        "PLAN", "VERSION"]
+    assert table[1][:7] == ["pair", "keyed", "running", "optimistic", str(len(expected)),
+                            "0", "0"]
+
+    # raycep stats: the gateway, each actor, each query
+    assert cli.main(["stats", *gw]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"gateway: {len(events)} events in, 0 bad rows")
+    assert f"{len(events) // 100} sends, p50 " in out
+    actors = client.stats()["actors"]
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert lines["ACTOR"][:3] == ["ACTOR", "EVENTS", "BUFFERED"]
+    for label, a in actors.items():
+        assert lines[label][1] == f"{a['events']:,}"
+    assert sum(a["events"] for a in actors.values()) == len(events)
+    assert lines["pair"][4] == str(len(expected))
+    assert cli.main(["stats", "--json", *gw]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["gateway"]["events"] == len(events)
+    assert [q["id"] for q in whole["queries"]] == ["pair", "seq3"]
 
     assert cli.main(["matches", "pair", *gw]) == 0
     captured = capsys.readouterr()
