@@ -397,6 +397,13 @@ class Client:
             body["force"] = True
         return self._request("POST", "/v1/advance", body)
 
+    def explain(self, query: str) -> dict:
+        """What ``query`` is and how it is planned: its branches, the plan in use with its
+        estimated cost, the order the planning algorithm would choose now, each condition's
+        selectivity (measured or guessed) and counts, its sharing group and evaluation path
+        (``raycep explain``; planner.explain.render prints it)."""
+        return self._request("GET", f"/v1/queries/{_q(query)}/explain")
+
     def matches(self, query: str, since: int = 0, limit: int = 1000) -> MatchPage:
         """Matches of ``query`` after cursor ``since`` (oldest first)."""
         page = self._request("GET", f"/v1/queries/{_q(query)}/matches?since={int(since)}"

@@ -13,6 +13,7 @@ import logging
 from raycep.cep.errors import PlanningError
 from raycep.cep.lang.compiler import compile_query
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
+from raycep.planner.explain import explain
 from raycep.planner.plan import Plan
 from raycep.planner.stats import SelectivityEstimator, Statistics, per_key
 
@@ -100,6 +101,9 @@ class PlannerService:
         """The merged statistics of ``query``: rates add up over partitions (divided by the
         number of keys for a query evaluated per key); selectivities from every partition's
         counts (``SelectivityEstimator``)."""
+        return Statistics(self._rates(query), self._selectivity[query].sample())
+
+    def _rates(self, query: str) -> dict:
         reports = [r for (p, q), r in self._reports.items() if q == query]
         rates: dict = {}
         keys = 0
@@ -109,7 +113,19 @@ class PlannerService:
                 rates[t] = rates.get(t, 0.0) + v
         if self._partitioned.get(query):
             rates = per_key(rates, keys)
-        return Statistics(rates, self._selectivity[query].sample())
+        return rates
+
+    def explain(self, query: str, order, version) -> dict:
+        """planner.explain of ``query`` under the statistics held for it now (the estimates
+        so far: explaining does not sample the counts waiting for the next round), with the
+        plan in use ``order`` / ``version`` (the actors')."""
+        policy = self._policies.get(query)
+        if policy is None:
+            raise PlanningError(f"query {query!r} is not planned")
+        s = policy.settings
+        return explain(policy.cq, query, self._rates(query),
+                       dict(self._selectivity[query].estimates),
+                       tuple(order) if order else None, version, s.algorithm, s.alpha)
 
     # ---------------------------------------------------------------- planning
     def replan(self) -> dict:

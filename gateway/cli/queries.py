@@ -1,5 +1,5 @@
-"""The subcommands that talk to a running gateway: ``query add|rm|ls``, ``matches``, ``late``
-and ``advance``."""
+"""The subcommands that talk to a running gateway: ``query add|rm|ls``, ``matches``, ``late``,
+``advance`` and ``explain``."""
 from __future__ import annotations
 
 import json
@@ -43,7 +43,12 @@ def add_parser(commands) -> None:
     advance.add_argument("watermark", metavar="WATERMARK", type=finite_float)
     advance.add_argument("--force", action="store_true",
                          help="advance even beyond the gateway's --max-advance-ahead bound")
-    for p in (add, rm, ls, matches, late, advance):
+    explain = commands.add_parser(
+        "explain", help="how a query is planned: branches, plan and cost, selectivities")
+    explain.add_argument("id", metavar="QUERY")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(func=run_explain)
+    for p in (add, rm, ls, matches, late, advance, explain):
         add_gateway_arguments(p)
     for p in (add, rm, ls):
         p.set_defaults(func=run_query)
@@ -123,6 +128,17 @@ def run_late(args) -> int:
         print(json.dumps(record))
     note(f"{len(page.matches)} late events; next cursor {page.next}"
          + (f"; {page.missed} dropped before this read" if page.missed else ""))
+    return 0
+
+
+def run_explain(args) -> int:
+    info = client_for(args).explain(args.id)
+    if args.json:
+        from raycep.gateway.client import strict_json
+        print(strict_json(info, indent=2))
+    else:
+        from raycep.planner.explain import render
+        print(render(info))
     return 0
 
 

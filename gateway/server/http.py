@@ -12,6 +12,8 @@ Routes (all under ``/v1``; JSON by default, msgpack when the request says
   POST   /query-set/remove            {"ids": [...]} -> {"removed": [{"id", "matches"}]}
   GET    /queries/{id}                one query
   DELETE /queries/{id}                remove it
+  GET    /queries/{id}/explain        its branches, plan in use and cost, the order the planner
+                                      would choose now, each condition's selectivity and counts
   GET    /queries/{id}/matches        ?since=CURSOR&limit=N -> {"matches", "next", "missed", "head"}
   POST   /matches                     {"queries": {id: CURSOR, ...}, "limit": N, "wait": s} ->
                                       {"pages": {id: page, ...}}: several queries' pages in
@@ -322,6 +324,10 @@ async def get_query(request):
     return reply(request, await request.app[SERVICE].describe(request.match_info["id"]))
 
 
+async def explain_query(request):
+    return reply(request, await request.app[SERVICE].explain(request.match_info["id"]))
+
+
 async def remove_query(request):
     return reply(request, await request.app[SERVICE].remove(request.match_info["id"]))
 
@@ -468,6 +474,7 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.get("/v1/queries/{id}", get_query),
         web.delete("/v1/queries/{id}", remove_query),
         web.get("/v1/queries/{id}/matches", read_matches),
+        web.get("/v1/queries/{id}/explain", explain_query),
         web.post("/v1/matches", read_many),
         web.get("/v1/queries/{id}/stream", stream_matches),
         web.get("/v1/late", read_late),

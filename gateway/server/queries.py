@@ -10,7 +10,7 @@ from raycep.actors.routing import GLOBAL, RoutingTable
 from raycep.cep.store.disorder import check_mode
 from raycep.cep.errors import (CepError, ConflictError, NotFoundError, QueryValidationError,
                                UnavailableError)
-from raycep.gateway.server.actors import Actors
+from raycep.gateway.server.actors import PLANNER, Actors
 from raycep.gateway.server.checks import analyse, check_params, parse_one
 from raycep.gateway.server.messages import type_name
 from raycep.gateway.server.planning import Planning
@@ -281,6 +281,41 @@ class Queries:
         return {"id": rec.id, "text": rec.text, "params": rec.params, "created": rec.created,
                 "scope": scope, "status": status, "plan": plan, "stats": merged,
                 "matches": store, "warnings": sorted(warned or ())}
+
+    async def explain(self, qid: str) -> dict:
+        """What ``qid`` is and how it is planned (planner.explain, computed by the planner
+        under the statistics it holds), with the plan in use on its actors, its conditions'
+        counts summed over them, its sharing group and its evaluation path."""
+        rec = self.registry.get(qid)
+        if rec is None:
+            raise NotFoundError(f"no query {qid!r} is registered")
+        if self.actors.planner is None:
+            raise NotFoundError("this cluster has no planner: nothing to explain")
+        scope = self.actors.scopes.get(qid)
+        actor_stats = await self.actors.stats(self.actors.of_scope(scope or "keyed"))
+        _, plans, _ = merge_stats(qid, actor_stats)
+        plan = max(plans, key=lambda p: p["version"] or 0) if plans else {}
+        info = await self.actors.call(PLANNER, "explain", qid, plan.get("order"),
+                                      plan.get("version"))
+        counters: dict = {}
+        paths: dict = {}
+        group = None
+        for st in actor_stats:
+            q = st.get("queries", {}).get(qid) or {}
+            for c in q.get("conjuncts", ()):
+                got = counters.setdefault(c["text"], {"tested": 0, "passed": 0, "failed": 0})
+                for k in got:
+                    got[k] += c.get(k, 0)
+            for k, v in (st.get("paths", {}).get(qid) or {}).items():
+                if isinstance(v, int):
+                    paths[k] = paths.get(k, 0) + v
+                elif v and k == "why":
+                    paths[k] = v
+            for g in st.get("groups", ()):
+                if qid in g.get("queries", ()) and len(g["queries"]) > 1:
+                    group = g
+        return {**info, "scope": scope, "counters": counters, "path": paths or None,
+                "group": group}
 
     async def all(self) -> list:
         """``describe`` of every registered query (the actors asked once)."""

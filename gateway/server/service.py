@@ -125,6 +125,9 @@ class GatewayService:
     async def queries(self) -> list:
         return await self._queries.all()
 
+    async def explain(self, qid: str) -> dict:
+        return await self._queries.explain(qid)
+
     # ---------------------------------------------------------------- events
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
         return await self._ingest.ingest_body(body, source, batch)

@@ -570,6 +570,44 @@ def test_concurrent_sends_are_answered_after_their_own_matches_are_stored(make_c
     check_concurrent_sends(connect(cluster.url), PAIR)
 
 
+def test_explain_gives_the_plan_and_the_statistics_it_came_from(make_cluster, capsys):
+    from raycep.cep.lang.compiler import compile_query
+    from raycep.planner.plan import make_plan, order_cost
+    cluster = make_cluster(plan_every=0.2)
+    client = connect(cluster.url)
+    client.register(SEQ3, name="seq3")
+    events = stream(3000, seed=41)
+    send_in_slices(client, events[:1500])
+    wait_for(lambda: any(c["measured"] for c in client.explain("seq3")["conditions"]),
+             what="a planner round with measured selectivities")
+    send_in_slices(client, events[1500:])
+    info = client.explain("seq3")
+    assert info["query"] == "seq3" and info["partition_by"] == ["k"]
+    assert [(v["name"], v["type"]) for v in info["branches"][0]["variables"]] == \
+        [("a", "A"), ("b", "B"), ("c", "C")]
+    assert info["rates_measured"] and set(info["rates"]) == {"A", "B", "C"}
+    plan = client.query("seq3")["plan"]
+    assert info["plan"]["order"] == plan["order"] and info["plan"]["version"] == plan["version"]
+    # the costs are the planner's under exactly the statistics shown
+    cq = compile_query(SEQ3)
+    stats = {"rates": info["rates"], "selectivities": {
+        i: c["selectivity"] for i, c in enumerate(info["conditions"]) if c["measured"]}}
+    assert info["plan"]["cost"] == order_cost(cq, stats, tuple(plan["order"]))
+    best = make_plan(cq, stats, info["best"]["algorithm"])
+    assert info["best"]["order"] == list(best.order) and info["best"]["cost"] == best.cost
+    for c in info["conditions"]:
+        got = info["counters"][c["text"]]
+        assert 0 < got["passed"] < got["tested"], c
+    assert info["path"]["bulk"] + info["path"]["per_trigger"] > 0
+    with pytest.raises(NotFoundError, match="nope"):
+        client.explain("nope")
+    assert cli.main(["explain", "seq3", "--gateway", cluster.url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("query seq3: skip-till-any-match, within 10 s, per k")
+    assert f"plan in use: {','.join(plan['order'])} (version {plan['version']})" in out
+    assert "a.x < b.x: " in out and "(measured; passed " in out
+
+
 # --------------------------------------------------------------------------- CLI
 
 def test_cli_against_a_running_gateway(cluster, client, tmp_path, capsys):
