@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tomllib
+import urllib.request
 
 import helm_python as helm
 import jsonschema
@@ -46,6 +47,11 @@ VALUE_SETS = {
     "nodeport": {"service": {"type": "NodePort", "port": 80, "nodePort": 30470}},
     "loadbalancer": {"service": {"type": "LoadBalancer", "annotations": {"a/b": "c"}}},
     "no-persistence": {"persistence": {"enabled": False}},
+    "monitoring": {"metrics": {"scrapeAnnotations": True,
+                               "serviceMonitor": {"enabled": True, "interval": "15s",
+                                                  "labels": {"release": "kps"}},
+                               "grafanaDashboard": {"enabled": True}},
+                   "service": {"annotations": {"a/b": "c"}}},
     "shared-checkpoints": {"checkpoints": {"volume": {"persistentVolumeClaim": {
         "claimName": "raycep-checkpoints"}}, "mountPath": "/ckpt"}},
     "existing-secret-no-ray-auth": {"gateway": {"existingSecret": "my-token"},
@@ -203,6 +209,8 @@ def test_rendered_objects_pass_kubernetes_and_kuberay_schemas(chart, name):
                 as_core = {"apiVersion": "v1", "kind": "PodTemplate",
                            "metadata": {"name": "t"}, "template": template}
                 assert k8s_errors(as_core) == [], where
+        elif obj["apiVersion"] == "monitoring.coreos.com/v1":
+            assert obj["kind"] == "ServiceMonitor", where    # checked in test_monitoring
         else:
             assert k8s_errors(obj) == [], where
 
@@ -313,6 +321,63 @@ def test_a_warm_spark_for_ingest_is_a_value(chart):
         assert env_of(head)["RAYCEP_WARM_SPARK"] == want
     script = (CHART / "files" / "start-head.sh").read_text()
     assert '[ "${RAYCEP_WARM_SPARK:-false}" = "true" ] && serve+=(--spark)' in script
+
+
+def test_monitoring_is_off_by_default_and_each_part_a_value(chart):
+    objects, _ = render(chart, {})
+    assert "ServiceMonitor" not in {o["kind"] for o in objects}
+    assert "annotations" not in one(objects, "Service")["metadata"]
+    objects, _ = render(chart, VALUE_SETS["monitoring"])
+    service = one(objects, "Service")
+    assert service["metadata"]["annotations"] == {
+        "a/b": "c", "prometheus.io/scrape": "true", "prometheus.io/port": "8470",
+        "prometheus.io/path": "/metrics"}
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    # it selects the gateway Service (and nothing else of the release) and its named port
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == \
+        "gateway"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "15s")
+    secret = by_name(objects, "Secret", FULLNAME)          # the gateway's token
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+        "name": secret["metadata"]["name"], "key": "token"}}
+    assert "token" in secret["data"]
+    dashboard = by_name(objects, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    board = json.loads(dashboard["data"]["raycep.json"])
+    assert board["uid"] == "raycep-overview" and len(board["panels"]) >= 6
+
+
+def test_the_dashboard_reads_only_metrics_the_gateway_exposes():
+    """Every metric name in the dashboard's queries is one GET /metrics gives (a gateway with
+    a query, events and a read behind it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    cluster = InProcessCluster(2, "k", GatewaySettings(port=0, registry_path=None,
+                                                       plan_every=0))
+    cluster.start()
+    try:
+        client = connect(cluster.url)
+        client.register("PATTERN SEQ(A a, B b) WHERE [k] WITHIN 5 seconds", name="pair")
+        client.send([{"type": t, "ts": float(i), "k": "x"} for i, t in enumerate("ABAB")])
+        client.matches("pair")
+        with urllib.request.urlopen(cluster.url + "/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    finally:
+        cluster.stop()
+    exposed = set()
+    for family in text_string_to_metric_families(text):
+        exposed |= {s.name for s in family.samples}
+    board = json.loads((CHART / "dashboards" / "raycep.json").read_text())
+    used = set()
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"\b(raycep_[a-z_]+)", target["expr"]))
+    assert used and used <= exposed, used - exposed
+    assert {"raycep_query_matches_total", "raycep_send_stage_seconds_bucket"} <= used
 
 
 def test_nodeport_service(chart):
