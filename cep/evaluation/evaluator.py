@@ -584,6 +584,10 @@ class Evaluation:
                 return
             if self._same_run_partition(cands[first], self._earliest(step.after_of)):
                 starts, begun = (first,), True
+        if step.ordered is not None and (span.ordered is not None or (
+                k == 0 and not begun and not span.nexts and span.ordered_nexts(*step.ordered))):
+            yield from self._ordered_runs(step, span, starts, begun)
+            return
         checks = step.incremental
         for s in starts:
             env[name] = (cands[s],)
@@ -595,6 +599,35 @@ class Evaluation:
             if first > 1:               # the shorter prefixes fail the step's first conjunct
                 step.conjuncts[0].tested += min(first - 1, len(run))
             for m in range(first, len(run) + 1):
+                yield run[:m]
+
+    def _ordered_runs(self, step, span, starts, begun: bool):
+        """``_runs``' loop where the take condition is one order comparison of consecutive
+        elements (``step.ordered``): every candidate's next element found at once
+        (_Span.ordered_nexts, counted as the evaluator's tests of them count: each
+        candidate's next is looked for once per trigger when every candidate starts a run,
+        which is when this is first asked), the length of each run from the next elements,
+        and only the runs long enough to yield made."""
+        nexts, tested = span.ordered
+        if not span.nexts:                  # first use: count the tests, as _next would
+            c = step.incremental[0]
+            c.tested += sum(tested)
+            c.passed += len(nexts) - nexts.count(None)
+            span.nexts.update(enumerate(nexts))
+        lengths = span.lengths()
+        first = step.min_len
+        conj = step.conjuncts[0] if first > 1 else None
+        name = step.var.name
+        for s in starts:
+            length = lengths[s]
+            if length < first:              # the prefixes fail the step's first conjunct
+                conj.tested += length
+                continue
+            run = self._run(step, span, s)
+            self.proven[name] = (begun, run)
+            if conj is not None:
+                conj.tested += first - 1
+            for m in range(first, length + 1):
                 yield run[:m]
 
     def _first_begin(self, step, span, k: int) -> int | None:

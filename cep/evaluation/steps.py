@@ -30,6 +30,9 @@ class Step:
                                  # a shorter sequence fails it, and nothing else is checked
     columnar: tuple | None = None  # Kleene: ``unary`` as (attr, op, literal) each, compared
                                  # over a buffer's columns (Evaluation._kleene_candidates)
+    ordered: tuple | None = None   # Kleene, local: the take condition is one comparison
+                                 # ``b[i].attr OP b[i-1].attr``, as (attr, OP(current, previous))
+                                 # (every next element of a span at once: _Span.ordered_nexts)
 
 
 NUMERIC_KINDS = frozenset((int, float))
@@ -62,7 +65,7 @@ class _Span:
     """A chained Kleene step's candidates up to one upper bound, for one trigger: their
     times, the runs and next elements found so far, and skip tables (see ``skip``)."""
 
-    __slots__ = ("_skips", "events", "nexts", "runs", "times")
+    __slots__ = ("_lengths", "_skips", "events", "nexts", "ordered", "runs", "times")
 
     def __init__(self, events: list):
         self.events = events
@@ -70,6 +73,44 @@ class _Span:
         self.runs: dict = {}
         self.nexts: dict = {}
         self._skips: dict = {}
+        self.ordered = None             # (next of each candidate, how many it tests): see
+        #                                 ordered_nexts
+        self._lengths = None
+
+    def ordered_nexts(self, attr: str, op) -> tuple | None:
+        """For the take condition ``op(b[i].attr, b[i-1].attr)``: per candidate, the position
+        of the first later one whose value satisfies it against this one's (None: none), and
+        how many candidates the evaluator tests to find it (Evaluation._next: each later one
+        up to that one, or every later one), by one pass with a stack of the candidates
+        still waiting (their values monotone: a candidate that satisfies the condition
+        against one of them satisfies it against every one above it). None where a
+        candidate's value is not a number (the evaluator then fails or compares it)."""
+        values = [e.attrs.get(attr) for e in self.events]
+        for v in values:
+            if v.__class__ not in NUMERIC_KINDS or v != v:
+                return None
+        n = len(values)
+        nexts: list = [None] * n
+        stack: list = []
+        for j, v in enumerate(values):
+            while stack and op(v, values[stack[-1]]):
+                nexts[stack.pop()] = j
+            stack.append(j)
+        tested = [(n - 1 - j) if k is None else (k - j) for j, k in enumerate(nexts)]
+        self.ordered = (nexts, tested)
+        return self.ordered
+
+    def lengths(self) -> list:
+        """Per candidate, the length of the run from it (``ordered`` next elements)."""
+        if self._lengths is None:
+            nexts = self.ordered[0]
+            out = [1] * len(nexts)
+            for j in range(len(nexts) - 1, -1, -1):
+                k = nexts[j]
+                if k is not None:
+                    out[j] = out[k] + 1
+            self._lengths = out
+        return self._lengths
 
     def skip(self, jump: tuple) -> list:
         """For each candidate ``k`` with a number ``w`` as ``attr``: the next candidate whose
@@ -142,8 +183,33 @@ def build_steps(branch: Branch, order: tuple) -> tuple:
             negations=tuple(negs), take_complete=take_complete, filters=filters,
             chained=chained, local=local, begin=begin,
             min_len=_min_len(ready[0], name) if var.kleene and ready else 1,
-            columnar=_columnar(unary, name) if unary else None))
+            columnar=_columnar(unary, name) if unary else None,
+            ordered=_ordered(incremental, name) if local else None))
     return tuple(steps)
+
+
+def _ordered(incremental: tuple, name: str) -> tuple | None:
+    """``(attr, op)`` when the take condition is the one conjunct ``name[i].attr OP
+    name[i-1].attr`` (either side, or ``[i+1]`` / ``[i]``) of a plain attribute, ``op`` an
+    order comparison of the current element's value with the previous one's; else None."""
+    if len(incremental) != 1:
+        return None
+    c = incremental[0]
+    e = c.expr
+    if e.__class__ is not ast.Compare or e.op not in ("<", "<=", ">", ">=") or c.p_min != 1:
+        return None
+    shift = kleene_offset_shift(e)
+    sides = []
+    for side in (e.left, e.right):
+        idx = side.index if side.__class__ is ast.Attr else None
+        if side.__class__ is not ast.Attr or side.var != name or side.attr in FIELDS or \
+                (idx is not None and idx.base != "i"):
+            return None
+        sides.append((side.attr, (idx.offset if idx is not None else 0) - shift))
+    (attr, left), (other, right) = sides
+    if attr != other or {left, right} != {0, -1}:
+        return None
+    return attr, _OPS[e.op if left == 0 else _FLIPPED[e.op]]
 
 
 _OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
