@@ -11,6 +11,7 @@ element of a Kleene block the run may take its epsilon proceed edge at any point
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from heapq import merge
 
 from raycep.cep.event import Event, before
@@ -31,7 +32,7 @@ class Run:
     partition: object
 
 
-def accepts(ev, env: dict, proven: dict | None = None) -> bool:
+def accepts(ev, env: dict, proven: dict | None = None, gaps: dict | None = None) -> bool:
     """Whether the NFA^b under ``ev.cq.strategy`` accepts the binding ``env`` (an Evaluation).
 
     ``proven`` (skip till next match) maps Kleene variables whose elements the evaluator chose
@@ -39,6 +40,10 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
     ``(begun, run)``: ``run`` is the whole run the binding is a prefix of, ``begun`` whether its
     first element is also the first event after the preceding (simple) block that satisfies the
     begin condition. Those gaps are not checked again.
+
+    ``gaps``: a dict kept by a caller that judges the same binding under several queries of
+    one structure (a query group's members): the stream events between two of its events,
+    read once for all of them.
     """
     cq = ev.cq
     blocks = []
@@ -56,6 +61,8 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
     if strategy in ("strict_contiguity", "partition_contiguity"):
         return _contiguous(ev, first, last, chosen)
     proven = proven or {}
+    gap = _gap_of if gaps is None else partial(_shared_gap, gaps,
+                                               (cq.positive_types, cq.equivalence))
     order = [name for _, _, name in blocks]
     variables = {v.name: v for v in ev.branch.positives}
     for k in range(len(selected) - 1):
@@ -66,7 +73,7 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
                 continue
             buffer = _buffer(env, order, name1, p1 + 1)
             if any(_condition(ev, variables[name1], g, buffer, first)
-                   for g in _gap(ev, e1, e2, chosen)):
+                   for g in gap(ev, e1, e2, chosen)):
                 return False
             continue
         if name2 in proven and proven[name2][0]:
@@ -75,7 +82,7 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
         var1 = variables[name1]
         if not var1.kleene:
             if any(_condition(ev, variables[name2], g, begin_buffer, first)
-                   for g in _gap(ev, e1, e2, chosen)):
+                   for g in gap(ev, e1, e2, chosen)):
                 return False
             continue
         # after the last element of Kleene block name1: proceed at some split point, at the
@@ -85,13 +92,13 @@ def accepts(ev, env: dict, proven: dict | None = None) -> bool:
             take = run[taken] if len(run) > taken else None
             if take is None or not before(take, e2):
                 continue          # nothing to take before e2: proceed right before it
-            rest = [take] + _gap(ev, take, e2, chosen)
+            rest = [take] + gap(ev, take, e2, chosen)
         else:
-            gap = _gap(ev, e1, e2, chosen)
+            between = gap(ev, e1, e2, chosen)
             take_buffer = _buffer(env, order, name1, len(env[name1]))
-            split = next((s for s, g in enumerate(gap)
-                          if _condition(ev, var1, g, take_buffer, first)), len(gap))
-            rest = gap[split:]
+            split = next((s for s, g in enumerate(between)
+                          if _condition(ev, var1, g, take_buffer, first)), len(between))
+            rest = between[split:]
         if any(_condition(ev, variables[name2], g, begin_buffer, first) for g in rest):
             return False
     return True
@@ -131,7 +138,17 @@ def _buffers(ev, part) -> list:
     return [buf for buf in (index.buffer(part, t) for t in types) if buf is not None]
 
 
-def _gap(ev, e1: Event, e2: Event, chosen: set) -> list:
+def _shared_gap(gaps: dict, kind: tuple, ev, e1: Event, e2: Event, chosen: set) -> list:
+    """``_gap_of`` read once per pair of events and kind of query (its positive types and
+    equivalence attributes) into ``gaps`` (accepts)."""
+    key = (id(e1), id(e2), kind)
+    got = gaps.get(key)
+    if got is None:
+        got = gaps[key] = _gap_of(ev, e1, e2, chosen)
+    return got
+
+
+def _gap_of(ev, e1: Event, e2: Event, chosen: set) -> list:
     """The stream events strictly between ``e1`` and ``e2`` that the binding does not hold."""
     return [g for g in _stream(ev, e1.ts, e2.ts)
             if id(g) not in chosen and before(e1, g) and before(g, e2)]

@@ -701,9 +701,10 @@ class GroupManager(PatternManager):
             if key is not None:
                 part = key
         index, members, out = self.index, self.members, 0
+        gaps: dict = {}                     # the binding's gaps, read once for every member
         for k in self._member_positions(mask):
             cq = members[k].cq
-            if accepts(Run(cq, cq.branches[0], index, part), env):
+            if accepts(Run(cq, cq.branches[0], index, part), env, gaps=gaps):
                 out |= 1 << k
         return out
 
