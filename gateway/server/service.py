@@ -167,9 +167,20 @@ class GatewayService:
 
     # ---------------------------------------------------------------- status
     async def health(self) -> dict:
-        return {"status": "ok", "partitions": self.routing.partitions,
-                "key_attr": self.key_attr, "queries": len(self.actors.scopes),
-                "events": self.events_in, "uptime": round(time.time() - self._started, 3)}
+        """``status`` ("ok", or "degraded" while an actor does not answer), the actors alive
+        of all, the events the actors processed (from the gateway and from Spark jobs
+        alike) and those the gateway took in, the queries, the uptime."""
+        targets = list(self.targets)
+        answers = await asyncio.gather(*(asyncio.wait_for(self.actors.call(t, "stats"), 5.0)
+                                         for t in targets), return_exceptions=True)
+        alive = [a for a in answers if isinstance(a, dict)]
+        return {"status": "ok" if len(alive) == len(targets) else "degraded",
+                "partitions": self.routing.partitions, "key_attr": self.key_attr,
+                "queries": len(self.actors.scopes),
+                "actors": {"alive": len(alive), "total": len(targets)},
+                "events": sum(a.get("events", 0) for a in alive),
+                "gateway_events": self.events_in,
+                "uptime": round(time.time() - self._started, 3)}
 
     async def stats(self) -> dict:
         actors = await self.actors.stats()

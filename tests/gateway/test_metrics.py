@@ -7,6 +7,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from raycep.actors.routing import partition_of
 from raycep.cep import Engine
 from raycep.cep.match import match_id
 from raycep.gateway.client import connect
@@ -46,6 +47,29 @@ def test_probes_answer_without_a_token_and_metrics_need_one(make_cluster):
     assert _get(cluster.url + "/v1/stats")[0] == 401            # the rest still needs it
     status, ctype, _ = _get(cluster.url + "/metrics", TOKEN)
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+
+
+def test_health_counts_the_actors_events_and_which_answer(make_cluster, monkeypatch):
+    from raycep.cep.io.codec import encode_batch
+    cluster = make_cluster()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    events = make_stream(300, 3, 5, 0.0, gaps=(0.25, 0.5))
+    send_in_slices(client, events[:200])
+    # a producer (a Spark job) pushes straight to an actor: not through the gateway
+    pushed = [e for e in events[200:] if partition_of(e.key, 2) == 0]
+    ack = cluster.workers[0].ingest(encode_batch(pushed, "spark", "b1"))
+    assert ack["events"] == len(pushed) > 0
+    health = client.health()
+    assert health["status"] == "ok" and health["actors"] == {"alive": 3, "total": 3}
+    assert health["gateway_events"] == 200
+    assert health["events"] == 200 + len(pushed)
+
+    def unreachable():
+        raise RuntimeError("actor died")
+    monkeypatch.setattr(cluster.workers[1], "stats", unreachable)
+    health = client.health()
+    assert health["status"] == "degraded" and health["actors"] == {"alive": 2, "total": 3}
 
 
 def test_metrics_count_what_the_cluster_did(make_cluster):
