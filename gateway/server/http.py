@@ -30,7 +30,8 @@ A retraction is the record of the match it cancels (same ``id``) plus ``"retract
 
 Outside ``/v1``: ``GET /metrics`` (Prometheus text exposition, gateway/server/metrics.py),
 ``GET /healthz`` (liveness) and ``GET /readyz`` (started and every actor answering; 503
-otherwise): the two probes answer without a token and without details.
+otherwise): the two probes answer without a token and without details. ``GET /`` (and
+``/console``): the console, a page whose calls carry the token typed in it.
 
 With a token configured every request needs ``Authorization: Bearer <token>`` (the scheme in
 any case, RFC 7235); without it the answer is 401 and nothing changes.
@@ -51,6 +52,7 @@ import hmac
 import json
 import logging
 import time
+from importlib import resources
 
 import msgpack
 from aiohttp import web
@@ -274,6 +276,13 @@ async def readyz(request):
     return web.Response(text="not ready\n", status=503)
 
 
+async def console(request):
+    """The console (gateway/server/console.html): one page, no build step; its calls to the
+    API carry the token typed in it."""
+    page = resources.files("raycep.gateway.server").joinpath("console.html").read_bytes()
+    return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+
 async def metrics(request):
     """Prometheus text exposition (gateway/server/metrics.py)."""
     return web.Response(body=await request.app[SERVICE].metrics_text(),
@@ -341,8 +350,9 @@ async def read_matches(request):
     return reply(request, request.app[SERVICE].matches(request.match_info["id"], *_page(request)))
 
 
-#: the paths answered without a token (probes: no details)
-OPEN_PATHS = frozenset(("/healthz", "/readyz"))
+#: the paths answered without a token (the probes: no details; the console's page: no data,
+#: its calls carry the token the user types)
+OPEN_PATHS = frozenset(("/healthz", "/readyz", "/", "/console"))
 
 #: the fields of POST /v1/matches
 READ_FIELDS = {"queries": "an object: query id -> the cursor to read after (0: from the start)",
@@ -467,6 +477,8 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
         web.get("/metrics", metrics),
+        web.get("/", console),
+        web.get("/console", console),
         web.get("/v1/queries", list_queries),
         web.post("/v1/queries", add_query),
         web.post("/v1/query-set", add_query_set),
