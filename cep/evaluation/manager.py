@@ -19,6 +19,7 @@ new one. Where ``e`` can only add matches (skip-till-any-match, ``e`` not of a n
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -28,6 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import compress
 from operator import and_, attrgetter
+from time import perf_counter
 
 from raycep.cep.errors import PlanningError
 from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
@@ -49,11 +51,30 @@ class ManagerSettings:
     max_matches_per_trigger: int | None = 100_000
 
 
+def _timed(method):
+    """``method`` with its seconds added to the manager's ``seconds`` (once: a timed method
+    another one calls is inside that one's time)."""
+    @functools.wraps(method)
+    def timed(self, *args, **kwargs):
+        if self._timing:
+            return method(self, *args, **kwargs)
+        self._timing = True
+        began = perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.seconds += perf_counter() - began
+            self._timing = False
+    return timed
+
+
 class PatternManager:
     def __init__(self, name: str, cq: CompiledQuery, index: SharedEventIndex,
                  order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
                  mode: str | None = None):
         self.name = name
+        self.seconds = 0.0               # spent evaluating (its public methods: _timed)
+        self._timing = False
         self._label = name               # the query name its Match objects carry
         self.cq = cq
         self.mode = check_mode(mode)
@@ -132,6 +153,7 @@ class PatternManager:
         self._screens.clear()
 
     # ---------------------------------------------------------------- input
+    @_timed
     def process(self, event: Event) -> list:
         """Matches completed by ``event`` (already inserted in the shared index)."""
         if self.pessimistic:
@@ -155,6 +177,7 @@ class PatternManager:
         out.extend(self._evaluate(event, targets))
         return out
 
+    @_timed
     def tick(self, now: float) -> list:
         """The event-time clock reached ``now`` (an event with that ts arrived)."""
         if now <= self.clock:
@@ -173,6 +196,7 @@ class PatternManager:
         """Whether matches or triggers are waiting for the clock."""
         return bool(self._deferred or self._slide)
 
+    @_timed
     def advance(self, watermark: float) -> list:
         """No event with ``ts <= watermark`` will come any more: release what waited for it."""
         if self.pessimistic:
@@ -184,6 +208,7 @@ class PatternManager:
             self._closed = watermark
         return self._release(watermark, inclusive=True)
 
+    @_timed
     def release(self, watermark: float) -> list:
         """Pessimistic: every event before ``watermark`` has arrived; evaluate the held triggers
         before it (in (ts, id) order) and release the deferred matches whose window closed."""
@@ -234,6 +259,7 @@ class PatternManager:
         as the keys of a dict, in the order they are found."""
         return self._results(self._affected(event), update=False)
 
+    @_timed
     def revise(self, event: Event, before: dict | None) -> list:
         """``event`` (out of order, now indexed) was accepted: re-evaluate the triggers it can
         affect; Retractions for matches in ``before`` that no longer hold, the new Matches
@@ -371,6 +397,7 @@ class PatternManager:
         return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
+    @_timed
     def prepare(self, triggers: list, by_type: dict) -> None:
         """Evaluate in bulk (cep.evaluation.bulk) the triggers among ``triggers`` that this manager
         can (``can_prepare``): in-order events the engine processes next, in time order, every
@@ -432,6 +459,7 @@ class PatternManager:
                 ready.setdefault(id(t), (t, {}))[1][key] = chunk.result(g)
         return self._ready
 
+    @_timed
     def quiet_mask(self, triggers: list) -> list:
         """``quiet`` of each of ``triggers`` (those given to ``prepare``)."""
         chunk = self._chunk
@@ -451,6 +479,7 @@ class PatternManager:
                 return False
         return True
 
+    @_timed
     def take_quiet(self, triggers: list) -> None:
         """Take the results of ``quiet`` triggers (in time order, the next this manager
         processes): counted as ``process`` of each counts them."""
@@ -468,6 +497,7 @@ class PatternManager:
         if triggers and triggers[-1].ts > self.clock:
             self.clock = triggers[-1].ts
 
+    @_timed
     def ready_for(self, triggers: list) -> bool:
         """Whether ``take_prepared(triggers)`` can take them: each was evaluated in bulk for
         each of its targets, and this manager's output keeps their order."""
@@ -488,6 +518,7 @@ class PatternManager:
                 return False
         return True
 
+    @_timed
     def take_prepared(self, triggers: list, counts: list | None = None) -> list | None:
         """The matches of all ``triggers`` (those given to ``prepare``), in order, when
         ``ready_for`` them (counted as ``_evaluate`` counts them): one MatchBlock where they
@@ -578,7 +609,7 @@ class PatternManager:
         values that are not exact numbers, and while another query of their type cannot)."""
         return {"bulk": self.bulk_triggers,
                 "per_trigger": self.triggers_evaluated - self.bulk_triggers,
-                "why": self._refusal()}
+                "why": self._refusal(), "seconds": self.seconds}
 
     def _refusal(self) -> str | None:
         if self.order is None:

@@ -34,7 +34,7 @@ from itertools import repeat
 from operator import itemgetter
 
 from raycep.cep.evaluation.loose import one_of
-from raycep.cep.evaluation.manager import PatternManager
+from raycep.cep.evaluation.manager import PatternManager, _timed
 from raycep.cep.evaluation.strategies import Run, accepts
 from raycep.cep.event import Event
 from raycep.cep.lang import ast
@@ -864,6 +864,7 @@ class GroupManager(PatternManager):
                 self.member_matches[n] += 1
         return [Match(n, env, self._var_order) for n in names]
 
+    @_timed
     def revise(self, event, before):
         out = super().revise(event, before)
         for m in out:

@@ -216,10 +216,14 @@ def _report(args, run: _Run, stats: dict) -> dict:
     paths = run.sliced.paths if run.sliced is not None else stats["paths"]
     # in registration order (not the order of the first matches: that of the lines' pieces)
     names = [*run.engine.engine.managers, *counts]
+    groups = {name: m.name for name, m in run.engine.engine.managers.items()}
     for name in dict.fromkeys(names):
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
         err(f"query {name}: {counts.get(name, 0)} matches{extra}"
             f"{_path_text(paths.get(name))}")
+    table = time_table(dict.fromkeys(names), groups, paths, counts)
+    if table:
+        err(table)
     if stats["late_events"] or stats["out_of_order"]:
         d = stats["disorder"]
         err(f"out of order: {stats['out_of_order']} events used, {stats['late_events']} late "
@@ -236,6 +240,44 @@ def _report(args, run: _Run, stats: dict) -> dict:
                      f"{c['failed']} times out of {c['tested']} (counted as false): "
                      f"{c['last_error']}")
     return warnings
+
+
+#: the evaluators the time table lists (the most expensive first)
+TIME_TABLE_ROWS = 20
+
+
+def time_table(names, groups: dict, paths: dict, counts: dict) -> str:
+    """The evaluators (a query, or a group of queries evaluated as one) by their share of
+    the evaluation time, the most expensive first: their queries, matches, triggers in bulk
+    and one by one, and seconds (summed over the worker processes)."""
+    rows: dict = {}
+    for name in names:
+        path = paths.get(name)
+        if path is None or "seconds" not in path:
+            continue
+        key = groups.get(name, name)
+        row = rows.setdefault(key, {"queries": [], "matches": 0, "path": path})
+        row["queries"].append(name)
+        row["matches"] += counts.get(name, 0)
+    total = sum(r["path"]["seconds"] for r in rows.values())
+    if not rows or total <= 0:
+        return ""
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1]["path"]["seconds"])
+    lines = [("SHARE", "SECONDS", "QUERIES", "MATCHES", "IN BULK", "ONE BY ONE")]
+    for key, r in ranked[:TIME_TABLE_ROWS]:
+        queries = r["queries"][0] if len(r["queries"]) == 1 else \
+            f"{key} ({len(r['queries'])} queries)"
+        p = r["path"]
+        lines.append((f"{100 * p['seconds'] / total:.1f}%", f"{p['seconds']:.3f}", queries,
+                      f"{r['matches']:,}", f"{p['bulk']:,}", f"{p['per_trigger']:,}"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    text = ["evaluation time by query" + (f" (the {TIME_TABLE_ROWS} most expensive of "
+                                          f"{len(rows)})" if len(rows) > TIME_TABLE_ROWS
+                                          else "") + ":"]
+    text += ["  " + "  ".join(c.rjust(w) if i in (0, 1, 3, 4, 5) else c.ljust(w)
+                              for i, (c, w) in enumerate(zip(line, widths))).rstrip()
+             for line in lines]
+    return "\n".join(text)
 
 
 def _bulk_share(paths: dict) -> float | None:

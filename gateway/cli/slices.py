@@ -187,7 +187,9 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
                     if name in paths:
                         paths[name] = {**paths[name], "bulk": paths[name]["bulk"] + path["bulk"],
                                        "per_trigger": paths[name]["per_trigger"]
-                                       + path["per_trigger"]}
+                                       + path["per_trigger"],
+                                       "seconds": paths[name].get("seconds", 0.0)
+                                       + path.get("seconds", 0.0)}
                 for name, count in report["counts"].items():
                     lines.counts[name] = lines.counts.get(name, 0) + count
                 for name, count in report["retractions"].items():

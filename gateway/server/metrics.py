@@ -120,9 +120,10 @@ class Snapshot:
                     sums[key] += q.get(key, 0) or 0
                 plans[name] = max(plans.get(name, 0), q.get("plan_version") or 0)
             for name, path in stats.get("paths", {}).items():
-                got = paths.setdefault(name, [0, 0])
+                got = paths.setdefault(name, [0, 0, 0.0])
                 got[0] += path.get("bulk", 0) or 0
                 got[1] += path.get("per_trigger", 0) or 0
+                got[2] += path.get("seconds", 0.0) or 0.0
         for metric, text, key in QUERY_COUNTERS:
             family = CounterMetricFamily(metric, text, labels=["query"])
             for name, sums in totals.items():
@@ -131,9 +132,15 @@ class Snapshot:
         family = CounterMetricFamily("raycep_query_evaluated_triggers",
                                      "Triggers evaluated, by path: in bulk over columns or "
                                      "one at a time", labels=["query", "path"])
-        for name, (bulk, one) in paths.items():
+        for name, (bulk, one, _) in paths.items():
             family.add_metric([name, "bulk"], bulk)
             family.add_metric([name, "per_trigger"], one)
+        yield family
+        family = CounterMetricFamily(
+            "raycep_query_evaluation_seconds", "Seconds spent evaluating the query (a query "
+            "group's members: the group's)", labels=["query"])
+        for name, (_, _, seconds) in paths.items():
+            family.add_metric([name], seconds)
         yield family
         family = GaugeMetricFamily("raycep_query_plan_version",
                                    "The newest plan version of the query on any actor",

@@ -115,6 +115,30 @@ def test_local_says_how_each_querys_triggers_were_evaluated(capsys, tmp_path):
         assert (bulk, one) == (10000, 0), line     # a provisional plan from the start
     share = json.loads(lines[-1])["bulk_share"]
     assert share == 0.75
+    # the evaluation time table: one row per evaluator (the variants are one group), the most
+    # expensive first, shares adding up to 100 %, each row's matches and triggers its own
+    text = err.split("evaluation time by query:\n")[1].splitlines()
+    assert text[0].split() == ["SHARE", "SECONDS", "QUERIES", "MATCHES", "IN", "BULK", "ONE",
+                               "BY", "ONE"]
+    rows = []
+    for line in text[1:]:
+        if not line.startswith("  "):
+            break
+        rows.append(line.split())
+    assert len(rows) == 2
+    seconds = [float(r[1]) for r in rows]
+    assert seconds == sorted(seconds, reverse=True) and min(seconds) > 0
+    assert abs(sum(float(r[0].rstrip("%")) for r in rows) - 100.0) <= 0.2
+    counts = {}
+    for line in err.splitlines():
+        got = re.search(r"query (\w+): (\d+) matches", line)
+        if got:
+            counts[got.group(1)] = int(got.group(2))
+    by_name = {r[2]: r for r in rows}
+    assert by_name["kl"][3:] == [f"{counts['kl']:,}", "0", "10,000"]
+    group = next(r for r in rows if r[2] != "kl")
+    assert group[3:5] == ["(3", "queries)"]
+    assert group[5:] == [f"{sum(counts[f'v{k}'] for k in range(3)):,}", "10,000", "0"]
 
 
 def test_local_matches_on_stdout_summary_last(capsys, events_csv):

@@ -110,6 +110,7 @@ def test_metrics_count_what_the_cluster_did(make_cluster):
     paths = [got[("raycep_query_evaluated_triggers_total", (("path", p), ("query", "pair")))]
              for p in ("bulk", "per_trigger")]
     assert triggers > 0 and sum(paths) == triggers
+    assert got[("raycep_query_evaluation_seconds_total", q)] > 0
     sends = math.ceil(len(events) / 50)
     assert got[("raycep_send_stage_seconds_count", (("stage", "total"),))] == sends
     assert got[("raycep_http_request_seconds_count",
