@@ -25,7 +25,8 @@ target: >= 200,000 events/s as the summary reports it, Spark start-up <= 10 s).
 ``--queries``: ``examples/queries.cep`` registered first (the actors evaluate them: issue 36's
 second target, the cluster >= 1.0x ``raycep local`` with default settings on the same file);
 ``raycep local --key symbol`` then runs on the first file and the matches the gateway stored
-over all runs are compared with its count (each file holds the same ticks).
+over all runs are compared with its count (each file holds the same ticks); ``raycep local
+--workers 1`` too, for the events per actor CPU second against its events per CPU second.
 
 Figures to stdout, progress to stderr; results: benchmarks/INGEST_RESULTS.md.
 """
@@ -160,15 +161,21 @@ def matches_stored(url: str, timeout: float = 600.0) -> int:
     return last
 
 
-def run_local(path: str, tmp: str) -> dict:
-    """``raycep local`` (default settings) with the sample queries on ``path``: its summary."""
+def run_local(path: str, tmp: str, workers: int | None = None) -> dict:
+    """``raycep local`` with the sample queries on ``path`` (default settings, or
+    ``--workers``): its summary, plus ``cpu``, the CPU seconds it and its children used."""
+    extra = ["--workers", str(workers)] if workers else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "raycep", "local", "--query", QUERIES,
                            "--events", path, "--key", "symbol", "--out",
-                           os.path.join(tmp, "local.jsonl")], capture_output=True, text=True,
-                          timeout=1800)
+                           os.path.join(tmp, "local.jsonl"), *extra], capture_output=True,
+                          text=True, timeout=1800)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise RuntimeError(f"raycep local failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return summary
 
 
 def table(runs: list, events: int) -> list:
@@ -232,6 +239,7 @@ def main(argv=None) -> int:
         finally:
             stop_serve(proc)
         local = run_local(paths[0], tmp) if args.queries else None
+        single = run_local(paths[0], tmp, workers=1) if args.queries else None
     print("\n".join(table(runs, args.events)))
     if local is not None:
         first = runs[0][1]["summary"]
@@ -241,6 +249,15 @@ def main(argv=None) -> int:
               f"s: {local['seconds'] / first['seconds']:.2f}x raycep local (issue 36 target "
               f">= 1.0x); matches stored at the gateway over all {len(runs)} runs: {stored:,} "
               f"(= {len(runs)} x raycep local's: {stored == len(runs) * local['matches']})")
+        warm = [r for _, r in runs if r["summary"]["spark"] == "warm"]
+        if warm:
+            ratio = statistics.median(local["seconds"] / r["summary"]["seconds"] for r in warm)
+            print(f"the warm runs: {ratio:.2f}x raycep local (median of {len(warm)})")
+        print(f"per actor CPU second against raycep local --workers 1 per CPU second "
+              f"({single['cpu']:.2f} CPU s, {single['seconds']:.3f} s): " + ", ".join(
+                  f"{label} {single['cpu'] / r['cpu']['partition actors']:.2f}x"
+                  for label, r in runs if r["cpu"].get("partition actors"))
+              + " (issue 36 target >= 0.8x)")
     print("\nCPU seconds by process during each run:")
     for label, r in runs:
         print(f"{label:>12}: " + ", ".join(f"{k} {v:.2f}" for k, v in

@@ -113,12 +113,14 @@ class Snapshot:
         totals: dict = {}
         plans: dict = {}
         paths: dict = {}
+        pending: dict = {}
         for stats in actors.values():
             for name, q in stats.get("queries", {}).items():
                 sums = totals.setdefault(name, dict.fromkeys((k for _, _, k in QUERY_COUNTERS), 0))
                 for _, _, key in QUERY_COUNTERS:
                     sums[key] += q.get(key, 0) or 0
                 plans[name] = max(plans.get(name, 0), q.get("plan_version") or 0)
+                pending[name] = pending.get(name, 0) + (q.get("pending") or 0)
             for name, path in stats.get("paths", {}).items():
                 got = paths.setdefault(name, [0, 0, 0.0])
                 got[0] += path.get("bulk", 0) or 0
@@ -141,6 +143,13 @@ class Snapshot:
             "group's members: the group's)", labels=["query"])
         for name, (_, _, seconds) in paths.items():
             family.add_metric([name], seconds)
+        yield family
+        family = GaugeMetricFamily("raycep_query_pending_bindings",
+                                   "Partial work held: bindings waiting for the clock (a "
+                                   "trailing negation, SLIDE, a pessimistic query)",
+                                   labels=["query"])
+        for name, count in pending.items():
+            family.add_metric([name], count)
         yield family
         family = GaugeMetricFamily("raycep_query_plan_version",
                                    "The newest plan version of the query on any actor",

@@ -72,6 +72,20 @@ def test_health_counts_the_actors_events_and_which_answer(make_cluster, monkeypa
     assert health["status"] == "degraded" and health["actors"] == {"alive": 2, "total": 3}
 
 
+def test_pending_bindings_are_the_partial_work_held(make_cluster):
+    """A trailing negation holds bindings until the clock passes their window."""
+    cluster = make_cluster()
+    client = connect(cluster.url)
+    client.register("PATTERN SEQ(A a, B b, ~C c) WHERE [k] WITHIN 5 seconds", name="neg")
+    send_in_slices(client, make_stream(200, 8, 5, 0.0, gaps=(0.25, 0.5)))
+    held = client.query("neg")["stats"]["pending"]
+    got, _ = _samples(_get(cluster.url + "/metrics")[2])
+    assert got[("raycep_query_pending_bindings", (("query", "neg"),))] == held > 0
+    client.advance(10_000.0)
+    got, _ = _samples(_get(cluster.url + "/metrics")[2])
+    assert got[("raycep_query_pending_bindings", (("query", "neg"),))] == 0
+
+
 def test_metrics_count_what_the_cluster_did(make_cluster):
     cluster = make_cluster()
     client = connect(cluster.url)
@@ -94,7 +108,8 @@ def test_metrics_count_what_the_cluster_did(make_cluster):
         assert metric in families, metric
     for name in ("raycep_send_stage_seconds", "raycep_http_request_seconds",
                  "raycep_gateway_events", "raycep_store_matches",
-                 "raycep_query_evaluated_triggers", "raycep_query_plan_version"):
+                 "raycep_query_evaluated_triggers", "raycep_query_plan_version",
+                 "raycep_query_pending_bindings"):
         assert name in families, name
     q = (("query", "pair"),)
     assert got[("raycep_query_matches_total", q)] == len(expected)
