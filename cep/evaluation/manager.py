@@ -73,7 +73,8 @@ class PatternManager:
                  order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
                  mode: str | None = None):
         self.name = name
-        self.seconds = 0.0               # spent evaluating (its public methods: _timed)
+        self.seconds = 0.0               # spent evaluating (its public methods: _timed;
+        #                                  process: timed by the engine, its one caller)
         self._timing = False
         self._label = name               # the query name its Match objects carry
         self.cq = cq
@@ -153,7 +154,6 @@ class PatternManager:
         self._screens.clear()
 
     # ---------------------------------------------------------------- input
-    @_timed
     def process(self, event: Event) -> list:
         """Matches completed by ``event`` (already inserted in the shared index)."""
         if self.pessimistic:
@@ -161,7 +161,7 @@ class PatternManager:
                 heapq.heappush(self._held, (event.ts, next(self._seq), event))
             return []
         if event.ts > self.clock:
-            out = self.tick(event.ts)
+            out = self._tick(event.ts)
         else:
             out = []
             if event.ts < self.clock:
@@ -180,6 +180,9 @@ class PatternManager:
     @_timed
     def tick(self, now: float) -> list:
         """The event-time clock reached ``now`` (an event with that ts arrived)."""
+        return self._tick(now)
+
+    def _tick(self, now: float) -> list:
         if now <= self.clock:
             return []
         self.clock = now

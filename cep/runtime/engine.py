@@ -23,6 +23,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress
 from operator import and_, attrgetter, le, or_
+from time import perf_counter
 
 from raycep.cep.errors import CepError, QueryValidationError
 from raycep.cep.evaluation.manager import ManagerSettings, PatternManager
@@ -849,7 +850,9 @@ class Engine:
     def _dispatch(self, event: Event, out: list):
         marks = self._marks
         for m in self._route.get(event.type, self._any):
+            began = perf_counter()
             found = m.process(event)
+            m.seconds += perf_counter() - began
             if found:
                 out.extend(found)
                 if marks is not None:
