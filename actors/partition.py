@@ -471,6 +471,7 @@ class PartitionWorker:
     def stats(self) -> dict:
         out = self.engine.stats()
         out.update(partition=self.partition, batches=self.batches,
+                   seconds=self.engine.seconds(),
                    redelivered_batches=self.redelivered, bad_rows=self.bad_rows,
                    outbox=len(self.outbox) if self.outbox is not None else None,
                    outbox_capacity=self.outbox_capacity, refused_batches=self.refused,

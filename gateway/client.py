@@ -83,7 +83,8 @@ class Client:
     """A connection to a raycep gateway (``raycep serve``), made by ``connect``: register and
     remove queries (text or builder queries), send events (``Event``s, mappings, DataFrames
     and Arrow tables), move the watermark, and read matches (pages, a live stream, a
-    callback thread). Each call is one HTTP request; errors are ``CepError``s
+    callback thread). Each call is one HTTP request, over a connection kept alive per
+    thread (urllib for live streams); errors are ``CepError``s
     (``UnavailableError`` when the gateway cannot be reached). ``close()`` (or ``with``)
     ends the live streams this client opened; a closed client refuses further calls."""
 

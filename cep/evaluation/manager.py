@@ -612,7 +612,7 @@ class PatternManager:
         values that are not exact numbers, and while another query of their type cannot)."""
         return {"bulk": self.bulk_triggers,
                 "per_trigger": self.triggers_evaluated - self.bulk_triggers,
-                "why": self._refusal(), "seconds": self.seconds}
+                "why": self._refusal()}
 
     def _refusal(self) -> str | None:
         if self.order is None:

@@ -1099,6 +1099,12 @@ class Engine:
         self._refresh()
         return {name: m.path() for name, m in self.managers.items()}
 
+    def seconds(self) -> dict:
+        """Per query, the seconds its evaluator spent evaluating (a query group's members: the
+        group's). Apart from ``stats()``, which stays the same for the same input."""
+        self._refresh()
+        return {name: m.seconds for name, m in self.managers.items()}
+
     def groups(self) -> list:
         """One entry per evaluator: ``{"name", "queries": [members in join order], "varying":
         [conjuncts whose constants differ, "WITHIN" if windows do]}``."""

@@ -221,7 +221,8 @@ def _report(args, run: _Run, stats: dict) -> dict:
         extra = f", {retracted[name]} retracted" if retracted.get(name) else ""
         err(f"query {name}: {counts.get(name, 0)} matches{extra}"
             f"{_path_text(paths.get(name))}")
-    table = time_table(dict.fromkeys(names), groups, paths, counts)
+    seconds = run.sliced.seconds if run.sliced is not None else run.engine.engine.seconds()
+    table = time_table(dict.fromkeys(names), groups, paths, counts, seconds)
     if table:
         err(table)
     if stats["late_events"] or stats["out_of_order"]:
@@ -246,29 +247,30 @@ def _report(args, run: _Run, stats: dict) -> dict:
 TIME_TABLE_ROWS = 20
 
 
-def time_table(names, groups: dict, paths: dict, counts: dict) -> str:
+def time_table(names, groups: dict, paths: dict, counts: dict, seconds: dict) -> str:
     """The evaluators (a query, or a group of queries evaluated as one) by their share of
     the evaluation time, the most expensive first: their queries, matches, triggers in bulk
     and one by one, and seconds (summed over the worker processes)."""
     rows: dict = {}
     for name in names:
         path = paths.get(name)
-        if path is None or "seconds" not in path:
+        if path is None or name not in seconds:
             continue
         key = groups.get(name, name)
-        row = rows.setdefault(key, {"queries": [], "matches": 0, "path": path})
+        row = rows.setdefault(key, {"queries": [], "matches": 0, "path": path,
+                                    "seconds": seconds[name]})
         row["queries"].append(name)
         row["matches"] += counts.get(name, 0)
-    total = sum(r["path"]["seconds"] for r in rows.values())
+    total = sum(r["seconds"] for r in rows.values())
     if not rows or total <= 0:
         return ""
-    ranked = sorted(rows.items(), key=lambda kv: -kv[1]["path"]["seconds"])
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1]["seconds"])
     lines = [("SHARE", "SECONDS", "QUERIES", "MATCHES", "IN BULK", "ONE BY ONE")]
     for key, r in ranked[:TIME_TABLE_ROWS]:
         queries = r["queries"][0] if len(r["queries"]) == 1 else \
             f"{key} ({len(r['queries'])} queries)"
         p = r["path"]
-        lines.append((f"{100 * p['seconds'] / total:.1f}%", f"{p['seconds']:.3f}", queries,
+        lines.append((f"{100 * r['seconds'] / total:.1f}%", f"{r['seconds']:.3f}", queries,
                       f"{r['matches']:,}", f"{p['bulk']:,}", f"{p['per_trigger']:,}"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     text = ["evaluation time by query" + (f" (the {TIME_TABLE_ROWS} most expensive of "

@@ -55,6 +55,7 @@ class Sliced:
     children_rss_mb: float          # the forked slices' peak RSS, summed
     warnings: dict                  # those of every slice: what the whole file never had
     paths: dict                     # query -> its triggers in bulk and one by one, summed
+    seconds: dict                   # query -> its evaluator's seconds, summed
 
 
 def _reach(engine, args) -> float:
@@ -114,7 +115,8 @@ def _child(engine, slice_: Slice, path: str, report_fd: int) -> None:
             out.close()
         report = {"why": why, "rows": slice_.rows, "counts": lines.counts,
                   "retractions": lines.retractions, "peak_rss_mb": peak_rss_mb(),
-                  "warnings": engine.engine.warnings(), "paths": engine.engine.paths()}
+                  "warnings": engine.engine.warnings(), "paths": engine.engine.paths(),
+                  "seconds": engine.engine.seconds()}
         code = 0
     except BaseException as exc:                    # reported; the parent runs it whole
         report = {"why": f"slice {slice_.k} failed: {type(exc).__name__}: {exc}"}
@@ -172,6 +174,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
         rows, rss = first.rows, 0.0
         warnings = engine.engine.warnings()
         paths = engine.engine.paths()
+        seconds = engine.engine.seconds()
         if why is not None:
             children.stop()                         # their work is of no use now
         elif direct:                                # their lines follow, each while written
@@ -187,9 +190,10 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
                     if name in paths:
                         paths[name] = {**paths[name], "bulk": paths[name]["bulk"] + path["bulk"],
                                        "per_trigger": paths[name]["per_trigger"]
-                                       + path["per_trigger"],
-                                       "seconds": paths[name].get("seconds", 0.0)
-                                       + path.get("seconds", 0.0)}
+                                       + path["per_trigger"]}
+                for name, spent in report["seconds"].items():
+                    if name in seconds:
+                        seconds[name] += spent
                 for name, count in report["counts"].items():
                     lines.counts[name] = lines.counts.get(name, 0) + count
                 for name, count in report["retractions"].items():
@@ -201,7 +205,7 @@ def _run_slices(engine, parts: list, args, lines: MatchLines, progress) -> Slice
             _append(files, args.out)
         return Sliced(events=rows, workers=n, children_rss_mb=rss,
                       warnings={name: found for name, found in warnings.items() if found},
-                      paths=paths)
+                      paths=paths, seconds=seconds)
     finally:
         children.stop()                             # (only if this process failed)
         for path in files:

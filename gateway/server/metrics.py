@@ -125,7 +125,8 @@ class Snapshot:
                 got = paths.setdefault(name, [0, 0, 0.0])
                 got[0] += path.get("bulk", 0) or 0
                 got[1] += path.get("per_trigger", 0) or 0
-                got[2] += path.get("seconds", 0.0) or 0.0
+            for name, spent in (stats.get("seconds") or {}).items():
+                paths.setdefault(name, [0, 0, 0.0])[2] += spent
         for metric, text, key in QUERY_COUNTERS:
             family = CounterMetricFamily(metric, text, labels=["query"])
             for name, sums in totals.items():

@@ -27,6 +27,7 @@ from raycep.cep import Engine, Event
 from raycep.cep.match import match_id
 from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.http import OPEN_PATHS
 from raycep.gateway.server.service import GatewaySettings
 
 from cluster_helpers import GLOBAL_AC, NEG, PAIR
@@ -142,7 +143,8 @@ def requests(draw):
     """(method, path, headers, body, auth is valid)"""
     route = draw(st.sampled_from(["events", "add", "advance", "health", "queries", "add",
                                   "get", "delete", "matches", "stream", "late", "events",
-                                  "advance", "routing", "stats", "unknown"]))
+                                  "advance", "routing", "stats", "unknown", "open",
+                                  "metrics"]))
     qid = draw(ids)
     q = urllib.parse.quote(qid, safe="")
     args = draw(query_args)
@@ -172,9 +174,15 @@ def requests(draw):
     elif route == "advance":
         method, path = "POST", "/v1/advance"
         ctype, body = draw(payloads(advance_bodies))
+    elif route == "open":                    # the probes and the console: no token needed
+        method = draw(st.sampled_from(["GET", "GET", "POST"]))
+        path = draw(st.sampled_from(sorted(OPEN_PATHS))) + qs
+    elif route == "metrics":
+        method = draw(st.sampled_from(["GET", "GET", "POST"]))
+        path = "/metrics" + qs
     else:
         method = draw(st.sampled_from(["GET", "POST", "DELETE"]))
-        path = draw(st.sampled_from(["/", "/v1", "/v2/health", "/v1/queries/a/b/c",
+        path = draw(st.sampled_from(["/v2", "/v1", "/v2/health", "/v1/queries/a/b/c",
                                      "/v1/events/x"]))
     headers = {}
     valid = draw(st.sampled_from([True, True, True, False]))
@@ -233,7 +241,14 @@ def test_malformed_requests_get_a_4xx_json_error_and_the_cluster_keeps_working(c
             stream.close()
             assert valid and status == 200
             return
-        if not valid:
+        bare = path.split("?")[0]
+        if bare in OPEN_PATHS and method == "GET":    # no token asked, no details given
+            assert status in (200, 503) and ctype in ("text/html", "text/plain"), status
+            return
+        if bare == "/metrics" and method == "GET" and valid:
+            assert status == 200 and ctype == "text/plain" and b"raycep_" in payload
+            return
+        if not valid and bare not in OPEN_PATHS:
             assert status == 401, (status, payload[:200])
         data = decode(ctype, payload)
         if status >= 400:

@@ -38,7 +38,7 @@ from raycep.cep.store.batch import ColumnBatch
 
 from oracle import oracle_matches
 from test_bulk import patched
-from test_columnar_engine import summary_counts
+from test_columnar_engine import stderr_counts, summary_counts
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
 E53 = 2 ** 53
@@ -609,10 +609,9 @@ def test_raycep_local_on_the_examples_is_the_same_with_and_without_bulk(tmp_path
                                "--key", "symbol", "--out", str(out)])
         captured = capsys.readouterr()
         assert status == 0, captured.err
-        # stderr: the plan changes and per-query counts (not the throughput line, nor how
-        # many triggers went bulk: checked below)
-        err = [line.split("; triggers: ")[0] for line in captured.err.splitlines()
-               if "events/s" not in line]
+        # stderr: the plan changes and per-query counts (how many triggers went bulk:
+        # checked below)
+        err = stderr_counts(captured.err)
         paths = {line.split("query ")[1].split(":")[0]: line.split("; triggers: ")[1]
                  for line in captured.err.splitlines() if "; triggers: " in line}
         assert ("0 in bulk" in paths["dip_recovery"]) != bulk, paths

@@ -35,7 +35,7 @@ from raycep.gateway.cli.local import FIRST_PLAN_EVENTS
 from raycep.planner.stats import RateTracker
 
 from test_bulk import patched
-from test_columnar_engine import summary_counts
+from test_columnar_engine import stderr_counts, summary_counts
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
 ROOT = Path(__file__).resolve().parents[3]
@@ -420,8 +420,7 @@ def test_raycep_local_on_a_mid_size_file_writes_the_same_bytes_as_by_rows(tmp_pa
         captured = capsys.readouterr()
         assert status == 0, captured.err
         # (how many triggers went bulk differs: not compared)
-        err = [line.split("; triggers: ")[0] for line in captured.err.splitlines()
-               if "events/s" not in line]
+        err = stderr_counts(captured.err)
         outs.append((out.read_bytes(), err, summary_counts(captured.out)))
         if batches:
             for name in ("dip_recovery", "clean_breakout"):

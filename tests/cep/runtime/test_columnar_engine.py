@@ -170,6 +170,14 @@ def summary_counts(stdout: str) -> dict:
             if "second" not in k and "_s" not in k and k not in ("peak_rss_mb", "bulk_share")}
 
 
+def stderr_counts(stderr: str) -> list:
+    """The stderr lines of ``raycep local`` that depend on the input only: without the
+    throughput, how many triggers went bulk, or the table of evaluation times."""
+    return [line.split("; triggers: ")[0] for line in stderr.splitlines()
+            if "events/s" not in line and not line.startswith("  ")
+            and "evaluation time by query" not in line]
+
+
 def test_raycep_local_writes_the_same_bytes_from_column_batches_as_from_events(tmp_path,
                                                                                 monkeypatch,
                                                                                 capsys):
