@@ -611,7 +611,7 @@ class Evaluation:
         nexts, tested = span.ordered
         if not span.nexts:                  # first use: count the tests, as _next would
             c = step.incremental[0]
-            c.tested += sum(tested)
+            c.tested += tested
             c.passed += len(nexts) - nexts.count(None)
             span.nexts.update(enumerate(nexts))
         lengths = span.lengths()

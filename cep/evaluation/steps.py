@@ -73,15 +73,15 @@ class _Span:
         self.runs: dict = {}
         self.nexts: dict = {}
         self._skips: dict = {}
-        self.ordered = None             # (next of each candidate, how many it tests): see
-        #                                 ordered_nexts
+        self.ordered = None             # (next of each candidate, how many tests find them
+        #                                 all): see ordered_nexts
         self._lengths = None
 
     def ordered_nexts(self, attr: str, op) -> tuple | None:
         """For the take condition ``op(b[i].attr, b[i-1].attr)``: per candidate, the position
         of the first later one whose value satisfies it against this one's (None: none), and
-        how many candidates the evaluator tests to find it (Evaluation._next: each later one
-        up to that one, or every later one), by one pass with a stack of the candidates
+        how many candidates the evaluator tests to find them all (Evaluation._next: each later
+        one up to that one, or every later one), by one pass with a stack of the candidates
         still waiting (their values monotone: a candidate that satisfies the condition
         against one of them satisfies it against every one above it). None where a
         candidate's value is not a number (the evaluator then fails or compares it)."""
@@ -96,7 +96,7 @@ class _Span:
             while stack and op(v, values[stack[-1]]):
                 nexts[stack.pop()] = j
             stack.append(j)
-        tested = [(n - 1 - j) if k is None else (k - j) for j, k in enumerate(nexts)]
+        tested = sum((n - 1 - j) if k is None else (k - j) for j, k in enumerate(nexts))
         self.ordered = (nexts, tested)
         return self.ordered
 

@@ -171,8 +171,11 @@ def peak_rss_mb():
     return round(peak / divisor, 1)
 
 
-def table(header: tuple, rows: list) -> str:
-    """``rows`` under ``header`` in left-aligned columns (two spaces apart)."""
+def table(header: tuple, rows: list, right: tuple = (), indent: str = "") -> str:
+    """``rows`` under ``header`` in columns two spaces apart, left-aligned but those at the
+    positions ``right``, each line after ``indent``."""
     lines = [tuple(header)] + [tuple(str(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
+    return "\n".join(indent + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                                        for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                     for r in lines)

@@ -25,7 +25,7 @@ from raycep.cep.io.output import MatchLines
 from raycep.cep.io.sources import SUPPORTED_EXTENSIONS, iter_batch_runs
 from raycep.cep.io.timestamps import FORMAT_HELP, check_format
 from raycep.gateway.cli.common import (UsageError, add_disorder_arguments, disorder_settings, err,
-                                load_queries, parse_params, peak_rss_mb)
+                                load_queries, parse_params, peak_rss_mb, table)
 from raycep.gateway.cli.lines import evaluate, open_output
 from raycep.gateway.cli.slices import run_slices, slice_cuts
 from raycep.gateway.cli.writer import BackgroundWriter
@@ -265,21 +265,18 @@ def time_table(names, groups: dict, paths: dict, counts: dict, seconds: dict) ->
     if not rows or total <= 0:
         return ""
     ranked = sorted(rows.items(), key=lambda kv: -kv[1]["seconds"])
-    lines = [("SHARE", "SECONDS", "QUERIES", "MATCHES", "IN BULK", "ONE BY ONE")]
+    lines = []
     for key, r in ranked[:TIME_TABLE_ROWS]:
         queries = r["queries"][0] if len(r["queries"]) == 1 else \
             f"{key} ({len(r['queries'])} queries)"
         p = r["path"]
         lines.append((f"{100 * r['seconds'] / total:.1f}%", f"{r['seconds']:.3f}", queries,
                       f"{r['matches']:,}", f"{p['bulk']:,}", f"{p['per_trigger']:,}"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    text = ["evaluation time by query" + (f" (the {TIME_TABLE_ROWS} most expensive of "
-                                          f"{len(rows)})" if len(rows) > TIME_TABLE_ROWS
-                                          else "") + ":"]
-    text += ["  " + "  ".join(c.rjust(w) if i in (0, 1, 3, 4, 5) else c.ljust(w)
-                              for i, (c, w) in enumerate(zip(line, widths))).rstrip()
-             for line in lines]
-    return "\n".join(text)
+    more = f" (the {TIME_TABLE_ROWS} most expensive of {len(rows)})" \
+        if len(rows) > TIME_TABLE_ROWS else ""
+    return f"evaluation time by query{more}:\n" + table(
+        ("SHARE", "SECONDS", "QUERIES", "MATCHES", "IN BULK", "ONE BY ONE"), lines,
+        right=(0, 1, 3, 4, 5), indent="  ")
 
 
 def _bulk_share(paths: dict) -> float | None:

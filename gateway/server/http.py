@@ -48,6 +48,7 @@ the float it is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -276,11 +277,15 @@ async def readyz(request):
     return web.Response(text="not ready\n", status=503)
 
 
+@functools.cache
+def _console_page() -> bytes:
+    return resources.files("raycep.gateway.server").joinpath("console.html").read_bytes()
+
+
 async def console(request):
-    """The console (gateway/server/console.html): one page, no build step; its calls to the
-    API carry the token typed in it."""
-    page = resources.files("raycep.gateway.server").joinpath("console.html").read_bytes()
-    return web.Response(body=page, content_type="text/html", charset="utf-8")
+    """The console (gateway/server/console.html, read once): one page, no build step; its
+    calls to the API carry the token typed in it."""
+    return web.Response(body=_console_page(), content_type="text/html", charset="utf-8")
 
 
 async def metrics(request):

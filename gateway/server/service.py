@@ -184,16 +184,16 @@ class GatewayService:
 
     async def stats(self) -> dict:
         actors = await self.actors.stats()
-        return {"gateway": self._gateway_stats(),
+        return {"gateway": {**self._gateway_counts(),
+                            "send_stages": self._ingest.stages.summary()},
                 "actors": {str(t): {k: v for k, v in st.items() if k != "queries"}
                            for t, st in zip(self.targets, actors)},
                 "routing": self.routing.to_dict()}
 
-    def _gateway_stats(self) -> dict:
+    def _gateway_counts(self) -> dict:
         return {"events": self.events_in, "bad_rows": self.bad_rows, "pid": os.getpid(),
                 "orphan_matches": self.store.orphans,
-                "late_events": self._outboxes.late_total(),
-                "send_stages": self._ingest.stages.summary()}
+                "late_events": self._outboxes.late_total()}
 
     async def metrics_text(self) -> bytes:
         """The Prometheus exposition (gateway/server/metrics.py) of this gateway and of every
@@ -204,6 +204,6 @@ class GatewayService:
             if not q.startswith(":"):
                 store[q] = self.store.stats(q)
         return self.metrics.exposition({
-            "gateway": self._gateway_stats(),
+            "gateway": self._gateway_counts(),    # (the send stages: their histogram)
             "actors": {str(t): st for t, st in zip(self.targets, actors)},
             "store": store})

@@ -307,41 +307,31 @@ class MatchStore:
 
     async def wait(self, query: str, since: int, timeout: float) -> bool:
         """True as soon as ``query`` has a cursor > ``since``; False on timeout or close."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            stream = self._streams.get(query)
-            if stream is None:
-                return False
-            if stream.head > since:
-                return True
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            event = self._events.get(query)
-            if event is None:
-                event = self._events[query] = asyncio.Event()
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
-                return False
+        return await self._wait({query: since}, query, timeout, closed=False)
 
     async def wait_any(self, cursors: dict, timeout: float) -> bool:
         """True as soon as one of the queries of ``cursors`` has a cursor past its own (or
         is closed); False on timeout (a long poll of several queries: POST /v1/matches)."""
+        return await self._wait(cursors, _ANY, timeout, closed=True)
+
+    async def _wait(self, cursors: dict, key: str, timeout: float, closed: bool) -> bool:
+        """Wait on the event ``key`` (a query's, or _ANY) until one of ``cursors`` moved
+        (True), one of their queries is closed (``closed``) or ``timeout`` passed (False)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             for query, since in cursors.items():
                 stream = self._streams.get(query)
-                if stream is None or stream.head > since:
+                if stream is None:
+                    return closed
+                if stream.head > since:
                     return True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            event = self._events.get(_ANY)
+            event = self._events.get(key)
             if event is None:
-                event = self._events[_ANY] = asyncio.Event()
+                event = self._events[key] = asyncio.Event()
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:

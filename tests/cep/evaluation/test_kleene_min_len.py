@@ -31,14 +31,19 @@ WHERE skip_till_next_match(a, b, c) {
 
 
 @contextmanager
-def without_min_len():
-    """Steps built while inside have ``min_len`` 1 (every run prefix is yielded and checked)."""
-    saved = raycep.cep.evaluation.steps._min_len
-    raycep.cep.evaluation.steps._min_len = lambda c, name: 1
+def without_shortcut(name: str, plain):
+    """Steps built while inside use ``plain`` as ``raycep.cep.evaluation.steps.<name>``."""
+    saved = getattr(raycep.cep.evaluation.steps, name)
+    setattr(raycep.cep.evaluation.steps, name, plain)
     try:
         yield
     finally:
-        raycep.cep.evaluation.steps._min_len = saved
+        setattr(raycep.cep.evaluation.steps, name, saved)
+
+
+def without_min_len():
+    """Steps built while inside have ``min_len`` 1 (every run prefix is yielded and checked)."""
+    return without_shortcut("_min_len", lambda c, name: 1)
 
 
 def kleene_step(text: str, order=("c", "b", "a")):
@@ -147,28 +152,35 @@ def length_bound_queries(draw):
 def test_length_bounds_same_matches_counters_and_oracle(qw, data):
     """Queries that use the shortcut: the same outputs (order included) and counters as
     without it, for every plan order, and the oracle's match set."""
-    from oracle import oracle_matches
     from strategies import streams
 
     text, window = qw
     events = data.draw(streams(limit_types={"B"}, window=window, max_events=30),
                        label="events")
+    if same_as_without(data, text, events, without_min_len, lambda s: s.min_len > 1):
+        from hypothesis import event
+        event("length shortcut used")
+
+
+def same_as_without(data, text: str, events: list, without, uses) -> bool:
+    """For every plan order of the query ``text``: the same outputs (order included) and
+    counters as inside ``without()``, and the oracle's match set; whether a step built for
+    one of the orders ``uses`` the shortcut."""
+    from oracle import oracle_matches
     query = parse_query(text)
     note(text)
     expected = oracle_matches(query, events)
     used = False
     for order in plan_orders(data, query):
         got = _run_query(query, {}, events, order)
-        with without_min_len():
+        with without():
             want = _run_query(query, {}, events, order)
         assert got == want, order
         keys = {frozenset((v, e.id if isinstance(e, Event) else tuple(x.id for x in e))
                           for v, e in b.items()) for b, _ in got[0]}
         assert keys == expected, order
-        used |= any(s.min_len > 1 for s in _steps_of(query, order))
-    if used:
-        from hypothesis import event
-        event("length shortcut used")
+        used |= any(uses(s) for s in _steps_of(query, order))
+    return used
 
 
 def _steps_of(query, order):

@@ -6,31 +6,22 @@ of looking for each next element one candidate at a time, and the oracle's."""
 from __future__ import annotations
 
 import operator
-from contextlib import contextmanager
 
 import pytest
-from hypothesis import event, given, note, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import raycep.cep.evaluation.steps
 from raycep.cep.event import Event
 from raycep.cep.io.sources import read_events
-from raycep.cep.lang.parser import parse_query
 
-from test_engine_vs_oracle import SLOW, plan_orders
-from test_kleene_min_len import RALLY, _run_query, _steps_of, kleene_step, run
+from test_engine_vs_oracle import SLOW
+from test_kleene_min_len import RALLY, kleene_step, run, same_as_without, without_shortcut
 
 
-@contextmanager
 def without_ordered():
     """Steps built while inside have ``ordered`` None (each next element looked for one
     candidate at a time)."""
-    saved = raycep.cep.evaluation.steps._ordered
-    raycep.cep.evaluation.steps._ordered = lambda incremental, name: None
-    try:
-        yield
-    finally:
-        raycep.cep.evaluation.steps._ordered = saved
+    return without_shortcut("_ordered", lambda incremental, name: None)
 
 
 @pytest.mark.parametrize("take, want", [
@@ -108,21 +99,7 @@ def ordered_streams(draw, window: float):
 def test_ordered_runs_same_matches_counters_and_oracle(qw, data):
     """For every plan order: the same outputs (order included) and counters as without the
     one-pass next elements, and the oracle's match set."""
-    from oracle import oracle_matches
     text, window = qw
     events = data.draw(ordered_streams(window), label="events")
-    query = parse_query(text)
-    note(text)
-    expected = oracle_matches(query, events)
-    used = False
-    for order in plan_orders(data, query):
-        got = _run_query(query, {}, events, order)
-        with without_ordered():
-            want = _run_query(query, {}, events, order)
-        assert got == want, order
-        keys = {frozenset((v, e.id if isinstance(e, Event) else tuple(x.id for x in e))
-                          for v, e in b.items()) for b, _ in got[0]}
-        assert keys == expected, order
-        used |= any(s.ordered is not None for s in _steps_of(query, order))
-    if used:
+    if same_as_without(data, text, events, without_ordered, lambda s: s.ordered is not None):
         event("one-pass next elements used")
