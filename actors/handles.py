@@ -170,6 +170,18 @@ def node_id() -> str | None:
     return ray.get_runtime_context().get_node_id()
 
 
+def ray_metric_types():
+    """``(Counter, Gauge)`` of ``ray.util.metrics`` in a process connected to Ray (an actor:
+    Ray's metrics agent exports them to Prometheus, and its dashboard shows them), None
+    elsewhere (Ray is not imported for it)."""
+    import sys
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    from ray.util.metrics import Counter, Gauge
+    return Counter, Gauge
+
+
 def connected_address() -> str | None:
     """The address of the Ray this process is connected to (None: not connected)."""
     import ray

@@ -47,7 +47,8 @@ from itertools import islice
 
 import orjson
 
-from raycep.actors.handles import node_id
+from raycep.actors.handles import node_id, ray_metric_types
+from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
 from raycep.cep.errors import OverloadedError, PlanningError, RecoveryError
@@ -142,6 +143,9 @@ class PartitionWorker:
         self.recovery: dict | None = None            # the last one: replayed, seconds
         self._replay = None                          # outputs of a logged change being replayed
         self._replaying = False                      # (while recovering: nothing is logged)
+        types = ray_metric_types()
+        #: the figures published as Ray metrics (in a Ray process; None elsewhere)
+        self.metrics = ActorMetrics(partition, types) if types is not None else None
         self.durable = None
         if checkpoint is not None:
             self.durable = DurableLog(checkpoint.directory, partition, checkpoint.every_events,
@@ -300,6 +304,7 @@ class PartitionWorker:
         out, meta = self._records(matches, late)
         records = self._deliver(out, meta)
         self._log("ingest", (batch, after, clock), _logged(out, meta), len(decoded.events))
+        self._publish()
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
@@ -449,6 +454,7 @@ class PartitionWorker:
         did not has identity None and a position whose name is None (the gateway reads
         the record)."""
         box = self.outbox
+        self._publish()
         if box is None:
             return {"records": [], "names": [], "queries": [], "ids": [], "last": ack,
                     "pending": 0}
@@ -468,10 +474,31 @@ class PartitionWorker:
         return self.outbox_seq - len(self.outbox) + 1
 
     # ---------------------------------------------------------------- state
+    def _publish(self) -> None:
+        """Publish this actor's Ray metrics when due (actors/metrics.py)."""
+        if self.metrics is not None and self.metrics.due():
+            self.metrics.publish(self._stats())
+
+    def health(self) -> dict:
+        """What ``GET /v1/health`` reads of an actor, cheap to make: the events it processed,
+        the events its index holds, the records in its outbox, its event-time clock."""
+        return {"events": self.engine.events, "buffered": len(self.engine.index),
+                "outbox": len(self.outbox) if self.outbox is not None else None,
+                "clock": self.engine.clock}
+
     def stats(self) -> dict:
+        out = self._stats()
+        if self.metrics is not None and self.metrics.due():
+            self.metrics.publish(out)
+        return out
+
+    def _stats(self) -> dict:
         out = self.engine.stats()
+        last = self.durable.last_checkpoint if self.durable is not None else None
         out.update(partition=self.partition, batches=self.batches,
-                   seconds=self.engine.seconds(),
+                   seconds=self.engine.seconds(), timings=self.engine.timings(),
+                   checkpoint_age=time.time() - last["at"] if last and last.get("at")
+                   else None,
                    redelivered_batches=self.redelivered, bad_rows=self.bad_rows,
                    outbox=len(self.outbox) if self.outbox is not None else None,
                    outbox_capacity=self.outbox_capacity, refused_batches=self.refused,

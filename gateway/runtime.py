@@ -81,10 +81,12 @@ class RayCluster:
                  settings: GatewaySettings = GatewaySettings(), address: str | None = None,
                  num_cpus: int | None = None, disorder: DisorderSettings | None = None,
                  mode: str | None = None, checkpoint: CheckpointSettings | None = None,
-                 retain: float = 0.0, spark=None, spark_log: str | None = None):
+                 retain: float = 0.0, spark=None, spark_log: str | None = None,
+                 metrics_port: int | None = None):
         """``spark``: a spark_ingest.service.SparkSettings: keep a warm Spark for ``raycep
         ingest`` (the actor INGEST, started in the background; its JVM logs to
-        ``spark_log``)."""
+        ``spark_log``); ``metrics_port``: where the Ray this starts (no ``address``) exports
+        its metrics, the actors' ones among them (None: a port Ray picks)."""
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
@@ -96,6 +98,7 @@ class RayCluster:
         self.checkpoint = checkpoint
         self.retain = check_retain(retain)
         self.spark, self.spark_log = spark, spark_log
+        self.metrics_port = metrics_port
         self.ingest = None                # RayHandle of the warm Spark (spark settings given)
         self.handles: dict = {}           # routing target -> RayHandle of its actor
         self.planner = None               # RayHandle
@@ -109,9 +112,12 @@ class RayCluster:
         10 s) until the cluster has that many nodes, so the actors are spread over them."""
         # no address: start a Ray of our own even where another runs on this machine (Ray
         # would otherwise join the latest one it finds, and refuse num_cpus)
+        own = {} if self.address else {"num_cpus": self.num_cpus}
+        if self.metrics_port is not None and not self.address:
+            own["_metrics_export_port"] = self.metrics_port
         self._owns_ray = connect_ray(
             self.address or "local", include_dashboard=False, log_to_driver=False,
-            num_cpus=self.num_cpus if not self.address else None, configure_logging=False)
+            configure_logging=False, **own)
         wait_for_nodes(min_nodes, nodes_timeout, progress or (lambda text: None))
         if self.checkpoint is not None:
             claim(self.checkpoint.directory, self.partitions, self.key_attr)

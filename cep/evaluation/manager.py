@@ -35,6 +35,7 @@ from raycep.cep.errors import PlanningError
 from raycep.cep.evaluation.evaluator import Evaluation, TooManyMatches
 from raycep.cep.evaluation.prefixes import prefix_keys
 from raycep.cep.evaluation.steps import build_steps
+from raycep.cep.evaluation.timing import EvalTimes
 from raycep.cep.event import Event
 from raycep.cep.lang.compiler import CompiledQuery
 from raycep.cep.match import Match, MatchBlock, Retraction
@@ -63,7 +64,7 @@ def _timed(method):
         try:
             return method(self, *args, **kwargs)
         finally:
-            self.seconds += perf_counter() - began
+            self.times.add(perf_counter() - began)
             self._timing = False
     return timed
 
@@ -73,8 +74,10 @@ class PatternManager:
                  order: tuple | None = None, settings: ManagerSettings = ManagerSettings(),
                  mode: str | None = None):
         self.name = name
-        self.seconds = 0.0               # spent evaluating (its public methods: _timed;
-        #                                  process: timed by the engine, its one caller)
+        #: the seconds of its evaluations (its public methods: _timed; process: timed by the
+        #: engine, its one caller)
+        self.times = EvalTimes()
+        self.switches = 0                # plan changes (set_order with another order)
         self._timing = False
         self._label = name               # the query name its Match objects carry
         self.cq = cq
@@ -131,6 +134,11 @@ class PatternManager:
         self.retractions = 0
         self.revisions = 0               # out-of-order events that made it re-evaluate
 
+    @property
+    def seconds(self) -> float:
+        """Seconds spent evaluating."""
+        return self.times.seconds
+
     # ---------------------------------------------------------------- plan
     def set_order(self, order: tuple | None, version: int | None = None):
         """Use a static order of the positive variables (None: Tree-NFA ad hoc order)."""
@@ -141,6 +149,8 @@ class PatternManager:
                 raise PlanningError(
                     f"plan order {list(order)} of query {self.name!r} must list each positive "
                     f"variable exactly once: {sorted(names)}")
+        if order != self.order:
+            self.switches += 1
         self.order = order
         self.version = self.version + 1 if version is None else version
         self._forget_steps()
@@ -780,6 +790,7 @@ class PatternManager:
             "mode": self.mode, "retractions": self.retractions, "revisions": self.revisions,
             "pending": len(self._deferred) + len(self._slide) + len(self._held),
             "plan": list(self.order) if self.order else None, "plan_version": self.version,
+            "plan_switches": self.switches,
             "conjuncts": [{"text": c.text, "tested": c.tested, "passed": c.passed,
                            "failed": c.failed, "last_error": c.last_error}
                           for c in self.cq.conjuncts],

@@ -121,6 +121,7 @@ class Engine:
         self._seen = Seen()               # types/attributes the queries read, confirmed
         self._reads: dict = {}            # name -> {type: attributes} the query reads
         self._wanted: dict = {}           # the union of _reads
+        self._considered: dict = {}       # name -> events of its types when it was added
         self._teller = Teller()           # warnings told to Python's warnings (cep.runtime.unseen)
         self.journal = None               # a list: events indexed behind the clock are
                                           # noted there (incremental checkpoints, changes_since)
@@ -193,6 +194,7 @@ class Engine:
         self._orders[name] = order
         self._sources[name] = (query, dict(params or {}))
         self._reads[name] = wanted = reads(query)
+        self._considered[name] = self._type_events(cq.types, self.disorder.type_events())
         for t, attrs in wanted.items():
             self._wanted[t] = self._wanted.get(t, frozenset()) | attrs
         if None in cq.types:
@@ -216,6 +218,7 @@ class Engine:
         del self._starts[name]
         del self._sources[name]
         del self._reads[name]
+        del self._considered[name]
         self._wanted = {}
         for wanted in self._reads.values():
             for t, attrs in wanted.items():
@@ -852,7 +855,7 @@ class Engine:
         for m in self._route.get(event.type, self._any):
             began = perf_counter()
             found = m.process(event)
-            m.seconds += perf_counter() - began
+            m.times.add(perf_counter() - began)
             if found:
                 out.extend(found)
                 if marks is not None:
@@ -1080,6 +1083,7 @@ class Engine:
                 qstats["group"] = m.name
         for name, found in warnings.items():
             queries[name]["warnings"] = found
+        self._partial_work(queries)
         return {
             "events": self.events, "late_events": self.late_events,
             "out_of_order": self.out_of_order, "buffered": len(self.index),
@@ -1090,6 +1094,28 @@ class Engine:
             "prefixes": self._prefixes.stats(),
             "paths": self.paths(),
         }
+
+    def _partial_work(self, queries: dict) -> None:
+        """Add to each query's stats the ``events`` of its types seen since it was added
+        (events considered) and the ``window_events`` of its types the index holds within
+        its window before the clock (the events its next triggers can read)."""
+        seen = self.disorder.type_events()
+        spans: dict = {}
+        for name, m in self.managers.items():
+            types = m.cq.types
+            queries[name]["events"] = self._type_events(types, seen) - self._considered[name]
+            spans.setdefault((frozenset(types), m.cq.window), [])
+        held = self.index.window_counts(
+            {key: (key[0], self.clock - key[1], self.clock) for key in spans})
+        for name, m in self.managers.items():
+            queries[name]["window_events"] = held[(frozenset(m.cq.types), m.cq.window)]
+
+    @staticmethod
+    def _type_events(types, seen: dict) -> int:
+        """Events of ``types`` (None among them: every type) in ``seen`` (type -> events)."""
+        if None in types:
+            return sum(seen.values())
+        return sum(seen.get(t, 0) for t in types)
 
     def paths(self) -> dict:
         """Per query, how its triggers were evaluated: ``{"bulk": n, "per_trigger": n, "why":
@@ -1104,6 +1130,13 @@ class Engine:
         group's). Apart from ``stats()``, which stays the same for the same input."""
         self._refresh()
         return {name: m.seconds for name, m in self.managers.items()}
+
+    def timings(self) -> dict:
+        """Per query, the histogram of its evaluator's call seconds
+        (cep.evaluation.timing.EvalTimes.as_dict; a query group's members: the group's).
+        Apart from ``stats()``, which stays the same for the same input."""
+        self._refresh()
+        return {name: m.times.as_dict() for name, m in self.managers.items()}
 
     def groups(self) -> list:
         """One entry per evaluator: ``{"name", "queries": [members in join order], "varying":

@@ -229,6 +229,13 @@ class DisorderTracker:
         if wm > self.watermark:
             self.watermark = wm
 
+    def type_events(self) -> dict:
+        """Events seen so far per type, over every source."""
+        out: dict = {}
+        for (_, t), s in self.streams.items():
+            out[t] = out.get(t, 0) + s.events
+        return out
+
     def stats(self) -> dict:
         cfg = self.settings
         return {"watermark": self.watermark, "slack": self.slack, "alpha": cfg.alpha,

@@ -679,6 +679,19 @@ class SharedEventIndex:
             return False
         return part is ALL if self.keep_all else True
 
+    def window_counts(self, spans: dict) -> dict:
+        """Events held per span: ``spans`` maps a key to ``(types, lo, hi)`` (``types``: a
+        set of event types, None among them: every type), the result the key to how many
+        events of those types the index holds with ``lo <= ts <= hi`` (each event once)."""
+        out = dict.fromkeys(spans, 0)
+        for (part, etype), buf in self._buffers.items():
+            if not self._primary(part, etype):
+                continue
+            for key, (types, lo, hi) in spans.items():
+                if etype in types or None in types:
+                    out[key] += buf.count(lo, hi)
+        return out
+
     def buffer(self, partition, etype) -> TimeBuffer | None:
         """The buffer of ``etype`` (None: every type) in ``partition`` (ALL: every partition)."""
         return self._buffers.get((partition, etype))

@@ -69,6 +69,11 @@ def add_parser(commands) -> None:
     serve.add_argument("--address", default=None,
                        help="an existing Ray cluster ('auto' inside one); default: start a "
                             "local Ray")
+    serve.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help="where the Ray that raycep serve starts serves the partition "
+                            "actors' Ray metrics (Prometheus text at /metrics; default: a "
+                            "port Ray picks). With --address, the Ray cluster's own "
+                            "setting applies (ray start --metrics-export-port)")
     serve.add_argument("--wait-for-nodes", type=int, default=1, metavar="N",
                        help="wait until the Ray cluster has N nodes (workers join after the "
                             "head), so the partition actors are spread over them; they go "
@@ -160,7 +165,7 @@ def run_serve(args) -> int:
     cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode,
                          checkpoint=checkpoint, retain=args.retain, spark=spark,
-                         spark_log=spark_log)
+                         spark_log=spark_log, metrics_port=args.metrics_port)
     note(f"starting {args.partitions} partition actors, the global actor, the planner and "
          f"the gateway{' (and a warm Spark for raycep ingest)' if spark else ''} ...")
     url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)

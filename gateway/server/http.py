@@ -422,6 +422,8 @@ async def stream_matches(request):
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
     store = service.store
+    following = service.metrics.subscribers.labels(qid)
+    following.inc()
     try:
         while True:
             try:
@@ -443,6 +445,8 @@ async def stream_matches(request):
                 await resp.write(b": keepalive\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
         pass
+    finally:
+        following.dec()
     return resp
 
 

@@ -14,38 +14,19 @@ seconds as the base unit.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
 
+from raycep.actors.metrics import ACTOR_SERIES, QUERY_COUNTERS, QUERY_GAUGES, number
+from raycep.cep.evaluation.timing import BUCKETS as EVAL_BUCKETS
+from raycep.cep.evaluation.timing import merged
 from raycep.gateway.server.send_stages import STAGES
 
 #: the content type of the exposition (prometheus_client.exposition.CONTENT_TYPE_LATEST)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: histogram buckets of request and send seconds (1 ms .. 10 s)
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-#: per query, summed over the actors: (metric, help, the query stats' key)
-QUERY_COUNTERS = (
-    ("raycep_query_triggers", "Triggers evaluated", "triggers"),
-    ("raycep_query_matches", "Matches found", "matches"),
-    ("raycep_query_retractions", "Matches retracted by a late event", "retractions"),
-    ("raycep_query_late_events", "Late events that reached the query", "late_events"),
-    ("raycep_query_truncated_triggers",
-     "Triggers whose matches hit the per-trigger cap", "truncated_triggers"),
-)
-#: per actor: (metric, help, the actor stats' key, counter?)
-ACTOR_SERIES = (
-    ("raycep_actor_events", "Events the actor processed", "events", True),
-    ("raycep_actor_duplicates", "Duplicate events dropped", "duplicates", True),
-    ("raycep_actor_evicted_events", "Events evicted from the index", "evicted", True),
-    ("raycep_actor_late_events", "Events that arrived late", "late_events", True),
-    ("raycep_actor_refused_batches", "Batches refused for backpressure", "refused_batches",
-     True),
-    ("raycep_actor_buffered_events", "Events held in the shared index", "buffered", False),
-    ("raycep_actor_outbox_records", "Match records not yet delivered", "outbox", False),
-    ("raycep_actor_event_time_seconds", "The actor's event-time clock", "clock", False),
-)
-
 
 class GatewayMetrics:
     """What the gateway measures itself (one per gateway)."""
@@ -58,11 +39,21 @@ class GatewayMetrics:
         self.request = Histogram(
             "raycep_http_request_seconds", "Seconds to answer an HTTP request",
             ["method", "route"], registry=self.registry, buckets=BUCKETS)
+        self.readable = Histogram(
+            "raycep_send_to_readable_seconds", "Seconds from a send's arrival until the "
+            "matches it completed could be read (sends that completed matches)",
+            registry=self.registry, buckets=BUCKETS)
+        self.subscribers = Gauge(
+            "raycep_sse_subscribers", "Readers following a query's live stream (SSE)",
+            ["query"], registry=self.registry)
 
-    def observe_send(self, stages: tuple) -> None:
-        """One send's stage seconds, in the order of send_stages.STAGES."""
+    def observe_send(self, stages: tuple, matched: bool = False) -> None:
+        """One send's stage seconds, in the order of send_stages.STAGES; ``matched``: it
+        completed matches, readable when it was answered."""
         for stage, seconds in zip(STAGES, stages):
             self.send_stage.labels(stage).observe(seconds)
+        if matched:
+            self.readable.observe(stages[-1])
 
     def observe_request(self, method: str, route: str, seconds: float) -> None:
         self.request.labels(method, route).observe(seconds)
@@ -113,50 +104,64 @@ class Snapshot:
         totals: dict = {}
         plans: dict = {}
         paths: dict = {}
-        pending: dict = {}
+        timings: dict = {}
+        info: dict = {}
+        keys = [k for _, _, k in (*QUERY_COUNTERS, *QUERY_GAUGES)]
         for stats in actors.values():
+            groups = {m: g["name"] for g in stats.get("groups", ()) for m in g["queries"]}
             for name, q in stats.get("queries", {}).items():
-                sums = totals.setdefault(name, dict.fromkeys((k for _, _, k in QUERY_COUNTERS), 0))
-                for _, _, key in QUERY_COUNTERS:
-                    sums[key] += q.get(key, 0) or 0
+                sums = totals.setdefault(name, dict.fromkeys(keys, 0))
+                for key in keys:
+                    value = q.get(key)
+                    sums[key] += value if number(value) else 0
                 plans[name] = max(plans.get(name, 0), q.get("plan_version") or 0)
-                pending[name] = pending.get(name, 0) + (q.get("pending") or 0)
+                info[name] = (groups.get(name, name), q.get("mode") or "")
             for name, path in stats.get("paths", {}).items():
-                got = paths.setdefault(name, [0, 0, 0.0])
+                got = paths.setdefault(name, [0, 0])
                 got[0] += path.get("bulk", 0) or 0
                 got[1] += path.get("per_trigger", 0) or 0
-            for name, spent in (stats.get("seconds") or {}).items():
-                paths.setdefault(name, [0, 0, 0.0])[2] += spent
+            for name, times in (stats.get("timings") or {}).items():
+                timings.setdefault(name, []).append(times)
         for metric, text, key in QUERY_COUNTERS:
             family = CounterMetricFamily(metric, text, labels=["query"])
+            for name, sums in totals.items():
+                family.add_metric([name], sums[key])
+            yield family
+        for metric, text, key in QUERY_GAUGES:
+            family = GaugeMetricFamily(metric, text, labels=["query"])
             for name, sums in totals.items():
                 family.add_metric([name], sums[key])
             yield family
         family = CounterMetricFamily("raycep_query_evaluated_triggers",
                                      "Triggers evaluated, by path: in bulk over columns or "
                                      "one at a time", labels=["query", "path"])
-        for name, (bulk, one, _) in paths.items():
+        for name, (bulk, one) in paths.items():
             family.add_metric([name, "bulk"], bulk)
             family.add_metric([name, "per_trigger"], one)
         yield family
-        family = CounterMetricFamily(
-            "raycep_query_evaluation_seconds", "Seconds spent evaluating the query (a query "
-            "group's members: the group's)", labels=["query"])
-        for name, (_, _, seconds) in paths.items():
-            family.add_metric([name], seconds)
-        yield family
-        family = GaugeMetricFamily("raycep_query_pending_bindings",
-                                   "Partial work held: bindings waiting for the clock (a "
-                                   "trailing negation, SLIDE, a pessimistic query)",
-                                   labels=["query"])
-        for name, count in pending.items():
-            family.add_metric([name], count)
+        family = HistogramMetricFamily(
+            "raycep_query_evaluation_seconds", "Seconds of each evaluation of the query: one "
+            "trigger, or a chunk of triggers evaluated in bulk (a query group's members: "
+            "the group's)", labels=["query"])
+        for name, parts in timings.items():
+            times = merged(parts)
+            running, buckets = 0, []
+            for bound, count in zip((*map(str, EVAL_BUCKETS), "+Inf"), times["buckets"]):
+                running += count
+                buckets.append((bound, running))
+            family.add_metric([name], buckets, times["seconds"])
         yield family
         family = GaugeMetricFamily("raycep_query_plan_version",
                                    "The newest plan version of the query on any actor",
                                    labels=["query"])
         for name, version in plans.items():
             family.add_metric([name], version)
+        yield family
+        family = GaugeMetricFamily("raycep_query_info", "A registered query: the group it is "
+                                   "evaluated with and its out-of-order mode (always 1)",
+                                   labels=["query", "group", "mode"])
+        for name, (group, mode) in info.items():
+            family.add_metric([name, group, mode], 1)
         yield family
 
     @staticmethod
@@ -166,7 +171,7 @@ class Snapshot:
             family = kind(metric, text, labels=["actor"])
             for label, stats in actors.items():
                 value = stats.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if number(value):
                     family.add_metric([label], value)
             yield family
 

@@ -28,7 +28,8 @@ class SendStages:
     def __init__(self, observe=None):
         self._rows: deque = deque(maxlen=self.KEEP)
         self.count = 0
-        self._observe = observe             # called with each send's stage seconds
+        self._observe = observe             # called with each send's stage seconds and
+        #                                     whether it found matches
 
     def add(self, started: float, dispatched: float, acked: float, drained: float,
             acks: list, calls: list) -> None:
@@ -46,7 +47,7 @@ class SendStages:
         self._rows.append(row)
         self.count += 1
         if self._observe is not None:
-            self._observe(row)
+            self._observe(row, any(a.get("queued") or a.get("matches") for a in acks))
 
     def summary(self) -> dict:
         """Per stage: n, p50, p99, max and mean (seconds) of the sends kept."""

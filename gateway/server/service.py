@@ -171,7 +171,7 @@ class GatewayService:
         of all, the events the actors processed (from the gateway and from Spark jobs
         alike) and those the gateway took in, the queries, the uptime."""
         targets = list(self.targets)
-        answers = await asyncio.gather(*(asyncio.wait_for(self.actors.call(t, "stats"), 5.0)
+        answers = await asyncio.gather(*(asyncio.wait_for(self.actors.call(t, "health"), 5.0)
                                          for t in targets), return_exceptions=True)
         alive = [a for a in answers if isinstance(a, dict)]
         return {"status": "ok" if len(alive) == len(targets) else "degraded",

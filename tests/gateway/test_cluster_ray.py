@@ -99,9 +99,21 @@ def push(producer, events, size=250) -> dict:
     return producer.flush()
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: where this module's Ray exports its metrics (the actors' ray.util.metrics among them)
+METRICS_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycep")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             namespace="raycep", _metrics_export_port=METRICS_PORT)
     yield
     ray.shutdown()
 
@@ -228,6 +240,52 @@ def test_add_and_remove_at_runtime_while_events_flow(make_cluster):
         client.matches("gone")
     for actor in client.stats()["actors"].values():
         assert "gone" not in actor["plans"]
+
+
+def ray_samples(name: str) -> dict:
+    """``{labels without Ray's own: value}`` of the samples named ``name`` that Ray's
+    metrics agent exports now (an empty dict while it has none or does not answer)."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics",
+                                    timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items()
+                                      if k in ("query", "actor")))
+                out[labels] = out.get(labels, 0) + sample.value
+    return out
+
+
+def test_actors_publish_ray_metrics(make_cluster):
+    """The partition actors' counts reach Ray's own Prometheus export (ray.util.metrics):
+    per query and actor, summing to what the client reads."""
+    cluster = make_cluster()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    events = stream(1500, seed=4)
+    send_in_slices(client, events, size=300)
+    want = len(read_all(client, "pair"))
+    assert want > 10
+    deadline = time.monotonic() + WAIT
+    while True:
+        client.stats()                     # each actor publishes when due (every 5 s)
+        got = ray_samples("ray_raycep_query_matches_total")
+        pairs = {labels: v for labels, v in got.items() if ("query", "pair") in labels}
+        if sum(pairs.values()) == want:
+            break
+        assert time.monotonic() < deadline, f"Ray's export has {pairs}, the client read {want}"
+        time.sleep(1.0)
+    assert len(pairs) == 2                 # one series per partition actor
+    events_seen = ray_samples("ray_raycep_actor_events_total")
+    assert sum(v for labels, v in events_seen.items()
+               if dict(labels)["actor"] in ("p0", "p1")) >= len(events) - 300
 
 
 def test_malformed_batch_is_rejected_and_the_next_is_processed(make_cluster):

@@ -67,7 +67,7 @@ def test_health_counts_the_actors_events_and_which_answer(make_cluster, monkeypa
 
     def unreachable():
         raise RuntimeError("actor died")
-    monkeypatch.setattr(cluster.workers[1], "stats", unreachable)
+    monkeypatch.setattr(cluster.workers[1], "health", unreachable)
     health = client.health()
     assert health["status"] == "degraded" and health["actors"] == {"alive": 2, "total": 3}
 
@@ -84,6 +84,34 @@ def test_pending_bindings_are_the_partial_work_held(make_cluster):
     client.advance(10_000.0)
     got, _ = _samples(_get(cluster.url + "/metrics")[2])
     assert got[("raycep_query_pending_bindings", (("query", "neg"),))] == 0
+
+
+def test_live_stream_readers_are_counted(make_cluster):
+    import threading
+    import time
+    cluster = make_cluster()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    stop = threading.Event()
+
+    def follow():
+        for _ in connect(cluster.url).subscribe("pair"):
+            if stop.is_set():
+                return
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    key = ("raycep_sse_subscribers", (("query", "pair"),))
+    deadline = time.monotonic() + 20
+    while _samples(_get(cluster.url + "/metrics")[2])[0].get(key) != 1:
+        assert time.monotonic() < deadline, "the reader was not counted"
+        time.sleep(0.05)
+    stop.set()
+    client.remove("pair")                 # the stream ends ("end"), the reader leaves
+    reader.join(20)
+    deadline = time.monotonic() + 20
+    while _samples(_get(cluster.url + "/metrics")[2])[0].get(key) != 0:
+        assert time.monotonic() < deadline, "the reader was not let go"
+        time.sleep(0.05)
 
 
 def test_metrics_count_what_the_cluster_did(make_cluster):
@@ -125,8 +153,24 @@ def test_metrics_count_what_the_cluster_did(make_cluster):
     paths = [got[("raycep_query_evaluated_triggers_total", (("path", p), ("query", "pair")))]
              for p in ("bulk", "per_trigger")]
     assert triggers > 0 and sum(paths) == triggers
-    assert got[("raycep_query_evaluation_seconds_total", q)] > 0
+    # the evaluation-time histogram: cumulative buckets up to +Inf, which holds every call
+    buckets = sorted((float(dict(labels)["le"]), v) for (name, labels), v in got.items()
+                     if name == "raycep_query_evaluation_seconds_bucket"
+                     and dict(labels)["query"] == "pair")
+    counts = [v for _, v in buckets]
+    assert counts == sorted(counts) and buckets[-1][0] == math.inf
+    assert buckets[-1][1] == got[("raycep_query_evaluation_seconds_count", q)] >= 1
+    assert got[("raycep_query_evaluation_seconds_sum", q)] > 0
+    # events considered and events held in the window: as one engine counts them
+    mine = eng.stats()["queries"]["pair"]
+    assert got[("raycep_query_events_total", q)] == mine["events"] == sum(
+        e.type in ("A", "B") for e in events)
+    assert got[("raycep_query_window_events", q)] == mine["window_events"] > 0
+    assert got[("raycep_query_plan_switches_total", q)] >= 1       # at least its first plan
+    assert got[("raycep_query_info", (("group", "pair"), ("mode", "optimistic"),
+                                      ("query", "pair")))] == 1
     sends = math.ceil(len(events) / 50)
+    assert 0 < got[("raycep_send_to_readable_seconds_count", ())] <= sends
     assert got[("raycep_send_stage_seconds_count", (("stage", "total"),))] == sends
     assert got[("raycep_http_request_seconds_count",
                 (("method", "POST"), ("route", "/v1/events")))] == sends
