@@ -86,7 +86,7 @@ def render(info: dict) -> str:
         lines.append(f"triggers: {p.get('bulk', 0):,} in bulk, {p.get('per_trigger', 0):,} one "
                      f"by one" + (f" ({p['why']})" if p.get("why") else ""))
     counters = info.get("counters") or {}
-    lines.append("conditions (selectivity the planner uses; counted at the actors):")
+    lines.append("conditions (the selectivity the planner uses; the counts so far):")
     for c in info["conditions"]:
         got = counters.get(c["text"])
         seen = f"; passed {got['passed']:,} of {got['tested']:,}" if got and got["tested"] \

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from raycep.cep.errors import PlanningError
 from raycep.cep.runtime.engine import Engine
+from raycep.cep.store.disorder import DEFAULT_SOURCE
 from raycep.planner.adaptive import AdaptationSettings, AdaptivePolicy
 from raycep.planner.algorithms import ALGORITHMS
 from raycep.planner.plan import TREE_NFA, Plan, make_plan
@@ -98,10 +99,13 @@ class PlannedEngine:
         self._seen = 0
 
     def add_query(self, query, name: str | None = None, params: dict | None = None,
-                  order: tuple | None = None, planner: str = ADAPTIVE) -> str:
-        """Register a query; ``order`` forces a static order, else ``planner`` decides."""
+                  order: tuple | None = None, planner: str = ADAPTIVE,
+                  mode: str | None = None, since: float | None = None) -> str:
+        """Register a query; ``order`` forces a static order, else ``planner`` decides;
+        ``mode`` and ``since`` as ``Engine.add_query``'s."""
         settings = settings_for(planner) if order is None else None
-        name = self.engine.add_query(query, name=name, params=params, order=order)
+        name = self.engine.add_query(query, name=name, params=params, order=order, mode=mode,
+                                     since=since)
         manager = self.engine.managers[name]
         if settings is not None and manager.name not in self.policies:
             self.policies[manager.name] = AdaptivePolicy(manager.cq, manager.name, settings)
@@ -116,31 +120,31 @@ class PlannedEngine:
             self.policies.pop(group, None)
             self._selectivity.pop(group, None)
 
-    def process(self, event) -> list:
+    def process(self, event, source: str = DEFAULT_SOURCE) -> list:
         self.rates.observe(event.type, event.ts)
-        out = self.engine.process(event)
+        out = self.engine.process(event, source)
         self._seen += 1
         if self._seen >= self._next:
             self._checked()
         return out
 
-    def process_many(self, events: list) -> list:
+    def process_many(self, events: list, source: str = DEFAULT_SOURCE) -> list:
         """``process`` of each event in turn (the same outputs and plans), in runs
         (``Engine.process_many``) cut where the planner looks at the statistics."""
         def run(i, j):
             part = events[i:j] if j - i < len(events) else events
             self.rates.observe_many(part)
-            return self.engine.process_many(part)
+            return self.engine.process_many(part, source)
         return self._in_steps(0, len(events), run)
 
     def process_columns(self, batch, lo: int = 0, hi: int | None = None,
-                        blocks: bool = False) -> list:
+                        blocks: bool = False, source: str = DEFAULT_SOURCE) -> list:
         """``process_many`` of rows ``lo`` to ``hi - 1`` of a column batch
         (``Engine.process_columns``, ``blocks`` as there), cut where the planner looks at the
         statistics."""
         def run(i, j):
             self.rates.observe_runs(batch.types[i:j], batch.times[i:j])
-            return self.engine.process_columns(batch, i, j, blocks=blocks)
+            return self.engine.process_columns(batch, i, j, source=source, blocks=blocks)
         return self._in_steps(lo, len(batch) if hi is None else hi, run)
 
     def _provisional(self, name: str):

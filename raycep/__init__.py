@@ -40,7 +40,7 @@ from raycep.cep.lang.builder import query
 from raycep.cep.lang.compiler import CompiledQuery, compile_query
 from raycep.cep.lang.parser import parse_queries, parse_query
 from raycep.cep.match import Match, Retraction
-from raycep.cep.runtime.engine import Engine
+from raycep.local.engine import Engine
 from raycep.gateway.client import Client, connect
 from raycep.local.match import match
 
