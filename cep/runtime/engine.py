@@ -382,6 +382,8 @@ class Engine:
             hi = len(batch)
         if self._stale:
             self._refresh()
+        if batch.keys is None and self.index.key_attr is not None:
+            batch.key_by(self.index.key_attr)       # (a producer's batch without a key column)
         if self._pessimistic or self._any:
             return self.process_many(batch.events(range(lo, hi)), source)
         times = batch.times

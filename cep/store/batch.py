@@ -15,8 +15,8 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from raycep.cep.event import (ABSENT, EXACT, EXACT_INT, OTHER, Event, event_row, kind_of,
-                              trusted_event)
+from raycep.cep.event import (ABSENT, EXACT, EXACT_INT, OTHER, Event, checked_key, event_row,
+                              kind_of, trusted_event)
 
 _NUMBERS = frozenset((int, float))
 _FLOATS = {float}
@@ -339,6 +339,25 @@ class ColumnBatch:
             vals, kinds = self.numeric(name)
             got = self._lists[name] = (vals.tolist(), set(np.flatnonzero(kinds != EXACT).tolist()))
         return got
+
+    def key_by(self, attr: str) -> None:
+        """Give the rows of a batch without keys their attribute ``attr`` as the partition
+        key (``keyed_events``' rule: a row without the attribute keeps no key), so that an
+        engine keyed by ``attr`` evaluates them in bulk per key. IngestError for a value
+        that cannot be a key. Nothing changes for a batch that has keys, has no such
+        attribute, or holds rows built as Events (``overrides``)."""
+        if self.keys is not None or self._overrides or attr not in self.names:
+            return
+        j = self.names.index(attr)
+        col = self._columns[j]
+        values = col if isinstance(col, list) else col.to_pylist()
+        absent = self._absent[j]
+        if absent is not None:
+            values = [None if gone else v for v, gone in zip(values, absent.tolist())]
+        if any(v.__class__ is not str for v in values):
+            values = [None if v is None else checked_key(v, k, attr)
+                      for k, v in enumerate(values)]
+        self.keys = values
 
     def slice(self, a: int, b: int) -> "ColumnBatch":
         """Rows ``a`` to ``b - 1`` as a batch of their own (sharing no Event cache: take rows

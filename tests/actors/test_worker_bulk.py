@@ -274,3 +274,35 @@ def test_the_wait_for_a_first_plan_survives_a_snapshot():
     assert {n: m.order for n, m in again.engine.managers.items()} == \
         {n: m.order for n, m in w.engine.managers.items()}
     assert PartitionWorker.restore(again.snapshot()).own_plans == again.own_plans
+
+
+def test_a_batch_without_a_key_column_is_keyed_by_its_attribute_and_evaluated_in_bulk():
+    """A producer's column batch that leaves the key out (the partition key is the
+    ``symbol`` attribute): the worker keys the rows by it, evaluates them in bulk per key and
+    gives the records of the batch that carries the keys."""
+    import pyarrow as pa
+    from raycep.cep.io.codec import encode_columns
+    events = ticks(3000, 11, symbols=4)
+    queries = [(name, text, None) for name, text in variants(3, 5)]
+
+    def run(with_key: bool):
+        w = PartitionWorker("p0", "symbol", worker=WorkerSettings(outbox=True,
+                                                                  outbox_capacity=10 ** 9))
+        for name, text, order in queries:
+            w.add_query(name, text, order=order)
+        for k in range(0, len(events), 1000):
+            part = events[k:k + 1000]
+            columns = {"type": [e.type for e in part], "ts": [e.ts for e in part],
+                       "id": [e.id for e in part],
+                       "symbol": [e.attrs["symbol"] for e in part],
+                       "price": [e.attrs["price"] for e in part]}
+            if with_key:
+                columns["key"] = columns["symbol"]
+            w.ingest(encode_columns(pa.table(columns), SOURCE, f"b{k}"))
+        w.advance(math.inf)
+        return w.drain(0, 10 ** 9)["records"], w.engine.paths()
+    keyed, keyed_paths = run(True)
+    got, paths = run(False)
+    assert got == keyed and len(got) > 10
+    assert paths == keyed_paths
+    assert all(p["bulk"] > 0 for p in paths.values())
