@@ -46,6 +46,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from raycep.actors.routing import KEY_GROUPS
 from raycep.actors.state_format import (CHECKPOINT_KIND, EVICTED_KIND, LOGGED_OPS, SEGMENT_KIND,
                                  WAL_KIND, event_rows, header, intern, read_one, read_records,
                                  record, record_parts, row_event, write_file)
@@ -79,14 +80,16 @@ class CheckpointSettings:
     fsync: bool = False
 
 
-def claim(directory: str, partitions: int, key_attr) -> None:
-    """Check that ``directory`` holds no other cluster's state (another number of partitions
-    or partition key routes keys elsewhere) and mark it as this cluster's; RecoveryError
-    otherwise."""
+def claim(directory: str, partitions: int, key_attr, key_groups: int = KEY_GROUPS,
+          force: bool = False) -> None:
+    """Check that ``directory`` holds no other cluster's state (another number of partitions,
+    partition key or number of key groups routes keys elsewhere) and mark it as this
+    cluster's; RecoveryError otherwise. ``force``: mark it whatever it held (a rescale
+    writes the new number of partitions once every actor has saved its new state)."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, MANIFEST)
-    shape = {"partitions": partitions, "key": key_attr}
-    if os.path.exists(path):
+    shape = {"partitions": partitions, "key": key_attr, "key_groups": key_groups}
+    if os.path.exists(path) and not force:
         with open(path, encoding="utf-8") as f:
             try:
                 found = json.load(f)
@@ -95,9 +98,10 @@ def claim(directory: str, partitions: int, key_attr) -> None:
         if {k: found.get(k) for k in shape} != shape:
             raise RecoveryError(
                 f"checkpoint directory {directory} holds the state of a cluster with "
-                f"{found.get('partitions')} partitions keyed by {found.get('key')!r}; this one "
-                f"has {partitions} keyed by {key_attr!r}: give another --checkpoint-dir, or "
-                f"remove that directory to start empty")
+                f"{found.get('partitions')} partitions keyed by {found.get('key')!r} "
+                f"({found.get('key_groups') or 'no'} key groups); this one has {partitions} "
+                f"keyed by {key_attr!r} ({key_groups} key groups): give another "
+                f"--checkpoint-dir, or remove that directory to start empty")
         return
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(shape, f)

@@ -7,6 +7,13 @@ different producers. Integral floats are encoded as integers (``3.0`` routes lik
 equivalence test ``[k]`` treats them alike); strings and integers otherwise never collide by
 construction (``"3"`` and ``3`` are different keys).
 
+Keys go to actors through key groups, as Flink's keyed state does ("key groups"): a key's
+group is its hash modulo ``key_groups`` (``KEY_GROUPS`` by default, fixed for a cluster's
+life), and the ``n`` partition actors own contiguous ranges of groups (group ``g`` ->
+actor ``g * n // key_groups``). Changing the number of actors moves whole groups, with the
+state of their keys (``raycep scale``), and few of them: from ``n`` to ``n + 1`` actors,
+about ``key_groups / (n + 1)`` groups change owner.
+
 Events without a partition key go to the designated global partition ``GLOBAL_PARTITION``
 (0). A query without a key equivalence (no ``[key]`` test) sees only the events of the actor it
 runs on, so for such a query producers must route the events of its types to the global
@@ -24,6 +31,10 @@ from raycep.cep.errors import IngestError
 
 #: the partition that receives events without a key (and runs the global queries)
 GLOBAL_PARTITION = 0
+#: the default number of key groups of a cluster: the most partition actors it can have
+KEY_GROUPS = 256
+#: the most key groups a cluster may have (Flink's limit on max parallelism: 2**15)
+MAX_KEY_GROUPS = 32_768
 
 
 def _canonical(key):
@@ -34,13 +45,9 @@ def _canonical(key):
     return key
 
 
-def partition_of(key, n_partitions: int) -> int:
-    """The partition index (0 .. n_partitions-1) of ``key``; stable across processes, hosts and
-    Python runs. ``None`` (no key) maps to GLOBAL_PARTITION."""
-    if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 1:
-        raise ValueError(f"n_partitions must be a positive integer, got {n_partitions!r}")
-    if key is None:
-        return GLOBAL_PARTITION
+def key_group(key, key_groups: int = KEY_GROUPS) -> int:
+    """The key group (0 .. key_groups-1) of a non-None ``key``; stable across processes,
+    hosts and Python runs."""
     try:
         body = msgpack.packb(_canonical(key), use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
@@ -48,7 +55,34 @@ def partition_of(key, n_partitions: int) -> int:
                           f"use a string, number, boolean or a list of those",
                           field="key") from None
     digest = hashlib.blake2b(body, digest_size=8).digest()
-    return int.from_bytes(digest, "big") % n_partitions
+    return int.from_bytes(digest, "big") % key_groups
+
+
+def group_owner(group: int, n_partitions: int, key_groups: int = KEY_GROUPS) -> int:
+    """The partition (0 .. n_partitions-1) that owns key group ``group``: the groups are
+    split into ``n_partitions`` contiguous ranges."""
+    return group * n_partitions // key_groups
+
+
+def check_partitions(n_partitions, key_groups: int = KEY_GROUPS) -> None:
+    """ValueError unless 1 <= n_partitions <= key_groups (integers)."""
+    if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 1:
+        raise ValueError(f"n_partitions must be a positive integer, got {n_partitions!r}")
+    if isinstance(key_groups, bool) or not isinstance(key_groups, int) or key_groups < 1:
+        raise ValueError(f"key_groups must be a positive integer, got {key_groups!r}")
+    if n_partitions > key_groups:
+        raise ValueError(f"{n_partitions} partitions need at least as many key groups; this "
+                         f"cluster has {key_groups}")
+
+
+def partition_of(key, n_partitions: int, key_groups: int = KEY_GROUPS) -> int:
+    """The partition index (0 .. n_partitions-1) of ``key``: the owner of its key group;
+    stable across processes, hosts and Python runs. ``None`` (no key) maps to
+    GLOBAL_PARTITION."""
+    check_partitions(n_partitions, key_groups)
+    if key is None:
+        return GLOBAL_PARTITION
+    return key_group(key, key_groups) * n_partitions // key_groups
 
 
 def event_key(event, key_attr: str | None = None):
@@ -68,7 +102,8 @@ def routing_key(attrs, key, key_attr: str | None):
     return value
 
 
-def split_by_partition(events, n: int, key_attr: str | None = None) -> dict:
+def split_by_partition(events, n: int, key_attr: str | None = None,
+                       key_groups: int = KEY_GROUPS) -> dict:
     """Group ``events`` by partition index, keeping their order within each group.
 
     The key is ``event.key`` (or the attribute ``key_attr`` when given); events without one go
@@ -76,7 +111,7 @@ def split_by_partition(events, n: int, key_attr: str | None = None) -> dict:
     """
     out: dict = {}
     for ev in events:
-        out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
+        out.setdefault(partition_of(event_key(ev, key_attr), n, key_groups), []).append(ev)
     return out
 
 
@@ -94,14 +129,19 @@ class RoutingTable:
     key_attr: str | None = None
     global_types: frozenset | None = frozenset()
     version: int = 0
+    key_groups: int = KEY_GROUPS
+
+    def __post_init__(self):
+        check_partitions(self.partitions, self.key_groups)
 
     def route(self, events) -> dict:
         """``{target: [events]}`` with targets partition indexes and ``GLOBAL``; event order
         is kept within each target."""
         out: dict = {}
         n, key_attr, wanted = self.partitions, self.key_attr, self.global_types
+        groups = self.key_groups
         for ev in events:
-            out.setdefault(partition_of(event_key(ev, key_attr), n), []).append(ev)
+            out.setdefault(partition_of(event_key(ev, key_attr), n, groups), []).append(ev)
             if wanted is None or ev.type in wanted:
                 out.setdefault(GLOBAL, []).append(ev)
         return out
@@ -125,7 +165,7 @@ class RoutingTable:
             target = places.get(key) if key.__class__ is str else None
             if target is None:
                 try:
-                    target = partition_of(key, n)
+                    target = partition_of(key, n, self.key_groups)
                 except (IngestError, TypeError):
                     return None
                 if key.__class__ is str:
@@ -159,7 +199,8 @@ class RoutingTable:
                 return None              # may stand in; decoded rows say which)
             codes = pc.dictionary_encode(keys)
             try:
-                places = np.array([partition_of(k, n) for k in codes.dictionary.to_pylist()],
+                places = np.array([partition_of(k, n, self.key_groups)
+                                   for k in codes.dictionary.to_pylist()],
                                   dtype=np.int64)
             except (IngestError, TypeError):
                 return None
@@ -182,11 +223,12 @@ class RoutingTable:
     def to_dict(self) -> dict:
         return {"partitions": self.partitions, "key_attr": self.key_attr,
                 "global_types": None if self.global_types is None else sorted(self.global_types),
-                "version": self.version}
+                "version": self.version, "key_groups": self.key_groups}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RoutingTable":
         types = data.get("global_types", [])
         return cls(int(data["partitions"]), data.get("key_attr"),
-                   None if types is None else frozenset(types), int(data.get("version", 0)))
+                   None if types is None else frozenset(types), int(data.get("version", 0)),
+                   int(data.get("key_groups", KEY_GROUPS)))
 

@@ -120,7 +120,8 @@ class RayCluster:
             configure_logging=False, **own)
         wait_for_nodes(min_nodes, nodes_timeout, progress or (lambda text: None))
         if self.checkpoint is not None:
-            claim(self.checkpoint.directory, self.partitions, self.key_attr)
+            claim(self.checkpoint.directory, self.partitions, self.key_attr,
+                  self.settings.key_groups)
         # with saved state an actor that dies comes back (Ray re-runs its constructor, which
         # restores the checkpoint and replays the log) and the calls made meanwhile are
         # retried on it (batch ids make them idempotent); without, it stays dead and callers
@@ -236,7 +237,7 @@ class InProcessCluster:
         self.key_attr = key_attr
         self.settings = settings
         if checkpoint is not None:
-            claim(checkpoint.directory, partitions, key_attr)
+            claim(checkpoint.directory, partitions, key_attr, settings.key_groups)
         self._worker_args = dict(
             worker=WorkerSettings(outbox=True, mode=mode, retain=check_retain(retain)),
             disorder=disorder, checkpoint=checkpoint)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycep.actors.routing import partition_of
+from raycep.actors.routing import KEY_GROUPS, partition_of
 from raycep.cep.errors import CepError, IngestError
 from raycep.cep.event import derive_id
 from raycep.cep.io.codec import encode_columns, encode_rows
@@ -108,6 +108,7 @@ class Plan:
     partitions: int
     global_types: frozenset | None = frozenset()
     parts: tuple | None = None           # default: every target in partition 0
+    key_groups: int = KEY_GROUPS
     dead_part: int = 0
     malformed: str | None = None
     # decided from the mapping and the columns:
@@ -213,7 +214,7 @@ class Plan:
             for i, row in zip(rows.tolist(), data.to_pylist(maps_as_pydicts="lossy")):
                 try:
                     ev = self.mapping.to_event(row)
-                    events[i] = (ev, partition_of(ev.key, self.partitions))
+                    events[i] = (ev, partition_of(ev.key, self.partitions, self.key_groups))
                 except CepError as exc:
                     records[i] = dead_record(str(exc), _jsonable(row), i, locate)
         table = _patched(table, target, events, records)
@@ -314,7 +315,7 @@ class Plan:
                 continue
             present |= valid
             enc = pc.dictionary_encode(col)
-            hashes = np.array([_partition(v, self.partitions)
+            hashes = np.array([_partition(v, self.partitions, self.key_groups)
                                for v in enc.dictionary.to_pylist()] or [0], dtype=np.int32)
             codes = enc.indices.fill_null(0).to_numpy()
             target[valid] = hashes[codes[valid]]
@@ -650,17 +651,17 @@ def _reference_ts(mapping: EventMapping, value):
 _HASHES: dict = {}
 
 
-def _partition(key, n: int) -> int:
+def _partition(key, n: int, key_groups: int) -> int:
     """partition_of, remembered per key in this worker (keys repeat across batches); -1 for
     a key it refuses (an integral float beyond 64 bits)."""
-    memo = (key.__class__, key, n)
+    memo = (key.__class__, key, n, key_groups)
     found = _HASHES.get(memo)
     if found is not None:
         return found
     if len(_HASHES) > 200_000:
         _HASHES.clear()
     try:
-        found = partition_of(key, n)
+        found = partition_of(key, n, key_groups)
     except IngestError:
         found = -1
     _HASHES[memo] = found

@@ -214,6 +214,7 @@ def planned(spark, df, mapping: EventMapping, routing: RoutingTable, tasks: int 
     values = partition_values(slots)
     plan = Plan(mapping, categories, n, routing.global_types,
                 parts=tuple(values[t % slots] for t in range(n + 1)), dead_part=values[0],
+                key_groups=routing.key_groups,
                 malformed=MALFORMED if MALFORMED in df.columns else None)
     return plan, df, block, slots
 

@@ -8,6 +8,7 @@ import tempfile
 import threading
 
 from raycep.actors.recovery import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from raycep.actors.routing import KEY_GROUPS
 from raycep.cep.errors import CepError
 from raycep.cep.runtime.engine import check_retain
 from raycep.gateway.cli.common import (add_disorder_arguments, disorder_settings, err, note,
@@ -27,6 +28,11 @@ def add_parser(commands) -> None:
     serve.add_argument("--partitions", type=int, default=2, metavar="N",
                        help="partition actors, each holding the events of its keys and "
                             "evaluating the keyed queries on them (default 2)")
+    serve.add_argument("--key-groups", type=int, default=KEY_GROUPS, metavar="G",
+                       help=f"key groups (default {KEY_GROUPS}): a key's group is fixed for the "
+                            "cluster's life and the partition actors own ranges of groups, "
+                            "so G is the most partitions `raycep scale` can reach; a "
+                            "checkpoint directory keeps it")
     serve.add_argument("--key", default=None, metavar="ATTR",
                        help="the partition key attribute (queries with [ATTR] run per key "
                             "on every partition actor; others on the global actor)")
@@ -123,11 +129,15 @@ def run_serve(args) -> int:
         settings = GatewaySettings(
             host=args.host, port=args.port, token=args.token, registry_path=args.registry,
             matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
-            outbox_capacity=args.outbox_capacity,
+            outbox_capacity=args.outbox_capacity, key_groups=args.key_groups,
             **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None})
     except CepError as exc:                     # name the option, not the settings' field
         option = str(exc).split(" ", 1)[0]
         err(f"error: --{option.replace('_', '-')} {str(exc).split(' ', 1)[1]}")
+        return 2
+    if not 1 <= args.partitions <= settings.key_groups:
+        err(f"error: --partitions must be from 1 to --key-groups ({settings.key_groups}), got "
+            f"{args.partitions}")
         return 2
     if args.wait_for_nodes < 1 or not args.wait_for_nodes_timeout >= 0:
         err("error: --wait-for-nodes must be >= 1 and --wait-for-nodes-timeout >= 0")
@@ -150,7 +160,7 @@ def run_serve(args) -> int:
                             os.path.splitext(args.registry)[0] + "-checkpoints"),
             args.checkpoint_every, args.checkpoint_seconds, args.fsync)
         try:
-            claim(checkpoint.directory, args.partitions, args.key)
+            claim(checkpoint.directory, args.partitions, args.key, args.key_groups)
         except CepError as exc:
             err(f"error: --checkpoint-dir: {exc}")
             return 2

@@ -7,7 +7,7 @@ import asyncio
 import math
 
 from raycep.actors.handles import as_handle
-from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.actors.routing import GLOBAL, KEY_GROUPS, RoutingTable
 from raycep.cep.errors import CepError, UnavailableError
 from raycep.gateway.server.messages import short_reason
 
@@ -20,12 +20,13 @@ class Actors:
     without one), ``scopes`` (query id -> ``"keyed"``: every partition actor, ``"global"``:
     the global actor) and ``routing`` (replaced, never changed, when the queries change)."""
 
-    def __init__(self, partitions: list, global_actor, planner, key_attr: str | None):
+    def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
+                 key_groups: int = KEY_GROUPS):
         self.targets = {i: as_handle(h) for i, h in enumerate(partitions)}
         self.targets[GLOBAL] = as_handle(global_actor)
         self.planner = as_handle(planner) if planner is not None else None
         self.scopes: dict = {}
-        self.routing = RoutingTable(len(partitions), key_attr)
+        self.routing = RoutingTable(len(partitions), key_attr, key_groups=key_groups)
 
     async def call(self, target, method: str, *args):
         """``await handle.call(method, *args)``; an unreachable actor -> UnavailableError,

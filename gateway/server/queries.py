@@ -4,9 +4,10 @@ actors to the persisted registry; each change replaces the routing table."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
-from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.actors.routing import GLOBAL
 from raycep.cep.store.disorder import check_mode
 from raycep.cep.errors import (CepError, ConflictError, NotFoundError, QueryValidationError,
                                UnavailableError)
@@ -86,8 +87,9 @@ class Queries:
                 t = self.types[qid]
                 types = None if t is None or types is None else types | t
         routing = self.actors.routing
-        self.actors.routing = RoutingTable(routing.partitions, self.key_attr, types,
-                                           routing.version + 1)
+        self.actors.routing = dataclasses.replace(routing, key_attr=self.key_attr,
+                                                  global_types=types,
+                                                  version=routing.version + 1)
 
     # ---------------------------------------------------------------- changes
     async def register(self, text: str, name: str | None = None,

@@ -53,7 +53,7 @@ class GatewayService:
         self.store = store
         self.settings = settings
         self._started = time.time()
-        self.actors = Actors(partitions, global_actor, planner, key_attr)
+        self.actors = Actors(partitions, global_actor, planner, key_attr, settings.key_groups)
         self._outboxes = Outboxes(self.actors, store, settings)
         self._planning = Planning(self.actors, registry)
         self._queries = Queries(self.actors, self._planning, registry, store, key_attr,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from raycep.actors.routing import KEY_GROUPS, MAX_KEY_GROUPS
 from raycep.cep.errors import CepError
 
 
@@ -18,6 +19,9 @@ class GatewaySettings:
     registry_path: str | None = None
     match_capacity: int = 10_000
     matches_jsonl: str | None = None
+    #: key groups of the cluster (actors.routing): fixed for its life, the most partition
+    #: actors it can be scaled to (--key-groups)
+    key_groups: int = KEY_GROUPS
     drain_every: float = 0.02          # seconds between outbox drains while matches move
     #: the longest pause between two drains while nothing moves (the pause doubles from
     #: drain_every up to this): how late matches caused by producers that write to the actors
@@ -42,6 +46,10 @@ class GatewaySettings:
     outbox_capacity: int = 100_000
 
     def __post_init__(self):
+        if isinstance(self.key_groups, bool) or not isinstance(self.key_groups, int) \
+                or not 1 <= self.key_groups <= MAX_KEY_GROUPS:
+            raise CepError(f"key_groups must be an integer from 1 to {MAX_KEY_GROUPS}, got "
+                           f"{self.key_groups!r}")
         if isinstance(self.outbox_capacity, bool) or not isinstance(self.outbox_capacity, int) \
                 or self.outbox_capacity < 1:
             raise CepError(f"outbox_capacity must be an integer >= 1, got "
