@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -536,6 +537,24 @@ class PartitionWorker:
             retain=snap["engine"].get("retain", 0.0)))
         worker._adopt(snap, settings)
         return worker
+
+    def adopt(self, snap: dict) -> dict:
+        """Take over ``snap``, this partition's share of the re-partitioned state
+        (actors/rescale.py), in place of its own; with a checkpoint directory the saved state
+        is replaced by a full checkpoint of the new one. Returns ``{"buffered", "queries"}``."""
+        self._adopt(snap)
+        self.partition = snap["partition"]
+        durable = self.durable
+        if durable is not None:
+            durable.close()
+            shutil.rmtree(durable.directory, ignore_errors=True)
+            self.durable = DurableLog(os.path.dirname(durable.directory), self.partition,
+                                      durable.every_events, durable.every_seconds,
+                                      durable.fsync)
+            self.engine.journal = []
+            self._recent_saved = 0              # every remembered batch id is written
+            self.checkpoint(force=True)
+        return {"buffered": len(self.engine.index), "queries": len(self.engine.managers)}
 
     def _adopt(self, snap: dict, settings=None) -> None:
         """Take over the state of a snapshot."""

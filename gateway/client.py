@@ -441,6 +441,18 @@ class Client:
     def routing(self) -> dict:
         return self._request("GET", "/v1/routing")
 
+    def scale(self, partitions: int, timeout: float = 600.0) -> dict:
+        """Re-partition the cluster to ``partitions`` actors while it runs: the state of the
+        keys (the events in their windows, pending matches, duplicate memory) moves with their
+        key groups; sends wait meanwhile, none is lost. Returns ``{"partitions", "before",
+        "moved_key_groups", "key_groups", "buffered", "seconds", "version"}``."""
+        return self._request("POST", "/v1/scale", {"partitions": partitions}, timeout=timeout)
+
+    def scaling(self) -> dict:
+        """``{"partitions", "key_groups", "version", "history"}``: the current number of
+        partition actors and the rescales so far."""
+        return self._request("GET", "/v1/scale")
+
     def stats(self) -> dict:
         return self._request("GET", "/v1/stats")
 

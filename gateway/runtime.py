@@ -12,12 +12,15 @@ gateway re-attaches and converges them to its persisted registry.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from raycep.actors.handles import (GATEWAY, INGEST, NAMESPACE, PLANNER, LocalHandle, RayHandle,
-                            actor_class, actor_name, connect_ray, node_id)
+                                   actor_class, actor_name, connect_ray, node_id,
+                                   optional_handle)
 from raycep.actors.partition import PartitionWorker, WorkerSettings
 from raycep.actors.recovery import CheckpointSettings, claim
 from raycep.actors.routing import GLOBAL
@@ -74,6 +77,90 @@ def spread(count: int) -> list:
     others = busy or [n["NodeID"] for n in nodes] or [here]
     return [NodeAffinitySchedulingStrategy(others[i % len(others)], soft=True)
             for i in range(count)]
+
+
+def remove_partition_state(checkpoint: CheckpointSettings | None, target) -> None:
+    """Delete the saved state of a partition actor that a rescale stopped."""
+    if checkpoint is not None:
+        shutil.rmtree(os.path.join(checkpoint.directory, f"p{target}"), ignore_errors=True)
+
+
+@dataclass
+class RaySpawner:
+    """Starts and stops partition actors for a rescale (gateway/server/scaling.py), as
+    ``RayCluster.start`` does; handed to the gateway actor (picklable)."""
+    key_attr: str | None
+    worker: WorkerSettings
+    disorder: DisorderSettings | None
+    checkpoint: CheckpointSettings | None
+    key_groups: int
+
+    def spawn(self, target: int):
+        import ray
+        restarts = {"max_restarts": -1, "max_task_retries": -1} \
+            if self.checkpoint is not None else {}
+        remove_partition_state(self.checkpoint, target)     # (a stopped actor's, if any)
+        worker = actor_class(PartitionWorker, num_cpus=0, memory=2**20)
+        # a soft affinity as start() spreads them: round robin over the other nodes
+        place = spread(target + 1)[target]
+        with_name = dict(name=actor_name(target), namespace=NAMESPACE,
+                         scheduling_strategy=place, **restarts)
+        handle = RayHandle(worker.options(**with_name).remote(
+            f"p{target}", self.key_attr, worker=self.worker, disorder=self.disorder,
+            checkpoint=self.checkpoint))
+        ray.get(handle.submit("clock"))                   # constructed (or its error now)
+        return handle
+
+    def retire(self, target: int, handle) -> None:
+        handle.kill()
+        remove_partition_state(self.checkpoint, target)
+
+    def claim(self, partitions: int) -> None:
+        if self.checkpoint is not None:
+            claim(self.checkpoint.directory, partitions, self.key_attr, self.key_groups,
+                  force=True)
+
+
+class LocalSpawner:
+    """``RaySpawner`` for an ``InProcessCluster``: PartitionWorkers in this process."""
+
+    def __init__(self, cluster: "InProcessCluster"):
+        self.cluster = cluster
+
+    def spawn(self, target: int):
+        c = self.cluster
+        remove_partition_state(c._worker_args["checkpoint"], target)
+        worker = PartitionWorker(f"p{target}", c.key_attr, **c._worker_args)
+        c.workers[target] = worker
+        c.workers = {t: c.workers[t] for t in sorted(k for k in c.workers if k != GLOBAL)
+                     + [GLOBAL]}
+        return LocalHandle(worker)
+
+    def retire(self, target: int, handle) -> None:
+        c = self.cluster
+        worker = c.workers.pop(target)
+        if worker.durable is not None:
+            worker.durable.close()
+        remove_partition_state(c._worker_args["checkpoint"], target)
+
+    def claim(self, partitions: int) -> None:
+        c = self.cluster
+        checkpoint = c._worker_args["checkpoint"]
+        if checkpoint is not None:
+            claim(checkpoint.directory, partitions, c.key_attr, c.settings.key_groups,
+                  force=True)
+
+
+def named_partitions() -> dict:
+    """The partition actors of the cluster Ray runs now, by number (0, 1, ... as long as
+    they exist: a rescale keeps them numbered from 0)."""
+    out, target = {}, 0
+    while True:
+        handle = optional_handle(actor_name(target))
+        if handle is None:
+            return out
+        out[target] = handle
+        target += 1
 
 
 class RayCluster:
@@ -137,8 +224,8 @@ class RayCluster:
                 name=actor_name(t), namespace=NAMESPACE, get_if_exists=True,
                 scheduling_strategy=place, **restarts).remote(
                 f"p{t}" if t != GLOBAL else GLOBAL, self.key_attr,
-                worker=WorkerSettings(outbox=True, mode=self.mode, retain=self.retain),
-                disorder=self.disorder, checkpoint=self.checkpoint))
+                worker=self._worker_settings(), disorder=self.disorder,
+                checkpoint=self.checkpoint))
         # the planner's state is soft (statistics, current plans): a restarted planner is
         # given the queries again by the gateway (gateway.server.planning: Planning.converge)
         self.planner = RayHandle(actor_class(PlannerService, num_cpus=0).options(
@@ -147,6 +234,9 @@ class RayCluster:
         if self.spark is not None:
             self.start_ingest()
         return self.start_gateway()
+
+    def _worker_settings(self) -> WorkerSettings:
+        return WorkerSettings(outbox=True, mode=self.mode, retain=self.retain)
 
     def start_ingest(self) -> None:
         """Start the warm Spark (spark_ingest.service): its constructor starts Spark in the
@@ -162,6 +252,10 @@ class RayCluster:
     def start_gateway(self) -> str:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        found = named_partitions()          # (a rescale may have changed them)
+        if found:
+            self.handles = {**found, GLOBAL: self.handles[GLOBAL]}
+            self.partitions = len(found)
         parts = [self.handles[i] for i in range(self.partitions)]
         # on this node (the head pod in the Helm chart): its port is what the Service exposes
         # and its registry file is on this node's volume; Ray would otherwise pick any node
@@ -169,7 +263,9 @@ class RayCluster:
                                               soft=False)
         self.gateway = RayHandle(actor_class(GatewayServer, num_cpus=0).options(
             name=GATEWAY, namespace=NAMESPACE, scheduling_strategy=here).remote(
-            parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings))
+            parts, self.handles[GLOBAL], self.planner, self.key_attr, self.settings,
+            RaySpawner(self.key_attr, self._worker_settings(), self.disorder, self.checkpoint,
+                       self.settings.key_groups)))
         self.url = self.gateway.get("start")
         return self.url
 
@@ -210,7 +306,10 @@ class RayCluster:
                 self.ingest.get("stop", timeout=30)
             except Exception:
                 pass
-        for h in [self.gateway, self.planner, self.ingest, *self.handles.values()]:
+        handles = dict(self.handles)
+        if self.handles:
+            handles.update(named_partitions())      # (those a rescale started)
+        for h in [self.gateway, self.planner, self.ingest, *handles.values()]:
             if h is not None:
                 h.kill()
         self.handles, self.gateway, self.planner, self.ingest = {}, None, None, None
@@ -258,7 +357,8 @@ class InProcessCluster:
     def start(self) -> str:
         parts = [LocalHandle(self.workers[i]) for i in range(len(self.workers) - 1)]
         self.server = GatewayServer(parts, LocalHandle(self.workers[GLOBAL]),
-                                    LocalHandle(self.planner), self.key_attr, self.settings)
+                                    LocalHandle(self.planner), self.key_attr, self.settings,
+                                    LocalSpawner(self))
         self.url = self._run(self.server.start())
         return self.url
 

@@ -27,7 +27,7 @@ from raycep.gateway.cli.common import (PROG, Terminated, UsageError, err, load_q
 __all__ = ["PROG", "SUBCOMMANDS", "UsageError", "build_parser", "load_queries", "main"]
 
 #: the subcommand modules, in the order ``raycep --help`` lists them
-SUBCOMMANDS = ("local", "demo", "serve", "queries", "stats", "ingest")
+SUBCOMMANDS = ("local", "demo", "serve", "queries", "stats", "scale", "ingest")
 
 #: top-level modules of the optional install extras (pyproject.toml) -> the extra
 EXTRAS = {"ray": "cluster", "aiohttp": "cluster", "pyspark": "spark", "raydp": "spark"}

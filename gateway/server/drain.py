@@ -38,6 +38,18 @@ class Outboxes:
         for target in self.actors.targets:
             await self.actors.call(target, "set_outbox", True, self.settings.outbox_capacity)
 
+    async def retarget(self) -> None:
+        """After a rescale (gateway/server/scaling.py): forget the actors that are gone; an
+        actor that is new starts at sequence number 0 with its outbox on."""
+        for target in [t for t in self._acks if t not in self.actors.targets]:
+            del self._acks[target], self._locks[target]
+            self._errors.pop(target, None)
+        for target in self.actors.targets:
+            if target not in self._acks:
+                self._acks[target], self._locks[target] = 0, asyncio.Lock()
+                await self.actors.call(target, "set_outbox", True,
+                                       self.settings.outbox_capacity)
+
     async def drain(self, target) -> int:
         """Move a target's outbox to the match store (and sink), page by page; returns the
         number of records moved. A page is acknowledged by the next drain call, after it is

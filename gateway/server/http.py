@@ -26,6 +26,9 @@ A retraction is the record of the match it cancels (same ``id``) plus ``"retract
   POST   /events                      a msgpack batch (cep.io.codec) or JSON rows
   POST   /advance                     {"watermark": w, "force"?: bool}
   GET    /routing                     the routing table producers use
+  POST   /scale                       {"partitions": n}: re-partition to n actors, the keys'
+                                      state moving with their key groups (gateway/server/scaling.py)
+  GET    /scale                       partitions, key groups, routing version, rescales so far
   GET    /stats                       gateway and actor counters
 
 Outside ``/v1``: ``GET /metrics`` (Prometheus text exposition, gateway/server/metrics.py),
@@ -470,6 +473,22 @@ async def routing(request):
     return reply(request, request.app[SERVICE].routing.to_dict())
 
 
+SCALE_FIELDS = {"partitions": "the number of partition actors, from 1 to the cluster's key "
+                              "groups"}
+
+
+async def post_scale(request):
+    body = _object(await body_of(request), SCALE_FIELDS, required=("partitions",))
+    return reply(request, await request.app[SERVICE].scale(body["partitions"]))
+
+
+async def get_scale(request):
+    service = request.app[SERVICE]
+    return reply(request, {"partitions": service.routing.partitions,
+                           "key_groups": service.routing.key_groups,
+                           "version": service.routing.version, "history": service.scaling()})
+
+
 async def stats(request):
     return reply(request, await request.app[SERVICE].stats())
 
@@ -502,6 +521,8 @@ def make_app(service: GatewayService, token: str | None = None) -> web.Applicati
         web.post("/v1/events", post_events),
         web.post("/v1/advance", post_advance),
         web.get("/v1/routing", routing),
+        web.post("/v1/scale", post_scale),
+        web.get("/v1/scale", get_scale),
         web.get("/v1/stats", stats),
     ])
     return app
@@ -512,13 +533,15 @@ class GatewayServer:
     Runs on an asyncio loop: inside an async Ray actor (``gateway/runtime.py``) or a thread."""
 
     def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
-                 settings: GatewaySettings = GatewaySettings()):
+                 settings: GatewaySettings = GatewaySettings(), spawner=None):
+        """``spawner``: how the runtime starts and stops partition actors (``raycep
+        scale``; gateway/server/scaling.py), None where it cannot."""
         self.settings = settings
         self.service = GatewayService(
             partitions, global_actor, planner, key_attr,
             QueryRegistry(settings.registry_path),
             MatchStore(settings.match_capacity, settings.matches_jsonl,
-                       cursor_base=int(time.time() * 1000) * 1000), settings)
+                       cursor_base=int(time.time() * 1000) * 1000), settings, spawner)
         self._runner = None
         self._tasks: list = []
         self.url = None

@@ -30,6 +30,7 @@ from raycep.gateway.server.ingest import Ingest
 from raycep.gateway.server.metrics import GatewayMetrics
 from raycep.gateway.server.planning import Planning
 from raycep.gateway.server.queries import Queries
+from raycep.gateway.server.scaling import Gate, Scaling
 from raycep.gateway.server.settings import GatewaySettings
 
 __all__ = ["GatewayService", "GatewaySettings"]     # GatewaySettings: where callers import it
@@ -40,7 +41,8 @@ class GatewayService:
     what it does)."""
 
     def __init__(self, partitions: list, global_actor, planner, key_attr: str | None,
-                 registry, store, settings: GatewaySettings = GatewaySettings()):
+                 registry, store, settings: GatewaySettings = GatewaySettings(),
+                 spawner=None):
         # what routing a table's columns uses, loaded now rather than in the first request
         import numpy  # noqa: F401
         import pyarrow.compute  # noqa: F401
@@ -62,6 +64,8 @@ class GatewayService:
         self.started = False
         self._ingest = Ingest(self.actors, self._outboxes, key_attr, settings, self._started,
                               self.metrics.observe_send)
+        self._gate = Gate()
+        self._scaling = Scaling(self.actors, self._outboxes, self._gate, settings, spawner)
 
     @property
     def targets(self) -> dict:
@@ -108,16 +112,20 @@ class GatewayService:
     # ---------------------------------------------------------------- queries
     async def register(self, text: str, name: str | None = None,
                        params: dict | None = None, mode: str | None = None) -> dict:
-        return await self._queries.register(text, name, params, mode)
+        async with self._gate.shared():
+            return await self._queries.register(text, name, params, mode)
 
     async def register_many(self, entries: list) -> dict:
-        return await self._queries.register_many(entries)
+        async with self._gate.shared():
+            return await self._queries.register_many(entries)
 
     async def remove(self, qid: str) -> dict:
-        return await self._queries.remove(qid)
+        async with self._gate.shared():
+            return await self._queries.remove(qid)
 
     async def remove_many(self, qids: list) -> dict:
-        return await self._queries.remove_many(qids)
+        async with self._gate.shared():
+            return await self._queries.remove_many(qids)
 
     async def describe(self, qid: str, actor_stats: list | None = None) -> dict:
         return await self._queries.describe(qid, actor_stats)
@@ -130,14 +138,25 @@ class GatewayService:
 
     # ---------------------------------------------------------------- events
     async def ingest_body(self, body, source: str = "gateway", batch: bool = False) -> dict:
-        return await self._ingest.ingest_body(body, source, batch)
+        async with self._gate.shared():
+            return await self._ingest.ingest_body(body, source, batch)
 
     async def ingest(self, events: list, source: str = "gateway",
                      batch_id: str | None = None) -> dict:
-        return await self._ingest.ingest(events, source, batch_id)
+        async with self._gate.shared():
+            return await self._ingest.ingest(events, source, batch_id)
 
     async def advance(self, watermark: float, force: bool = False) -> dict:
-        return await self._ingest.advance(watermark, force)
+        async with self._gate.shared():
+            return await self._ingest.advance(watermark, force)
+
+    # ---------------------------------------------------------------- scaling
+    async def scale(self, partitions) -> dict:
+        return await self._scaling.scale(partitions)
+
+    def scaling(self) -> list:
+        """The re-partitionings done by this gateway, oldest first."""
+        return list(self._scaling.history)
 
     # ---------------------------------------------------------------- matches
     async def drain(self, target) -> int:

@@ -1,0 +1,44 @@
+"""``raycep scale``: change the number of partition actors of a running cluster; the keys'
+state moves with their key groups (``POST /v1/scale``). Without ``--partitions``: the
+current number and the rescales so far."""
+from __future__ import annotations
+
+from raycep.gateway.cli.common import add_gateway_arguments, client_for, note, table
+
+
+def add_parser(commands) -> None:
+    scale = commands.add_parser(
+        "scale", help="change the number of partition actors of a running cluster",
+        description="Re-partition a running cluster: new partition actors are started (or "
+                    "surplus ones stopped) and the state of the keys (the events in their "
+                    "windows, pending matches, duplicate memory) moves with their key "
+                    "groups. Sends wait meanwhile; none is lost or processed twice. Without "
+                    "--partitions: the current number and the rescales so far.")
+    scale.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="the new number of partition actors (1 to the cluster's key "
+                            "groups)")
+    add_gateway_arguments(scale)
+    scale.set_defaults(func=run_scale)
+
+
+def run_scale(args) -> int:
+    client = client_for(args)
+    if args.partitions is None:
+        info = client.scaling()
+        print(f"{info['partitions']} partition actors, {info['key_groups']} key groups, "
+              f"routing version {info['version']}")
+        rows = [(r["before"], r["partitions"], r["moved_key_groups"], f"{r['buffered']:,}",
+                 f"{r['seconds']:.3f}") for r in info["history"]]
+        if rows:
+            print(table(("FROM", "TO", "GROUPS MOVED", "EVENTS MOVED", "SECONDS"), rows,
+                        right=(0, 1, 2, 3, 4)))
+        return 0
+    note(f"re-partitioning to {args.partitions} partition actors ...")
+    r = client.scale(args.partitions)
+    if r["before"] == r["partitions"]:
+        print(f"already {r['partitions']} partition actors: nothing moved")
+        return 0
+    print(f"{r['before']} -> {r['partitions']} partition actors: {r['moved_key_groups']} of "
+          f"{r['key_groups']} key groups moved with {r['buffered']:,} buffered events in "
+          f"{r['seconds']:.3f} s (routing version {r['version']})")
+    return 0

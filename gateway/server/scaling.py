@@ -1,0 +1,137 @@
+"""Changing the number of partition actors while the cluster runs (``raycep scale``, issue 38).
+
+The keys' state moves with their key groups (actors.routing, actors.rescale): the gateway
+holds new sends, advances and query changes (``Gate``) and lets those under way finish,
+drains every outbox, takes every partition actor's snapshot, splits it for the new number,
+starts the actors that are new (``spawner``: the runtime's), has each actor adopt its share
+(a full checkpoint of it with a checkpoint directory), stops the surplus ones, and routes
+by the new table (its version grows). Events held meanwhile are sent after: none is lost or
+processed twice. The global actor does not change.
+
+This first version moves every key's state at once, so sends wait for the whole move (the
+time to snapshot and restore the buffered events of the windows).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+
+from raycep.actors.handles import as_handle
+from raycep.actors.rescale import moved_groups, split_workers
+from raycep.actors.routing import GLOBAL, check_partitions
+from raycep.cep.errors import ConflictError, IngestError
+from raycep.gateway.server.actors import Actors
+
+log = logging.getLogger("raycep.gateway")
+
+
+class Gate:
+    """Many ``shared`` holders at once (sends, advances, query changes), or one
+    ``exclusive`` (a rescale), which waits for the shared ones under way and holds new ones
+    until it is done."""
+
+    def __init__(self):
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._users = 0
+
+    @contextlib.asynccontextmanager
+    async def shared(self):
+        while not self._open.is_set():
+            await self._open.wait()
+        self._users += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._users -= 1
+            if not self._users:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self):
+        while not self._open.is_set():          # one at a time
+            await self._open.wait()
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
+
+class Scaling:
+    """``spawner``: ``spawn(j) -> handle`` of a new partition actor ``j``, ``retire(j,
+    handle)`` to stop one, ``claim(n)`` to mark the checkpoint directory as holding ``n``
+    partitions (None: this cluster cannot change its number of partitions)."""
+
+    def __init__(self, actors: Actors, outboxes, gate: Gate, settings, spawner=None):
+        self.actors, self.outboxes, self.gate = actors, outboxes, gate
+        self.settings = settings
+        self.spawner = spawner
+        self.history: list = []
+
+    async def scale(self, partitions) -> dict:
+        """Re-partition to ``partitions`` actors; ``{"partitions", "before", "moved_key_groups",
+        "key_groups", "buffered", "seconds", "version"}``."""
+        groups = self.settings.key_groups
+        try:
+            check_partitions(partitions, groups)
+        except ValueError as exc:
+            raise IngestError(str(exc).replace("n_partitions", "partitions"),
+                              field="partitions") from None
+        if self.spawner is None:
+            raise ConflictError("this cluster cannot change its number of partition actors "
+                                "(it runs without a runtime that starts actors)")
+        async with self.gate.exclusive():
+            before = self.actors.routing.partitions
+            if partitions == before:
+                return self._report(before, before, 0, 0, 0.0)
+            began = time.perf_counter()
+            snaps = await self._quiet_snapshots(before)
+            parts = split_workers(snaps, partitions, groups)
+            targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
+            for j in range(before, partitions):
+                targets[j] = as_handle(self.spawner.spawn(j))
+            targets[GLOBAL] = self.actors.targets[GLOBAL]
+            done = await asyncio.gather(*(targets[j].call("adopt", parts[j])
+                                          for j in range(partitions)))
+            for j in range(partitions, before):
+                self.spawner.retire(j, self.actors.targets[j])
+            self.actors.targets = targets
+            self.actors.routing = dataclasses.replace(
+                self.actors.routing, partitions=partitions,
+                version=self.actors.routing.version + 1)
+            await self.outboxes.retarget()
+            self.spawner.claim(partitions)
+            report = self._report(before, partitions, moved_groups(before, partitions, groups),
+                                  sum(d["buffered"] for d in done),
+                                  time.perf_counter() - began)
+            log.warning("re-partitioned from %d to %d actors: %d of %d key groups moved, "
+                        "%d buffered events, %.3f s", before, partitions,
+                        report["moved_key_groups"], groups, report["buffered"],
+                        report["seconds"])
+            self.history.append(report)
+            return report
+
+    async def _quiet_snapshots(self, before: int) -> list:
+        """The partition actors' snapshots once their outboxes are empty (nothing flows:
+        the gate holds every send and advance)."""
+        for _ in range(100):
+            await self.outboxes.drain_all()
+            snaps = await asyncio.gather(*(self.actors.call(j, "snapshot")
+                                           for j in range(before)))
+            if all(s["outbox"] is None or not s["outbox"]["records"] for s in snaps):
+                return snaps
+        raise ConflictError("the partition actors' outboxes do not empty; try again")
+
+    def _report(self, before: int, after: int, moved: int, buffered: int,
+                seconds: float) -> dict:
+        return {"partitions": after, "before": before, "moved_key_groups": moved,
+                "key_groups": self.settings.key_groups, "buffered": buffered,
+                "seconds": round(seconds, 4), "version": self.actors.routing.version}

@@ -1,0 +1,138 @@
+"""``raycep scale`` / ``Client.scale`` / ``POST /v1/scale`` on an in-process cluster (issue
+38): the partition actors re-partitioned mid-stream (2 -> 3 -> 1), also while a producer
+sends, with checkpoints; the matches equal one engine's and every match id is read once;
+the state of the keys moved with their key groups; bad requests are 400s."""
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+
+from raycep.actors.recovery import CheckpointSettings
+from raycep.actors.rescale import moved_groups
+from raycep.actors.routing import partition_of
+from raycep.cep.errors import IngestError
+from raycep.cep.runtime.engine import Engine
+from raycep.cep.match import match_id
+from raycep.gateway.client import connect
+from raycep.gateway.runtime import InProcessCluster
+from raycep.gateway.server.service import GatewaySettings
+
+from cluster_helpers import NEG, PAIR, SEQ3, http, make_stream, read_all
+
+QUERIES = {"pair": PAIR, "neg": NEG, "seq3": SEQ3}
+
+
+def engine_ids(events) -> dict:
+    eng = Engine(key_attr="k")
+    for name, text in QUERIES.items():
+        eng.add_query(text, name=name)
+    found = eng.process_many(list(events)) + eng.advance(math.inf)
+    return {name: sorted(match_id(m) for m in found if m.query == name) for name in QUERIES}
+
+
+def read_ids(client) -> dict:
+    out = {}
+    for name in QUERIES:
+        records = read_all(client, name)
+        assert not any(r.get("retracted") for r in records)
+        out[name] = sorted(r["id"] for r in records)
+    return out
+
+
+@pytest.fixture
+def scaled(tmp_path):
+    clusters = []
+
+    def start(partitions=2, checkpoints=False, key_groups=16):
+        settings = GatewaySettings(port=0, registry_path=None, plan_every=0,
+                                   key_groups=key_groups)
+        checkpoint = CheckpointSettings(str(tmp_path / "ckpt"), every_events=50) \
+            if checkpoints else None
+        cluster = InProcessCluster(partitions, "k", settings, checkpoint=checkpoint)
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+    yield start
+    for c in clusters:
+        c.stop()
+
+
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_scale_mid_stream_gives_one_engines_matches(scaled, checkpoints):
+    cluster = scaled(checkpoints=checkpoints)
+    client = connect(cluster.url)
+    for name, text in QUERIES.items():
+        client.register(text, name=name)
+    events = make_stream(1500, 7, 12, 0.0, gaps=(0.1, 0.2, 0.5))
+    thirds = [events[:500], events[500:1000], events[1000:]]
+
+    def send(part):
+        for i in range(0, len(part), 50):
+            assert client.send(part[i:i + 50])["events"] == len(part[i:i + 50])
+    send(thirds[0])
+    held = sum(w.engine.events for w in cluster.workers.values())
+    up = client.scale(3)
+    assert (up["before"], up["partitions"]) == (2, 3) and up["buffered"] > 0
+    assert up["moved_key_groups"] == moved_groups(2, 3, 16) > 0
+    assert client.routing()["partitions"] == 3 and len(cluster.workers) == 4
+    # the keys are where the routing sends them, with their events
+    for target in range(3):
+        keys = {e.key for e in cluster.workers[target].engine.index.events()}
+        assert all(partition_of(k, 3, 16) == target for k in keys)
+    assert sum(w.engine.events for w in cluster.workers.values()) == held
+    send(thirds[1])
+    down = client.scale(1)
+    assert (down["before"], down["partitions"]) == (3, 1) and len(cluster.workers) == 2
+    send(thirds[2])
+    client.advance(1e6, force=True)
+    assert client.drained()
+    want = engine_ids(events)
+    assert read_ids(client) == want and all(len(ids) > 10 for ids in want.values())
+    history = client.scaling()
+    assert [(r["before"], r["partitions"]) for r in history["history"]] == [(2, 3), (3, 1)]
+    if checkpoints:        # a restarted actor comes back with the state it adopted
+        before = cluster.workers[0].stats()["queries"]["pair"]["matches"]
+        worker = cluster.restart_partition(0)
+        assert worker.stats()["queries"]["pair"]["matches"] == before
+
+
+def test_scale_while_a_producer_sends(scaled):
+    cluster = scaled()
+    client = connect(cluster.url)
+    for name, text in QUERIES.items():
+        client.register(text, name=name)
+    events = make_stream(2000, 3, 10, 0.0, gaps=(0.1, 0.2, 0.5))
+    errors = []
+
+    def produce():
+        sender = connect(cluster.url)
+        try:
+            for i in range(0, len(events), 40):
+                sender.send(events[i:i + 40])
+        except Exception as exc:           # noqa: BLE001 (reported below)
+            errors.append(exc)
+    producer = threading.Thread(target=produce)
+    producer.start()
+    for n in (3, 1, 2):
+        client.scale(n)
+    producer.join(120)
+    assert not errors and not producer.is_alive()
+    client.advance(1e6, force=True)
+    assert client.drained()
+    assert read_ids(client) == engine_ids(events)
+    assert client.routing()["partitions"] == 2
+
+
+def test_bad_scale_requests_are_400s(scaled):
+    cluster = scaled(key_groups=4)
+    client = connect(cluster.url)
+    for bad in (0, 5, -1, "2", 2.5, True):
+        with pytest.raises(IngestError, match="partitions"):
+            client.scale(bad)
+    status, _, body = http("POST", cluster.url + "/v1/scale", b'{"partitions": 9}',
+                           {"Content-Type": "application/json"})
+    assert status == 400 and "at least as many key groups" in body["error"]["message"]
+    assert client.scale(2)["moved_key_groups"] == 0          # the same: nothing moves
+    assert client.routing()["partitions"] == 2
