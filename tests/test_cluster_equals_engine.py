@@ -1,5 +1,6 @@
 """The cluster equals the engine: the standing guard of every change to sharing, bulk paths,
-recovery and rescaling (issue 33).
+recovery and rescaling (issue 33); the cluster is re-partitioned (``Client.scale``) between
+and during random phases (issue 38).
 
 Random *sets* of queries (a base query and variants of it that differ only in constants,
 windows and parameters, plus unrelated queries of other structures; every selection strategy,
@@ -69,6 +70,10 @@ def cluster_cases(draw):
     # batches sent as Arrow tables where their columns allow (each actor gets its rows as
     # columns and evaluates them in bulk), else as events (rows)
     case.tables = draw(st.booleans(), label="tables?")
+    # re-partitionings (issue 38): (before phase number, new partitions, during the phase's
+    # sends?)
+    case.rescales = draw(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3),
+                                            st.booleans()), max_size=2), label="rescales")
     if case.slack is not None:        # delays are at most case.slack: with a tie in ts an
         case.slack += 1.0             # event delayed by exactly that would be late
     if case.producers > 1:            # any interleaving stays within the slack: none is late
@@ -80,7 +85,7 @@ def cluster_cases(draw):
 def describe_feed(case) -> str:
     return (describe(case) + f"\nregistration order {[case.members[i].name for i in case.order]}"
             f" batches {case.batches} producers {case.producers} "
-            f"partitions {case.partitions} tables {case.tables}")
+            f"partitions {case.partitions} tables {case.tables} rescales {case.rescales}")
 
 
 def changes_at(case, at: int) -> tuple:
@@ -231,7 +236,13 @@ def _through(cluster, case) -> dict:
     rng = random.Random(case.seed)
     out: dict = {}
     cut = bounds(case)
-    for a, b in zip(cut, cut[1:] + [None]):
+    phases = len(cut)
+    for phase, (a, b) in enumerate(zip(cut, cut[1:] + [None])):
+        rescales = [(n, during) for k, n, during in case.rescales if k % phases == phase]
+        for n, during in rescales:
+            if not during:
+                control.scale(n)
+        during = [n for n, d in rescales if d]
         removed, added = changes_at(case, a)
         if removed:
             assert control.drained(timeout=30)
@@ -241,8 +252,20 @@ def _through(cluster, case) -> dict:
         for m in added:
             control.register(text_of(m.query), name=m.name, params=m.params or None,
                              mode=m.mode)
+        failed: list = []
+
+        def rescale():
+            try:
+                for n in during:
+                    assert connect(cluster.url).scale(n)["partitions"] == n
+            except BaseException as exc:      # noqa: BLE001 (asserted below)
+                failed.append(exc)
+        scaling = threading.Thread(target=rescale)
+        scaling.start()
         if b is not None:
             send_phase(client_of, case, case.arrivals[a:b], rng)
+        scaling.join(60)
+        assert not scaling.is_alive() and not failed, failed
     last = max(e.ts for e in case.arrivals)
     control.advance(last + FAR, force=True)
     assert control.drained(timeout=30)
