@@ -52,7 +52,7 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
-from raycep.cep.errors import OverloadedError, PlanningError, RecoveryError
+from raycep.cep.errors import ConflictError, OverloadedError, PlanningError, RecoveryError
 from raycep.cep.io.codec import decode_batch
 from raycep.cep.io.output import MatchLines, record_identity, record_meta, unknown_meta
 from raycep.cep.lang.ast import Query
@@ -133,6 +133,8 @@ class PartitionWorker:
         self.redelivered = 0
         self._checkpoint_seconds = 0.0              # of the checkpoint the last call wrote
         self.bad_rows = 0
+        #: the partition layout this actor holds the keys of (actors.routing.RoutingTable.epoch)
+        self.epoch = 0
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
         self.outbox = Outbox() if worker.outbox else None
@@ -249,7 +251,7 @@ class PartitionWorker:
 
     # ---------------------------------------------------------------- input
     def ingest(self, batch: bytes, after: str | None = None,
-               clock: float | None = None) -> dict:
+               clock: float | None = None, epoch: int | None = None) -> dict:
         """Process one msgpack batch (cep.io.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
         ``clock``: the latest event time of the request the batch is this actor's part of
@@ -277,6 +279,11 @@ class PartitionWorker:
                     "bad_rows": [], "matches": [], "queued": 0,
                     "outbox": len(box) if box is not None else 0, "truncated": 0,
                     "redelivered": True}
+        if epoch is not None and epoch != self.epoch and not self._replaying:
+            raise ConflictError(
+                f"batch {decoded.batch_id!r} was routed for partition layout {epoch}; the "
+                f"cluster was re-partitioned (layout {self.epoch}): read the routing table "
+                f"again (GET /v1/routing) and send the events again")
         if box is not None and len(box) >= self.outbox_capacity and not self._replaying:
             self._refuse(f"its match outbox holds {len(box)} undelivered records (limit "
                          f"{self.outbox_capacity})")
@@ -526,7 +533,7 @@ class PartitionWorker:
                 if self.outbox is not None else None,
                 "outbox_seq": self.outbox_seq, "outbox_capacity": self.outbox_capacity,
                 "refused": self.refused, "recoveries": self.recoveries,
-                "rows": self._rows, "unplanned": dict(self._unplanned),
+                "rows": self._rows, "unplanned": dict(self._unplanned), "epoch": self.epoch,
                 "own_plans": sorted(self.own_plans)}
 
     @classmethod
@@ -573,6 +580,7 @@ class PartitionWorker:
         self.outbox_capacity = snap.get("outbox_capacity", self.outbox_capacity)
         self.recoveries = snap.get("recoveries", 0)
         self._rows = snap.get("rows", 0)
+        self.epoch = snap.get("epoch", 0)
         self._unplanned = dict(snap.get("unplanned", {})) if self.first_plan else {}
         self.own_plans = set(snap.get("own_plans", ()))
         self._reported = {name: [(c.tested, c.passed) for c in m.cq.conjuncts]

@@ -21,7 +21,7 @@ import uuid
 from collections import deque
 
 from raycep.actors.handles import as_handle, result as _result
-from raycep.cep.errors import OverloadedError
+from raycep.cep.errors import ConflictError, OverloadedError
 from raycep.cep.io.codec import encode_batch
 
 
@@ -46,8 +46,11 @@ class Lane:
     that died is restarted and the batch retried by Ray meanwhile, see gateway/runtime.py)."""
 
     def __init__(self, handle, max_in_flight: int = 8, on_ack=None, retry_for: float = 60.0,
-                 backoff: float = 0.05, wait_for: float = 120.0):
+                 backoff: float = 0.05, wait_for: float = 120.0, epoch: int | None = None):
+        """``epoch``: the partition layout the batches were routed for (the actor refuses
+        them after a rescale: ConflictError)."""
         self.handle = as_handle(handle)
+        self.epoch = epoch
         self.max_in_flight = max(1, max_in_flight)
         self.on_ack = on_ack or (lambda ack: None)
         self.retry_for = retry_for
@@ -71,8 +74,8 @@ class Lane:
             self._settle()
 
     def _send(self, data: bytes, batch_id: str, after, clock=None) -> tuple:
-        return (self.handle.submit("ingest", data, after, clock), data, batch_id, after,
-                clock)
+        return (self.handle.submit("ingest", data, after, clock, self.epoch), data, batch_id,
+                after, clock)
 
     def _settle(self):
         """Wait for the oldest batch in flight; while the actor refuses it, send it and the
@@ -84,6 +87,9 @@ class Lane:
             except Exception as exc:
                 refused = _overloaded(exc)
                 if refused is None:
+                    moved = getattr(exc, "cause", None)
+                    if isinstance(moved, ConflictError):
+                        raise moved from None
                     raise
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.retry_for
@@ -131,7 +137,8 @@ class Producer:
         self.refresh_every = refresh_every
         self._seq = itertools.count(1)
         self._run = uuid.uuid4().hex[:12]
-        self._lanes = {t: Lane(h, max_in_flight, self._account, retry_for)
+        self._lanes = {t: Lane(h, max_in_flight, self._account, retry_for,
+                               epoch=self.routing.epoch)
                        for t, h in handles.items()}
         self.redelivered = 0
         self.events = 0
@@ -146,7 +153,14 @@ class Producer:
         event time is the stream's, as through the gateway."""
         seq = next(self._seq)
         if seq > 1 and (seq - 1) % self.refresh_every == 0:
-            self.routing = self._routing_source()
+            routing = self._routing_source()
+            if routing.epoch != self.routing.epoch:
+                raise ConflictError(
+                    f"the cluster was re-partitioned ({self.routing.partitions} -> "
+                    f"{routing.partitions} partition actors) after this producer started: "
+                    f"make a new one with the actors of the new layout; this slice was not "
+                    f"sent")
+            self.routing = routing
         routed = self.routing.route(events)
         clock = max((e.ts for e in events), default=None)
         for target, lane in self._lanes.items():

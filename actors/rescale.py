@@ -18,9 +18,10 @@ def moved_groups(before: int, after: int, key_groups: int) -> int:
                for g in range(key_groups))
 
 
-def split_workers(snaps: list, parts: int, key_groups: int) -> list:
+def split_workers(snaps: list, parts: int, key_groups: int, epoch: int) -> list:
     """``parts`` worker snapshots (partitions ``p0`` ..) from those of the current partition
-    actors, in partition order. CepError when an outbox still holds records."""
+    actors, in partition order, for the partition layout number ``epoch``. CepError when an
+    outbox still holds records."""
     for s in snaps:
         box = s["outbox"]
         if box is not None and box["records"]:
@@ -35,7 +36,7 @@ def split_workers(snaps: list, parts: int, key_groups: int) -> list:
         mine = [s for i, s in enumerate(snaps) if min(i, parts - 1) == j]
         own = snaps[j] if j < len(snaps) else None
         out.append({
-            "partition": f"p{j}", "engine": engine, "recent": recent,
+            "partition": f"p{j}", "engine": engine, "recent": recent, "epoch": epoch,
             "batches": sum(s["batches"] for s in mine),
             "redelivered": sum(s["redelivered"] for s in mine),
             "bad_rows": sum(s["bad_rows"] for s in mine),

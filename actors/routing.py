@@ -130,6 +130,9 @@ class RoutingTable:
     global_types: frozenset | None = frozenset()
     version: int = 0
     key_groups: int = KEY_GROUPS
+    #: the partition layout's number: it grows with each rescale (a partition actor refuses
+    #: a batch routed for another layout)
+    epoch: int = 0
 
     def __post_init__(self):
         check_partitions(self.partitions, self.key_groups)
@@ -223,12 +226,12 @@ class RoutingTable:
     def to_dict(self) -> dict:
         return {"partitions": self.partitions, "key_attr": self.key_attr,
                 "global_types": None if self.global_types is None else sorted(self.global_types),
-                "version": self.version, "key_groups": self.key_groups}
+                "version": self.version, "key_groups": self.key_groups, "epoch": self.epoch}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RoutingTable":
         types = data.get("global_types", [])
         return cls(int(data["partitions"]), data.get("key_attr"),
                    None if types is None else frozenset(types), int(data.get("version", 0)),
-                   int(data.get("key_groups", KEY_GROUPS)))
+                   int(data.get("key_groups", KEY_GROUPS)), int(data.get("epoch", 0)))
 

@@ -109,6 +109,7 @@ class Plan:
     global_types: frozenset | None = frozenset()
     parts: tuple | None = None           # default: every target in partition 0
     key_groups: int = KEY_GROUPS
+    epoch: int = 0                       # the partition layout routed for (a rescale refuses)
     dead_part: int = 0
     malformed: str | None = None
     # decided from the mapping and the columns:

@@ -214,7 +214,7 @@ def planned(spark, df, mapping: EventMapping, routing: RoutingTable, tasks: int 
     values = partition_values(slots)
     plan = Plan(mapping, categories, n, routing.global_types,
                 parts=tuple(values[t % slots] for t in range(n + 1)), dead_part=values[0],
-                key_groups=routing.key_groups,
+                key_groups=routing.key_groups, epoch=routing.epoch,
                 malformed=MALFORMED if MALFORMED in df.columns else None)
     return plan, df, block, slots
 
@@ -375,7 +375,8 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
                     raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the "
                                    f"raycep cluster running (raycep serve) on this "
                                    f"Ray?") from None
-                lanes[target] = Lane(handle, settings.max_in_flight, count, settings.retry_for)
+                lanes[target] = Lane(handle, settings.max_in_flight, count, settings.retry_for,
+                                     epoch=plan.epoch)
             return lanes[target]
 
         def push(chunks):

@@ -178,7 +178,8 @@ class Ingest:
         deadline, pause = loop.time() + self.settings.overload_wait, 0.0
         while True:
             try:
-                return await self.actors.call(target, "ingest", batch, None, clock)
+                return await self.actors.call(target, "ingest", batch, None, clock,
+                                              self.actors.routing.epoch)
             except OverloadedError as exc:
                 if not loop.time() < deadline:          # (a NaN setting: no retry)
                     why = getattr(exc, "cause", None) or exc

@@ -94,7 +94,8 @@ class Scaling:
                 return self._report(before, before, 0, 0, 0.0)
             began = time.perf_counter()
             snaps = await self._quiet_snapshots(before)
-            parts = split_workers(snaps, partitions, groups)
+            epoch = self.actors.routing.epoch + 1
+            parts = split_workers(snaps, partitions, groups, epoch)
             targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
             for j in range(before, partitions):
                 targets[j] = as_handle(self.spawner.spawn(j))
@@ -105,7 +106,7 @@ class Scaling:
                 self.spawner.retire(j, self.actors.targets[j])
             self.actors.targets = targets
             self.actors.routing = dataclasses.replace(
-                self.actors.routing, partitions=partitions,
+                self.actors.routing, partitions=partitions, epoch=epoch,
                 version=self.actors.routing.version + 1)
             await self.outboxes.retarget()
             self.spawner.claim(partitions)

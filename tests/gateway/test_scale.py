@@ -136,3 +136,31 @@ def test_bad_scale_requests_are_400s(scaled):
     assert status == 400 and "at least as many key groups" in body["error"]["message"]
     assert client.scale(2)["moved_key_groups"] == 0          # the same: nothing moves
     assert client.routing()["partitions"] == 2
+
+
+def test_a_producer_that_routed_for_the_old_layout_is_refused_not_misrouted(scaled):
+    """Producers that push to the actors themselves (Spark jobs, ``Producer``) route with
+    the table they read; after a rescale an actor refuses a batch routed for another
+    layout, and a producer that sees the new table stops with a clear error."""
+    from raycep.actors.handles import LocalHandle
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import GLOBAL, RoutingTable
+    from raycep.cep.errors import ConflictError
+    from raycep.cep.io.codec import encode_batch
+    cluster = scaled()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    events = make_stream(300, 5, 6, 0.0, gaps=(0.1, 0.5))
+    handles = {t: LocalHandle(w) for t, w in cluster.workers.items()}
+    producer = Producer(handles, lambda: RoutingTable.from_dict(client.routing()), "spark")
+    producer.send(events[:100])
+    producer.flush()
+    assert client.scale(3)["partitions"] == 3
+    assert client.routing()["epoch"] == 1
+    with pytest.raises(ConflictError, match="re-partitioned .2 -> 3"):
+        producer.send(events[100:200])
+    stale = encode_batch(events[100:110], "spark", "late-1")
+    with pytest.raises(ConflictError, match="routed for partition layout 0"):
+        cluster.workers[0].ingest(stale, None, None, 0)
+    assert cluster.workers[0].ingest(stale, None, None, 1)["events"] == 10   # the layout now
+    assert set(cluster.workers) == {0, 1, 2, GLOBAL}
