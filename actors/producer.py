@@ -21,6 +21,7 @@ import uuid
 from collections import deque
 
 from raycep.actors.handles import as_handle, result as _result
+from raycep.actors.routing import GLOBAL
 from raycep.cep.errors import ConflictError, OverloadedError
 from raycep.cep.io.codec import encode_batch
 
@@ -138,7 +139,7 @@ class Producer:
         self._seq = itertools.count(1)
         self._run = uuid.uuid4().hex[:12]
         self._lanes = {t: Lane(h, max_in_flight, self._account, retry_for,
-                               epoch=self.routing.epoch)
+                               epoch=None if t == GLOBAL else self.routing.epoch)
                        for t, h in handles.items()}
         self.redelivered = 0
         self.events = 0

@@ -103,7 +103,9 @@ class RaySpawner:
         worker = actor_class(PartitionWorker, num_cpus=0, memory=2**20)
         # a soft affinity as start() spreads them: round robin over the other nodes
         place = spread(target + 1)[target]
-        with_name = dict(name=actor_name(target), namespace=NAMESPACE,
+        # detached: it outlives the gateway actor that started it (a restarted gateway finds
+        # it by name); RayCluster.stop stops it by name
+        with_name = dict(name=actor_name(target), namespace=NAMESPACE, lifetime="detached",
                          scheduling_strategy=place, **restarts)
         handle = RayHandle(worker.options(**with_name).remote(
             f"p{target}", self.key_attr, worker=self.worker, disorder=self.disorder,
@@ -252,9 +254,10 @@ class RayCluster:
     def start_gateway(self) -> str:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        found = named_partitions()          # (a rescale may have changed them)
-        if found:
-            self.handles = {**found, GLOBAL: self.handles[GLOBAL]}
+        found = named_partitions()          # (a rescale may have changed them; the handles
+        if found:                           # this process made keep its actors alive)
+            self.handles = {**{t: self.handles.get(t, h) for t, h in found.items()},
+                            GLOBAL: self.handles[GLOBAL]}
             self.partitions = len(found)
         parts = [self.handles[i] for i in range(self.partitions)]
         # on this node (the head pod in the Helm chart): its port is what the Service exposes

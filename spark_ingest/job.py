@@ -376,7 +376,7 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
                                    f"raycep cluster running (raycep serve) on this "
                                    f"Ray?") from None
                 lanes[target] = Lane(handle, settings.max_in_flight, count, settings.retry_for,
-                                     epoch=plan.epoch)
+                                     epoch=None if target == n else plan.epoch)
             return lanes[target]
 
         def push(chunks):

@@ -238,7 +238,8 @@ def _through(cluster, case) -> dict:
     cut = bounds(case)
     phases = len(cut)
     for phase, (a, b) in enumerate(zip(cut, cut[1:] + [None])):
-        rescales = [(n, during) for k, n, during in case.rescales if k % phases == phase]
+        rescales = [(n, during) for k, n, during in getattr(case, "rescales", ())
+                    if k % phases == phase]
         for n, during in rescales:
             if not during:
                 control.scale(n)

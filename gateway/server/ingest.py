@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import math
 
+from raycep.actors.routing import GLOBAL
 from raycep.cep.io.codec import (decode_batch, encode_batch, encode_columns, encode_rows,
                                  read_header)
 from raycep.cep.errors import IngestError, OverloadedError
@@ -178,8 +179,9 @@ class Ingest:
         deadline, pause = loop.time() + self.settings.overload_wait, 0.0
         while True:
             try:
-                return await self.actors.call(target, "ingest", batch, None, clock,
-                                              self.actors.routing.epoch)
+                return await self.actors.call(  # (the global actor is not re-partitioned)
+                    target, "ingest", batch, None, clock,
+                    None if target == GLOBAL else self.actors.routing.epoch)
             except OverloadedError as exc:
                 if not loop.time() < deadline:          # (a NaN setting: no retry)
                     why = getattr(exc, "cause", None) or exc

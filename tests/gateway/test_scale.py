@@ -164,3 +164,25 @@ def test_a_producer_that_routed_for_the_old_layout_is_refused_not_misrouted(scal
         cluster.workers[0].ingest(stale, None, None, 0)
     assert cluster.workers[0].ingest(stale, None, None, 1)["events"] == 10   # the layout now
     assert set(cluster.workers) == {0, 1, 2, GLOBAL}
+
+
+def test_raycep_scale_command(scaled, capsys):
+    from raycep.gateway import cli
+    cluster = scaled()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    client.send(make_stream(200, 9, 6, 0.0, gaps=(0.1, 0.5)))
+    gw = ["--gateway", cluster.url]
+    assert cli.main(["scale", "--partitions", "3", *gw]) == 0
+    captured = capsys.readouterr()
+    assert "re-partitioning to 3" in captured.err
+    assert captured.out.startswith(f"2 -> 3 partition actors: {moved_groups(2, 3, 16)} of 16 "
+                                   f"key groups moved with ")
+    assert cli.main(["scale", *gw]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "3 partition actors, 16 key groups, routing version 3"
+    assert out[1].split() == ["FROM", "TO", "GROUPS", "MOVED", "EVENTS", "MOVED", "SECONDS"]
+    assert out[2].split()[:3] == ["2", "3", str(moved_groups(2, 3, 16))]
+    assert cli.main(["scale", "--partitions", "17", *gw]) == 2
+    assert "at least as many key groups" in capsys.readouterr().err
+    assert client.routing()["partitions"] == 3
