@@ -60,6 +60,8 @@ class Outboxes:
         the one running) waits for that one, which moves everything the outbox held when
         the caller came (issue 36: concurrent sends to one actor no longer drain it one
         after the other, each behind the others' calls at the actor)."""
+        if target not in self._locks:       # an actor a rescale stopped (a drain of every
+            return 0                        # actor began before)
         waiting = self._waiting.get(target)
         if waiting is None:
             waiting = self._waiting[target] = asyncio.get_running_loop().create_future()
@@ -67,7 +69,12 @@ class Outboxes:
         return await asyncio.shield(waiting)
 
     async def _next_drain(self, target, done: asyncio.Future) -> None:
-        async with self._locks[target]:
+        lock = self._locks.get(target)
+        if lock is None:                    # stopped by a rescale meanwhile
+            del self._waiting[target]
+            done.set_result(0)
+            return
+        async with lock:
             del self._waiting[target]       # started: a later caller needs the next one
             try:
                 await self._drain_locked(target, done)
