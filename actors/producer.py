@@ -75,8 +75,8 @@ class Lane:
             self._settle()
 
     def _send(self, data: bytes, batch_id: str, after, clock=None) -> tuple:
-        return (self.handle.submit("ingest", data, after, clock, self.epoch), data, batch_id,
-                after, clock)
+        args = (data, after, clock) if self.epoch is None else (data, after, clock, self.epoch)
+        return (self.handle.submit("ingest", *args), data, batch_id, after, clock)
 
     def _settle(self):
         """Wait for the oldest batch in flight; while the actor refuses it, send it and the

@@ -144,8 +144,18 @@ def test_a_torn_last_log_record_is_cut_off_and_the_rest_replayed(tmp_path):
 def test_another_clusters_state_is_refused_with_a_clear_error(tmp_path):
     claim(str(tmp_path), 2, "symbol")
     claim(str(tmp_path), 2, "symbol")                    # the same cluster again: fine
-    with pytest.raises(RecoveryError, match="2 partitions keyed by 'symbol'; this one has 3"):
+    with pytest.raises(RecoveryError, match=r"2 partitions keyed by 'symbol' \(256 key groups\); "
+                                            r"this one has 3"):
         claim(str(tmp_path), 3, "symbol")
+    with pytest.raises(RecoveryError, match=r"\(256 key groups\); this one has 2 keyed by "
+                                            r"'symbol' \(64 key groups\)"):
+        claim(str(tmp_path), 2, "symbol", 64)
+    # a directory of before key groups (its manifest names none) routes keys elsewhere
+    (tmp_path / "cluster.json").write_text('{"partitions": 2, "key": "symbol"}')
+    with pytest.raises(RecoveryError, match=r"\(no key groups\)"):
+        claim(str(tmp_path), 2, "symbol")
+    claim(str(tmp_path), 3, "symbol", force=True)          # a rescale marks it
+    claim(str(tmp_path), 3, "symbol")
     log = DurableLog(str(tmp_path), "p1")
     log.checkpoint({"x": 1})
     os.rename(tmp_path / "p1", tmp_path / "p0")

@@ -126,9 +126,9 @@ class DrainedActor:
     def __init__(self, worker):
         self.worker, self.records, self.ack, self.refusals = worker, [], 0, []
 
-    def ingest(self, data, after=None, clock=None):
+    def ingest(self, data, after=None, clock=None, epoch=None):
         try:
-            return self.worker.ingest(data, after, clock)
+            return self.worker.ingest(data, after, clock, epoch)
         except OverloadedError as exc:
             self.refusals.append(str(exc))
             self.drain()
