@@ -108,6 +108,24 @@ def claim(directory: str, partitions: int, key_attr, key_groups: int = KEY_GROUP
     os.replace(path + ".tmp", path)
 
 
+def saved_partitions(directory: str, key_attr, key_groups: int = KEY_GROUPS) -> int | None:
+    """The number of partitions whose state ``directory`` holds, when it is a cluster's of
+    the same partition key and key groups (so a rescale can take it to another number);
+    None otherwise (no manifest, another shape: ``claim`` says why)."""
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or found.get("key") != key_attr or \
+            found.get("key_groups") != key_groups:
+        return None
+    n = found.get("partitions")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= key_groups \
+        else None
+
+
 class DurableLog:
     """The checkpoint, segments and WAL of one partition under ``directory``."""
 

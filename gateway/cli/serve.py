@@ -120,7 +120,7 @@ LIMITS = ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead")
 
 
 def run_serve(args) -> int:
-    from raycep.actors.recovery import CheckpointSettings, claim
+    from raycep.actors.recovery import CheckpointSettings, claim, saved_partitions
     from raycep.gateway.runtime import RayCluster
     from raycep.gateway.server.registry import default_registry_path
     from raycep.gateway.server.service import GatewaySettings
@@ -150,7 +150,7 @@ def run_serve(args) -> int:
     except CepError as exc:
         err(f"error: --retain: {exc}")
         return 2
-    checkpoint = None
+    checkpoint, start = None, args.partitions
     if not args.no_checkpoints:
         if args.checkpoint_every < 1 or not args.checkpoint_seconds > 0:
             err("error: --checkpoint-every must be >= 1 and --checkpoint-seconds > 0")
@@ -159,8 +159,13 @@ def run_serve(args) -> int:
             os.path.abspath(args.checkpoint_dir or
                             os.path.splitext(args.registry)[0] + "-checkpoints"),
             args.checkpoint_every, args.checkpoint_seconds, args.fsync)
+        # a directory with the state of another number of partitions (a changed --partitions,
+        # a Helm upgrade of gateway.partitions): that number is restored, then re-partitioned
+        saved = saved_partitions(checkpoint.directory, args.key, args.key_groups)
+        if saved is not None:
+            start = saved
         try:
-            claim(checkpoint.directory, args.partitions, args.key, args.key_groups)
+            claim(checkpoint.directory, start, args.key, args.key_groups)
         except CepError as exc:
             err(f"error: --checkpoint-dir: {exc}")
             return 2
@@ -172,13 +177,20 @@ def run_serve(args) -> int:
                               args.spark_executor_memory)
         spark_log = os.path.join(tempfile.gettempdir(),
                                  f"raycep-ingest-service-{os.getpid()}.log")
-    cluster = RayCluster(args.partitions, args.key, settings, address=args.address,
+    cluster = RayCluster(start, args.key, settings, address=args.address,
                          disorder=disorder_settings(args), mode=args.disorder_mode,
                          checkpoint=checkpoint, retain=args.retain, spark=spark,
                          spark_log=spark_log, metrics_port=args.metrics_port)
-    note(f"starting {args.partitions} partition actors, the global actor, the planner and "
+    note(f"starting {start} partition actors, the global actor, the planner and "
          f"the gateway{' (and a warm Spark for raycep ingest)' if spark else ''} ...")
     url = cluster.start(args.wait_for_nodes, args.wait_for_nodes_timeout, note)
+    if start != args.partitions:
+        from raycep.gateway.client import connect
+        note(f"the checkpoint directory held the state of {start} partition actors, restored; "
+             f"re-partitioning to {args.partitions} ...")
+        moved = connect(url, token=args.token).scale(args.partitions)
+        note(f"{moved['moved_key_groups']} of {moved['key_groups']} key groups moved with "
+             f"{moved['buffered']:,} buffered events in {moved['seconds']:.3f} s")
     if spark is not None:
         note(f"warm Spark for `raycep ingest` starting in the background ({spark.executors} "
              f"executor(s) x {spark.cores} core(s), {spark.memory}); its log: {spark_log}")

@@ -165,7 +165,7 @@ def test_another_clusters_state_is_refused_with_a_clear_error(tmp_path):
 
 def test_serve_refuses_a_checkpoint_dir_of_another_shape(tmp_path, capsys):
     from raycep.gateway import cli
-    claim(str(tmp_path / "ck"), 3, None)
+    claim(str(tmp_path / "ck"), 3, "symbol")           # keyed otherwise: routes elsewhere
     status = cli.main(["serve", "--registry", str(tmp_path / "r.sqlite"), "--checkpoint-dir",
                        str(tmp_path / "ck"), "--partitions", "2", "--port", "0"])
     assert status == 2
