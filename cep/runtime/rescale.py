@@ -32,22 +32,38 @@ def split(snaps: list, owner, parts: int) -> list:
     base = snaps[0]
     _check_same(snaps)
     place = _placer(owner, parts)
+    events = _by_owner((ev for s in snaps for ev in s["events"] or ()), place, parts)
+    gone = _by_owner((ev for s in snaps if s.get("evicted") is not None
+                      for lst in s["evicted"][1] for ev in lst), place, parts)
     out = []
     for j in range(parts):
         mine = [s for i, s in enumerate(snaps) if min(i, parts - 1) == j]
-        out.append(_one(base, snaps, mine, j, place))
+        out.append(_one(base, snaps, mine, j, place, events[j], gone[j]))
     return out
 
 
 def _placer(owner, parts: int):
+    """``owner`` checked, and asked once per key (keys repeat across events)."""
+    placed: dict = {None: 0}
+
     def place(key) -> int:
-        if key is None:
-            return 0
-        j = owner(key)
-        if not 0 <= j < parts:
-            raise CepError(f"key {key!r} was placed on partition {j} of {parts}")
+        j = placed.get(key)
+        if j is None:
+            j = placed[key] = owner(key)
+            if not 0 <= j < parts:
+                raise CepError(f"key {key!r} was placed on partition {j} of {parts}")
         return j
     return place
+
+
+def _by_owner(events, place, parts: int) -> list:
+    """``events`` per new owner, each list in (ts, id) order."""
+    out: list = [[] for _ in range(parts)]
+    for ev in events:
+        out[place(ev.key)].append(ev)
+    for part in out:
+        part.sort(key=lambda ev: (ev.ts, ev.id))
+    return out
 
 
 def _check_same(snaps: list) -> None:
@@ -62,14 +78,17 @@ def _check_same(snaps: list) -> None:
             raise CepError("the engines to re-partition are keyed by different attributes")
 
 
-def _one(base: dict, snaps: list, mine: list, j: int, place) -> dict:
-    """New snapshot ``j``: ``mine`` are the sources whose counters it takes."""
-    events = sorted((ev for s in snaps for ev in s["events"] or () if place(ev.key) == j),
-                    key=lambda ev: (ev.ts, ev.id))
-    gone = sorted((ev for s in snaps if s.get("evicted") is not None
-                   for lst in s["evicted"][1] for ev in lst if place(ev.key) == j),
-                  key=lambda ev: (ev.ts, ev.id))
+def _one(base: dict, snaps: list, mine: list, j: int, place, events: list,
+         gone: list) -> dict:
+    """New snapshot ``j``: ``mine`` are the sources whose counters it takes, ``events`` and
+    ``gone`` the buffered and remembered evicted events of its keys."""
     fronts = [s["front"] for s in snaps if s["front"] is not None]
+    front = max(fronts, key=lambda ev: (ev.ts, ev.id)) if fronts else None
+    # the clock moved past every event without one (observe): an event at it is in order;
+    # not where an event at that time is held, which decides ties by id
+    open_at = max(s.get("open_at", -math.inf) for s in snaps)
+    if front is not None and front.ts >= open_at:
+        open_at = -math.inf
     out = dict(base)
     out.update(
         clock=max(s["clock"] for s in snaps),
@@ -77,8 +96,7 @@ def _one(base: dict, snaps: list, mine: list, j: int, place) -> dict:
         index_floor=max(s.get("index_floor", -math.inf) for s in snaps),
         events=events,
         evicted=(0, [gone]) if gone else (0, []),
-        front=max(fronts, key=lambda ev: (ev.ts, ev.id)) if fronts else None,
-        open_at=max(s.get("open_at", -math.inf) for s in snaps),
+        front=front, open_at=open_at,
         disorder=_disorder(snaps, mine),
         floors=tuple(max(f) for f in zip(*(s["floors"] for s in snaps))),
         counters=tuple(sum(c) for c in zip(*(s["counters"] for s in mine)))
