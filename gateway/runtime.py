@@ -96,7 +96,8 @@ class RaySpawner:
     key_groups: int
 
     def spawn(self, target: int):
-        import ray
+        """A new partition actor; not waited for (the gateway's ``adopt`` call on it awaits
+        its construction, without blocking the gateway's loop)."""
         restarts = {"max_restarts": -1, "max_task_retries": -1} \
             if self.checkpoint is not None else {}
         remove_partition_state(self.checkpoint, target)     # (a stopped actor's, if any)
@@ -107,11 +108,9 @@ class RaySpawner:
         # it by name); RayCluster.stop stops it by name
         with_name = dict(name=actor_name(target), namespace=NAMESPACE, lifetime="detached",
                          scheduling_strategy=place, **restarts)
-        handle = RayHandle(worker.options(**with_name).remote(
+        return RayHandle(worker.options(**with_name).remote(
             f"p{target}", self.key_attr, worker=self.worker, disorder=self.disorder,
             checkpoint=self.checkpoint))
-        ray.get(handle.submit("clock"))                   # constructed (or its error now)
-        return handle
 
     def retire(self, target: int, handle) -> None:
         handle.kill()

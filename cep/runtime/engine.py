@@ -1102,15 +1102,15 @@ class Engine:
         (events considered) and the ``window_events`` of its types the index holds within
         its window before the clock (the events its next triggers can read)."""
         seen = self.disorder.type_events()
-        spans: dict = {}
+        span = {}                           # query -> (its types, its window)
         for name, m in self.managers.items():
-            types = m.cq.types
-            queries[name]["events"] = self._type_events(types, seen) - self._considered[name]
-            spans.setdefault((frozenset(types), m.cq.window), [])
+            queries[name]["events"] = self._type_events(m.cq.types, seen) - \
+                self._considered[name]
+            span[name] = (frozenset(m.cq.types), m.cq.window)
         held = self.index.window_counts(
-            {key: (key[0], self.clock - key[1], self.clock) for key in spans})
-        for name, m in self.managers.items():
-            queries[name]["window_events"] = held[(frozenset(m.cq.types), m.cq.window)]
+            {key: (key[0], self.clock - key[1], self.clock) for key in set(span.values())})
+        for name, key in span.items():
+            queries[name]["window_events"] = held[key]
 
     @staticmethod
     def _type_events(types, seen: dict) -> int:
