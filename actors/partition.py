@@ -52,7 +52,8 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
-from raycep.cep.errors import ConflictError, OverloadedError, PlanningError, RecoveryError
+from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
+                               RecoveryError)
 from raycep.cep.io.codec import decode_batch
 from raycep.cep.io.output import MatchLines, record_identity, record_meta, unknown_meta
 from raycep.cep.lang.ast import Query
@@ -135,6 +136,11 @@ class PartitionWorker:
         self.bad_rows = 0
         #: the partition layout this actor holds the keys of (actors.routing.RoutingTable.epoch)
         self.epoch = 0
+        #: while the cluster is re-partitioned (``seal``): routed batches are taken only up
+        #: to this event time (None: not sealed)
+        self._cut: float | None = None
+        self._sealed_taken = 0                       # routed batches taken while sealed
+        self._left: int | None = None                # removed by re-partitioning to N actors
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
         self.outbox = Outbox() if worker.outbox else None
@@ -279,11 +285,19 @@ class PartitionWorker:
                     "bad_rows": [], "matches": [], "queued": 0,
                     "outbox": len(box) if box is not None else 0, "truncated": 0,
                     "redelivered": True}
-        if epoch is not None and epoch != self.epoch and not self._replaying:
-            raise ConflictError(
-                f"batch {decoded.batch_id!r} was routed for partition layout {epoch}; the "
-                f"cluster was re-partitioned (layout {self.epoch}): read the routing table "
-                f"again (GET /v1/routing) and send the events again")
+        if epoch is not None and not self._replaying:
+            if self._left is not None:
+                raise ConflictError(
+                    f"batch {decoded.batch_id!r}: partition {self.partition} was removed by "
+                    f"re-partitioning to {self._left} actors: read the routing table again "
+                    f"(GET /v1/routing) and send the events again")
+            if epoch != self.epoch:
+                raise ConflictError(
+                    f"batch {decoded.batch_id!r} was routed for partition layout {epoch}; "
+                    f"the cluster was re-partitioned (layout {self.epoch}): read the routing "
+                    f"table again (GET /v1/routing) and send the events again")
+            if self._cut is not None:
+                self._sealed(decoded, clock)
         if box is not None and len(box) >= self.outbox_capacity and not self._replaying:
             self._refuse(f"its match outbox holds {len(box)} undelivered records (limit "
                          f"{self.outbox_capacity})")
@@ -375,6 +389,34 @@ class PartitionWorker:
             return
         manager.set_order(plan.order, plan.version)
         self.own_plans.add(manager.name)
+
+    def seal(self, cut: float | None) -> dict:
+        """Re-partitioning (gateway/server/scaling.py): from now on take a routed batch only
+        when its events (or, empty, its clock) are not after ``cut``, and refuse the others
+        with MovingError (the sender tries again; after ``adopt`` they are refused with a
+        ConflictError and routed again for the new layout). ``cut=-inf`` refuses every routed
+        batch, None ends the seal. Returns ``{"clock", "taken"}``: this actor's event-time
+        clock and the routed batches taken since the previous call."""
+        taken, self._sealed_taken = self._sealed_taken, 0
+        self._cut = None if cut is None else float(cut)
+        return {"clock": self.engine.clock, "taken": taken}
+
+    def leave(self, partitions: int) -> None:
+        """Re-partitioning to ``partitions`` actors removes this one (its keys moved): from
+        now on it refuses every routed batch with a ConflictError."""
+        self._left = partitions
+
+    def _sealed(self, decoded, clock) -> None:
+        """Take (count) or refuse a routed batch while sealed (``seal``)."""
+        rows = decoded.events
+        times = rows.times if hasattr(rows, "times") else [e.ts for e in rows]
+        first = min(times) if len(times) else clock
+        if first is not None and first > self._cut:
+            raise MovingError(f"partition {self.partition}: the cluster is being "
+                              f"re-partitioned and batch {decoded.batch_id!r} starts after "
+                              f"the time its keys move at; it was not processed: send it "
+                              f"again shortly")
+        self._sealed_taken += 1
 
     def _refuse(self, why: str):
         """Backpressure: refuse a batch (nothing changed but the counter; logged once until
@@ -550,6 +592,7 @@ class PartitionWorker:
         (actors/rescale.py), in place of its own; with a checkpoint directory the saved state
         is replaced by a full checkpoint of the new one. Returns ``{"buffered", "queries"}``."""
         self._adopt(snap)
+        self._cut, self._sealed_taken = None, 0
         self.partition = snap["partition"]
         durable = self.durable
         if durable is not None:

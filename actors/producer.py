@@ -12,6 +12,14 @@ nothing processed). Each ``Lane`` (the batches of one producer to one actor) nam
 batch's predecessor, so the actor also refuses the batches in flight behind a refused one;
 the lane waits (growing pauses) and sends them again in their order, for up to ``retry_for``
 seconds, then raises the OverloadedError. Nothing is lost and the order is kept.
+
+Re-partitioning (``raycep scale``, gateway/server/scaling.py): while the keys move, the
+actors refuse batches that start after the move's time (MovingError: the lane tries again
+every ``backoff`` seconds), then, once they hold the new layout, refuse every batch routed
+for the old one (ConflictError). A ``Producer`` given a way to reach the actors of any layout
+(``handles`` a function of the routing table, e.g. ``named_handles``) then reads the routing
+table again and sends the refused events again, routed for the new layout: none is lost or
+processed twice, and each key's events stay in order.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from collections import deque
 
 from raycep.actors.handles import as_handle, result as _result
 from raycep.actors.routing import GLOBAL
-from raycep.cep.errors import ConflictError, OverloadedError
+from raycep.cep.errors import ConflictError, MovingError, OverloadedError, UnavailableError
 from raycep.cep.io.codec import encode_batch
 
 
@@ -33,6 +41,26 @@ def _overloaded(exc: BaseException) -> OverloadedError | None:
         if isinstance(err, OverloadedError):
             return err
     return None
+
+
+def _moved(exc: BaseException) -> bool:
+    """Whether ``exc`` says that a batch was not taken because its actor's keys moved (or
+    are moving, or the actor was removed by re-partitioning)."""
+    for err in (getattr(exc, "cause", None), exc):
+        if isinstance(err, (ConflictError, OverloadedError, UnavailableError)):
+            return True
+    return type(exc).__name__ in ("RayActorError", "ActorDiedError")
+
+
+def _conflict(exc: BaseException) -> bool:
+    return any(isinstance(err, ConflictError) for err in (getattr(exc, "cause", None), exc))
+
+
+def _backpressure(exc: BaseException) -> bool:
+    """An OverloadedError that is not a move (a full outbox still refusing after the
+    retries): raised as it is."""
+    refused = _overloaded(exc)
+    return refused is not None and not isinstance(refused, MovingError)
 
 
 class Lane:
@@ -74,6 +102,21 @@ class Lane:
         while self._flight:
             self._settle()
 
+    def unsettled(self) -> list:
+        """After a ConflictError (the cluster was re-partitioned): wait for every batch in
+        flight and return the ids of those the actor did not take (refused, or its actor
+        gone), oldest first; the lane is then empty."""
+        out = []
+        while self._flight:
+            entry = self._flight.popleft()
+            try:
+                self.on_ack(_result(entry[0], self.wait_for))
+            except Exception as exc:          # noqa: BLE001 (any refusal: sent again)
+                if not _moved(exc):
+                    raise
+                out.append(entry[2])
+        return out
+
     def _send(self, data: bytes, batch_id: str, after, clock=None) -> tuple:
         args = (data, after, clock) if self.epoch is None else (data, after, clock, self.epoch)
         return (self.handle.submit("ingest", *args), data, batch_id, after, clock)
@@ -103,12 +146,15 @@ class Lane:
                     try:
                         self.on_ack(_result(entry[0]))
                     except Exception as exc2:
-                        if _overloaded(exc2) is None:
+                        if _overloaded(exc2) is None:   # (kept for unsettled)
+                            self._flight.appendleft(entry)
+                            self._flight.extendleft(reversed(again))
                             raise
                         again.append(entry)
                 self.refusals += len(again)
                 time.sleep(delay)
-                delay = min(1.0, delay * 2)
+                if not isinstance(refused, MovingError):  # (a move: try again soon)
+                    delay = min(1.0, delay * 2)
                 self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
                 continue
             self._flight.popleft()
@@ -124,29 +170,40 @@ class Producer:
     so a global query registered while the stream flows gets its events from the next slice.
     Raise ``refresh_every`` for very small slices where one request per slice is too much.
     ``handles``: actor handles (``actors.handles``: ``named_handles`` in a Ray cluster,
-    ``LocalHandle`` in one process).
+    ``LocalHandle`` in one process), or a function of a RoutingTable returning them
+    (``named_handles`` itself): then the producer follows re-partitionings (module
+    docstring); with a fixed dict it raises ConflictError when the layout changes.
     An actor that refuses batches (backpressure) gets them again, in order, for up to
     ``retry_for`` seconds (see ``Lane``)."""
 
-    def __init__(self, handles: dict, routing, source: str, max_in_flight: int = 8,
+    def __init__(self, handles, routing, source: str, max_in_flight: int = 8,
                  refresh_every: int = 1, retry_for: float = 60.0):
-        self.handles = handles
+        self._handles_for = handles if callable(handles) else None
         self._routing_source = routing if callable(routing) else (lambda: routing)
         self.routing = self._routing_source()
+        self.handles = handles(self.routing) if callable(handles) else handles
         self.source = source
         self.max_in_flight = max_in_flight
+        self.retry_for = retry_for
         self.refresh_every = refresh_every
         self._seq = itertools.count(1)
         self._run = uuid.uuid4().hex[:12]
-        self._lanes = {t: Lane(h, max_in_flight, self._account, retry_for,
-                               epoch=None if t == GLOBAL else self.routing.epoch)
-                       for t, h in handles.items()}
+        self._lanes = self._lanes_for(self.handles, self.routing)
+        #: slice -> (its events, its clock, {batch id: the events of that batch not yet
+        #: acknowledged}): what a re-partitioning may make us send again
+        self._slices: dict = {}
+        self.rerouted = 0                    # events sent again for a new layout
         self.redelivered = 0
         self.events = 0
         self.bad_rows: list = []
         self.duplicates = 0
         self.matches = 0
         self.truncated = 0
+
+    def _lanes_for(self, handles: dict, routing) -> dict:
+        return {t: Lane(h, self.max_in_flight, self._account, self.retry_for,
+                        epoch=None if t == GLOBAL else routing.epoch)
+                for t, h in handles.items()}
 
     def send(self, events: list):
         """Push one slice of the stream: every actor gets one batch, with the slice's latest
@@ -156,32 +213,139 @@ class Producer:
         if seq > 1 and (seq - 1) % self.refresh_every == 0:
             routing = self._routing_source()
             if routing.epoch != self.routing.epoch:
-                raise ConflictError(
-                    f"the cluster was re-partitioned ({self.routing.partitions} -> "
-                    f"{routing.partitions} partition actors) after this producer started: "
-                    f"make a new one with the actors of the new layout; this slice was not "
-                    f"sent")
-            self.routing = routing
-        routed = self.routing.route(events)
+                self._guarded(lambda: self._follow(routing))
+            else:
+                self.routing = routing
         clock = max((e.ts for e in events), default=None)
+        self._slices[seq] = (events, clock, {})
+        self._guarded(lambda: self._push(seq, clock, self.routing.route(events)))
+        self.events += len(events)
+        for old in [s for s in self._slices if s <= seq - self.max_in_flight - 1]:
+            if not self._slices[old][2]:           # (acknowledged by every actor)
+                del self._slices[old]
+
+    def _push(self, seq: int, clock, routed: dict, tag: str = "", only=None) -> None:
+        """Send slice ``seq``'s ``routed`` events to each lane (``only``: those targets);
+        each batch is noted as pending first (``_follow`` sends again what is left)."""
+        pending = self._slices[seq][2]
+        out = []
         for target, lane in self._lanes.items():
+            if only is not None and target not in only:
+                continue
             evs = routed.get(target)
             if evs is None and clock is None:
                 continue
-            batch_id = f"{self._run}:{seq}:{target}"
-            lane.push(encode_batch(evs or [], self.source, batch_id), batch_id, clock)
-        self.events += len(events)
+            batch_id = f"{self._run}:{seq}:{target}{tag}"
+            pending[batch_id] = evs or []
+            out.append((lane, batch_id, evs or []))
+        for lane, batch_id, evs in out:
+            lane.push(encode_batch(evs, self.source, batch_id), batch_id, clock)
+
+    def _guarded(self, op, repeat: bool = False) -> None:
+        """Run ``op``; when an actor refuses a batch because the cluster was
+        re-partitioned, follow the new layout (``_follow``), then (``repeat``) run ``op``
+        again."""
+        step = op
+        for _ in range(100):
+            try:
+                step()
+                if step is op or not repeat:
+                    return
+                step = op
+            except Exception as exc:          # noqa: BLE001 (a move, or raised again)
+                if self._handles_for is None or not _moved(exc) or _backpressure(exc):
+                    raise
+                routing = self._new_routing(exc)
+                step = (lambda routing=routing: self._follow(routing))
+        raise ConflictError("the cluster was re-partitioned 100 times while one slice was "
+                            "sent")
+
+    def _new_routing(self, exc: BaseException):
+        """The routing table of the layout that refused a batch (read until its version is
+        not ours: the actors adopt their keys just before the gateway routes by them); the
+        error itself when none comes within ``retry_for`` seconds (5 s for an actor that
+        did not answer: it may have crashed rather than been removed)."""
+        wait = self.retry_for if _conflict(exc) else min(5.0, self.retry_for)
+        deadline = time.monotonic() + wait
+        while True:
+            routing = self._routing_source()
+            if routing.epoch != self.routing.epoch:
+                return routing
+            if not time.monotonic() < deadline:
+                raise exc
+            time.sleep(0.05)
+
+    def _follow(self, routing) -> None:
+        """Route by ``routing`` from now on: wait for every batch in flight, and send the
+        events the actors did not take again, slice by slice, routed for the new layout
+        (the global actor's, which does not move, to it as they were)."""
+        if self._handles_for is None:
+            raise ConflictError(
+                f"the cluster was re-partitioned ({self.routing.partitions} -> "
+                f"{routing.partitions} partition actors) after this producer started: make "
+                f"a new one with the actors of the new layout, or give it a function that "
+                f"finds them (handles=named_handles); batches after the last acknowledged "
+                f"were not processed")
+        for lane in self._lanes.values():
+            lane.unsettled()                  # (each acknowledged one leaves its pending)
+        glob = str(GLOBAL)
+        left: dict = {}                       # slice -> ([events not taken], [global ones])
+        for seq, (_, _, pending) in self._slices.items():
+            for batch_id, evs in pending.items():
+                to = left.setdefault(seq, ([], []))
+                to[1 if batch_id.split(":")[2] == glob else 0].extend(evs)
+            pending.clear()
+        keep = {t: lane for t, lane in self._lanes.items() if t == GLOBAL}
+        routing, self.handles = self._actors_of(routing)
+        self.routing = routing
+        self._lanes = {**self._lanes_for({t: h for t, h in self.handles.items()
+                                           if t != GLOBAL}, routing), **keep}
+        tag = f":{routing.epoch}"
+        for seq in sorted(left):
+            events, clock, _ = self._slices[seq]
+            place = {id(e): i for i, e in enumerate(events)}
+            again, globals_ = left[seq]
+            again.sort(key=lambda e: place[id(e)])
+            self.rerouted += len(again)
+            routed = routing.route(again)
+            routed.pop(GLOBAL, None)          # (the global actor has them)
+            if globals_:
+                routed[GLOBAL] = sorted(globals_, key=lambda e: place[id(e)])
+            self._push(seq, clock, routed, tag,
+                       only=[t for t in self._lanes if t != GLOBAL or globals_])
+
+    def _actors_of(self, routing) -> tuple:
+        """``(routing, handles)``: the actors of ``routing``'s layout, or of a later one
+        where the cluster was re-partitioned again meanwhile (an actor of it is gone)."""
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            try:
+                return routing, self._handles_for(routing)
+            except (LookupError, ValueError):
+                if not time.monotonic() < deadline:
+                    raise
+                time.sleep(0.05)
+                routing = self._routing_source()
 
     def flush(self) -> dict:
-        for lane in self._lanes.values():
-            lane.flush()
+        self._guarded(self._flush_lanes, repeat=True)
         return {"events": self.events, "duplicates": self.duplicates,
                 "redelivered_batches": self.redelivered,
                 "refused_batches": sum(lane.refusals for lane in self._lanes.values()),
                 "bad_rows": self.bad_rows, "matches": self.matches,
                 "truncated_triggers": self.truncated}
 
+    def _flush_lanes(self) -> None:
+        for lane in self._lanes.values():
+            lane.flush()
+
     def _account(self, ack: dict):
+        batch = ack.get("batch_id")
+        if batch is not None:
+            seq = batch.split(":")[1] if batch.count(":") >= 2 else None
+            got = self._slices.get(int(seq)) if seq and seq.isdigit() else None
+            if got is not None:
+                got[2].pop(batch, None)
         self.redelivered += ack["redelivered"]
         self.duplicates += ack["duplicates"]
         self.bad_rows.extend(ack["bad_rows"])

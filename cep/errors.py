@@ -116,6 +116,14 @@ class OverloadedError(GatewayError):
     retry_after = 1
 
 
+class MovingError(OverloadedError):
+    """A partition actor refused a routed batch because the cluster is being re-partitioned
+    (``raycep scale``) and the batch's events lie after the time at which the keys move.
+    Nothing of it was processed; send it again shortly: the actor takes it, or, once the
+    keys have moved, refuses it with a ConflictError naming the new layout (route it again)."""
+    retry_after = 1
+
+
 _STATUS = {QuerySyntaxError: 400, QueryValidationError: 400, IngestError: 400,
            PlanningError: 400, EvaluationError: 500}
 #: the location fields an error carries over the wire; ``index`` and ``query``: the position

@@ -31,8 +31,8 @@ from importlib import metadata as _metadata
 
 from raycep import builder
 from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, EvaluationError,
-                               GatewayError, IngestError, NotFoundError, OverloadedError,
-                               PlanningError, QuerySyntaxError, QueryValidationError,
+                               GatewayError, IngestError, MovingError, NotFoundError,
+                               OverloadedError, PlanningError, QuerySyntaxError, QueryValidationError,
                                RecoveryError, UnavailableError)
 from raycep.cep.event import Event
 from raycep.cep.lang.ast import Query
@@ -70,5 +70,5 @@ __all__ = [
     "builder", "query", "parse", "compile", "connect", "Client",
     "CepError", "QuerySyntaxError", "QueryValidationError", "PlanningError", "IngestError",
     "RecoveryError", "EvaluationError", "GatewayError", "NotFoundError", "ConflictError",
-    "AuthenticationError", "UnavailableError", "OverloadedError",
+    "AuthenticationError", "UnavailableError", "OverloadedError", "MovingError",
 ]

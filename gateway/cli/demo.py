@@ -83,7 +83,7 @@ def run_demo(args) -> int:
         note(f"[demo] registered {', '.join(names)}; streaming {len(events)} events from "
              f"{args.events} in slices of {args.batch} (the Spark push path)")
         routing = lambda: RoutingTable.from_dict(client.routing())   # noqa: E731
-        producer = Producer(named_handles(routing()), routing, source="demo")
+        producer = Producer(named_handles, routing, source="demo")   # (follows a rescale)
         t1 = time.monotonic()
         last = t1
         half = len(events) // 2

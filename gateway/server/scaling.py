@@ -1,15 +1,30 @@
 """Changing the number of partition actors while the cluster runs (``raycep scale``, issue 38).
 
 The keys' state moves with their key groups (actors.routing, actors.rescale): the gateway
-holds new sends, advances and query changes (``Gate``) and lets those under way finish,
-drains every outbox, takes every partition actor's snapshot, splits it for the new number,
+holds new sends, advances and query changes (``Gate``) and lets those under way finish;
+seals the partition actors at a common event time (``cut``, for the producers that push to
+them directly: Spark jobs, ``Producer``), drains every outbox, takes every partition actor's
+snapshot, splits it for the new number,
 starts the actors that are new (``spawner``: the runtime's), has each actor adopt its share
 (a full checkpoint of it with a checkpoint directory), stops the surplus ones, and routes
 by the new table (its version grows). Events held meanwhile are sent after: none is lost or
 processed twice. The global actor does not change.
 
-This first version moves every key's state at once, so sends wait for the whole move (the
-time to snapshot and restore the buffered events of the windows).
+The cut. A producer that pushes to the actors itself sends each actor its part of the
+stream in time order, but the actors are not at the same place in it: one may have taken
+events up to 500 s while another has taken them up to 300 s. Merged into one new actor, the
+second's keys would then get their next events behind the new actor's clock (out of order,
+possibly late). So the actors are first sealed (``PartitionWorker.seal``): they refuse routed
+batches (MovingError: the producer tries again shortly), then take again those that start no
+later than the largest clock of all actors, the cut, until for ``settle`` seconds no actor
+took any: every actor then holds its keys' events up to about the cut, and what comes after
+starts after it. Then they refuse every routed batch until they adopt the new layout, after
+which a batch routed for the old one is a ConflictError (``Producer`` then routes it again).
+A batch that starts before the cut and comes later than that (a producer stalled for the
+whole move) is handled as any out-of-order input.
+
+This version moves every key's state at once, so sends wait for the whole move (the time to
+snapshot and restore the buffered events of the windows).
 """
 from __future__ import annotations
 
@@ -17,6 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 
 from raycep.actors.handles import as_handle
@@ -70,6 +86,12 @@ class Scaling:
     handle)`` to stop one, ``claim(n)`` to mark the checkpoint directory as holding ``n``
     partitions (None: this cluster cannot change its number of partitions)."""
 
+    #: seconds without a routed batch taken before the cut is final (``_seal``); more than
+    #: a producer's pause between two tries of a refused batch (actors.producer.Lane)
+    settle = 0.25
+    #: at most this many seconds are spent catching the actors up to the cut
+    catch_up = 10.0
+
     def __init__(self, actors: Actors, outboxes, gate: Gate, settings, spawner=None):
         self.actors, self.outboxes, self.gate = actors, outboxes, gate
         self.settings = settings
@@ -93,16 +115,22 @@ class Scaling:
             if partitions == before:
                 return self._report(before, before, 0, 0, 0.0)
             began = time.perf_counter()
-            snaps = await self._quiet_snapshots(before)
-            epoch = self.actors.routing.epoch + 1
-            parts = split_workers(snaps, partitions, groups, epoch)
-            targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
-            for j in range(before, partitions):
-                targets[j] = as_handle(self.spawner.spawn(j))
-            targets[GLOBAL] = self.actors.targets[GLOBAL]
+            cut = await self._seal(before)
+            try:
+                snaps = await self._quiet_snapshots(before)
+                epoch = self.actors.routing.epoch + 1
+                parts = split_workers(snaps, partitions, groups, epoch)
+                targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
+                for j in range(before, partitions):
+                    targets[j] = as_handle(self.spawner.spawn(j))
+                targets[GLOBAL] = self.actors.targets[GLOBAL]
+            except BaseException:
+                await self._unseal(before)
+                raise
             done = await asyncio.gather(*(targets[j].call("adopt", parts[j])
                                           for j in range(partitions)))
             for j in range(partitions, before):
+                await self.actors.targets[j].call("leave", partitions)
                 self.spawner.retire(j, self.actors.targets[j])
             self.actors.targets = targets
             self.actors.routing = dataclasses.replace(
@@ -113,12 +141,45 @@ class Scaling:
             report = self._report(before, partitions, moved_groups(before, partitions, groups),
                                   sum(d["buffered"] for d in done),
                                   time.perf_counter() - began)
+            report["cut"] = cut
             log.warning("re-partitioned from %d to %d actors: %d of %d key groups moved, "
                         "%d buffered events, %.3f s", before, partitions,
                         report["moved_key_groups"], groups, report["buffered"],
                         report["seconds"])
             self.history.append(report)
             return report
+
+    async def _seal(self, before: int) -> float | None:
+        """Seal the partition actors at a common event time (module docstring); returns it
+        (None: no actor has seen an event). On return every actor refuses routed batches."""
+        async def seal(cut):
+            return await asyncio.gather(*(self.actors.call(j, "seal", cut)
+                                          for j in range(before)))
+        cut = max(s["clock"] for s in await seal(-math.inf))
+        deadline = time.monotonic() + self.catch_up
+        while math.isfinite(cut):
+            quiet_since = time.monotonic()
+            await seal(cut)
+            while time.monotonic() < deadline:
+                await asyncio.sleep(self.settle / 5)
+                got = await seal(cut)
+                later = max(s["clock"] for s in got)
+                if any(s["taken"] for s in got) or later > cut:
+                    quiet_since, cut = time.monotonic(), max(cut, later)
+                elif time.monotonic() - quiet_since >= self.settle:
+                    break
+            got = await seal(-math.inf)            # (taken since the last look: once more)
+            later = max(s["clock"] for s in got)
+            if not any(s["taken"] for s in got) and later <= cut or \
+                    time.monotonic() >= deadline:
+                break
+            cut = max(cut, later)
+        return cut if math.isfinite(cut) else None
+
+    async def _unseal(self, before: int) -> None:
+        """A re-partitioning that failed: the actors take routed batches again."""
+        await asyncio.gather(*(self.actors.call(j, "seal", None) for j in range(before)),
+                             return_exceptions=True)
 
     async def _quiet_snapshots(self, before: int) -> list:
         """The partition actors' snapshots once their outboxes are empty (nothing flows:

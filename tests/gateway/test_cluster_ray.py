@@ -327,6 +327,48 @@ def test_scale_through_ray_moves_the_keys_state_and_keeps_the_matches(make_clust
     assert client.routing()["partitions"] == 1
 
 
+def test_a_direct_producer_follows_re_partitionings_through_ray(make_cluster):
+    """A producer pushing straight to the Ray actors (``Producer(named_handles, ...)``, as
+    Spark jobs push) while the cluster goes 2 -> 3 -> 1: the actors are sealed at a common
+    event time, and what they refuse is routed again for the new layout; every query's
+    matches equal the engine's, each id once, no event late (issue 38)."""
+    events = stream(4000, seed=23)
+    expected = engine_ids(events, QUERIES)
+    cluster = make_cluster(2)
+    client = connect(cluster.url)
+    for name, text in QUERIES:
+        client.register(text, name=name)
+    reader = connect(cluster.url)
+    producer = Producer(named_handles, lambda: RoutingTable.from_dict(reader.routing()),
+                        "spark-scale")
+    errors, started = [], threading.Event()
+
+    def produce():
+        try:
+            for i in range(0, len(events), 40):
+                producer.send(events[i:i + 40])
+                if i >= 800:
+                    started.set()
+            producer.flush()
+        except Exception as exc:           # noqa: BLE001 (asserted below)
+            errors.append(exc)
+        finally:
+            started.set()
+    thread = threading.Thread(target=produce)
+    thread.start()
+    started.wait(WAIT)
+    assert client.scale(3)["partitions"] == 3
+    assert client.scale(1)["partitions"] == 1
+    thread.join(WAIT)
+    assert not errors and not thread.is_alive() and producer.events == len(events)
+    client.advance(max(e.ts for e in events) + 100.0)
+    settle(client, {q: len(ids) for q, ids in expected.items()})
+    for name, ids in expected.items():
+        got = ids_of(read_all(client, name))
+        assert len(got) == len(set(got)) and set(got) == ids, name
+    assert sum(a.get("late_events", 0) for a in client.stats()["actors"].values()) == 0
+
+
 def test_malformed_batch_is_rejected_and_the_next_is_processed(make_cluster):
     cluster = make_cluster(2)
     client = connect(cluster.url)

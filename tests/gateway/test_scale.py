@@ -4,11 +4,14 @@ sends, with checkpoints; the matches equal one engine's and every match id is re
 the state of the keys moved with their key groups; bad requests are 400s."""
 from __future__ import annotations
 
+import asyncio
 import math
+import random
 import threading
 
 import pytest
 
+from raycep.actors.handles import Done, LocalHandle
 from raycep.actors.recovery import CheckpointSettings
 from raycep.actors.rescale import moved_groups
 from raycep.actors.routing import partition_of
@@ -164,6 +167,101 @@ def test_a_producer_that_routed_for_the_old_layout_is_refused_not_misrouted(scal
         cluster.workers[0].ingest(stale, None, None, 0)
     assert cluster.workers[0].ingest(stale, None, None, 1)["events"] == 10   # the layout now
     assert set(cluster.workers) == {0, 1, 2, GLOBAL}
+
+
+class Later(Done):
+    """A call started on the gateway's loop from another thread, read later (as a Ray
+    ObjectRef is): ``actors.handles.result`` reads it as a Done."""
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        self.future = future
+
+    def result(self):
+        return self.future.result(60).result()
+
+
+class LoopHandle(LocalHandle):
+    """A worker called as a Ray actor is, from any thread: each call runs on the gateway's
+    loop, one at a time and in order per worker, after a random delay (actors far apart
+    take a producer's batches at different times), between the gateway's own calls (a
+    rescale's steps included); a worker that re-partitioning removed stays reachable, as a
+    stopped actor's calls still come."""
+    __slots__ = ("cluster", "lock", "rng")
+    locks: dict = {}
+
+    def __init__(self, cluster, worker, rng):
+        super().__init__(worker)
+        self.cluster, self.rng = cluster, rng
+
+    def submit(self, method: str, *args):
+        # partition 0 far away: the actors do not take a producer's batches in step
+        delay = self.rng.uniform(0.0, 0.008 if self.obj.partition == "p0" else 0.001)
+
+        async def call():
+            lock = self.locks.setdefault(id(self.obj), asyncio.Lock())
+            async with lock:
+                await asyncio.sleep(delay)
+                try:
+                    return Done(getattr(self.obj, method)(*args))
+                except Exception as exc:       # noqa: BLE001 (delivered when read)
+                    return Done(error=exc)
+        return Later(asyncio.run_coroutine_threadsafe(call(), self.cluster.loop))
+
+
+def test_a_producer_follows_re_partitionings_while_it_sends(scaled):
+    """A producer pushing straight to the actors (as Spark jobs do) while the cluster is
+    re-partitioned 2 -> 3 -> 1 -> 4 -> 2: the actors are sealed at a common event time, refuse
+    what comes after it until they hold the new layout, and the producer sends what they
+    refused again, routed for the new layout: every event once, in order per key, none late;
+    the matches equal one engine's."""
+    from raycep.actors.producer import Producer
+    from raycep.actors.routing import GLOBAL, RoutingTable
+    cluster = scaled()
+    client = connect(cluster.url)
+    for name, text in QUERIES.items():
+        client.register(text, name=name)
+    events = make_stream(6000, 11, 10, 0.0, gaps=(0.1, 0.2, 0.5))
+    reader = connect(cluster.url)
+
+    def handles_for(routing):
+        async def workers():
+            return dict(cluster.workers)
+        found = cluster._run(workers())
+        return {t: LoopHandle(cluster, found[t], rng)
+                for t in [*range(routing.partitions), GLOBAL]}
+    rng = random.Random(5)
+    producer = Producer(handles_for, lambda: RoutingTable.from_dict(reader.routing()),
+                        "spark", max_in_flight=8)
+    errors, sent = [], threading.Event()
+
+    def produce():
+        try:
+            for i in range(0, len(events), 20):
+                producer.send(events[i:i + 20])
+                if i >= len(events) // 5:
+                    sent.set()
+            producer.flush()
+        except Exception as exc:             # noqa: BLE001 (reported below)
+            errors.append(exc)
+        finally:
+            sent.set()
+    thread = threading.Thread(target=produce)
+    thread.start()
+    sent.wait(60)
+    for n in (3, 1, 4, 2):
+        assert client.scale(n)["partitions"] == n
+    thread.join(120)
+    assert not errors and not thread.is_alive()
+    assert producer.events == len(events)
+    assert producer.rerouted > 0                   # (refused by a layout, sent again)
+    client.advance(1e6, force=True)
+    assert client.drained()
+    actors = client.stats()["actors"]
+    assert sum(a.get("late_events", 0) for a in actors.values()) == 0
+    assert sum(a["events"] for t, a in actors.items() if t != "global") == len(events)
+    assert read_ids(client) == engine_ids(events)
+    assert [r["partitions"] for r in client.scaling()["history"]] == [3, 1, 4, 2]
 
 
 def test_raycep_scale_command(scaled, capsys):
