@@ -131,6 +131,7 @@ class PartitionWorker:
         self._unplanned: dict = {}                   # evaluator -> _rows when it was added
         self.own_plans: set = set()                  # evaluators planned by this worker
         self.batches = 0
+        self.busy = 0.0                              # seconds spent taking batches (autoscale)
         self.redelivered = 0
         self._checkpoint_seconds = 0.0              # of the checkpoint the last call wrote
         self.bad_rows = 0
@@ -327,6 +328,7 @@ class PartitionWorker:
         records = self._deliver(out, meta)
         self._log("ingest", (batch, after, clock), _logged(out, meta), len(decoded.events))
         self._publish()
+        self.busy += time.perf_counter() - began
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
                 "duplicates": engine.duplicates - dup0,
                 "late": len(late), "bad_rows": [str(p) for p in problems],
@@ -531,10 +533,13 @@ class PartitionWorker:
 
     def health(self) -> dict:
         """What ``GET /v1/health`` reads of an actor, cheap to make: the events it processed,
-        the events its index holds, the records in its outbox, its event-time clock."""
+        the events its index holds, the records in its outbox (and its capacity), its
+        event-time clock, the seconds it spent taking batches and the batches it refused
+        (what the autoscaler looks at)."""
         return {"events": self.engine.events, "buffered": len(self.engine.index),
                 "outbox": len(self.outbox) if self.outbox is not None else None,
-                "clock": self.engine.clock}
+                "outbox_capacity": self.outbox_capacity, "clock": self.engine.clock,
+                "busy": self.busy, "refused": self.refused}
 
     def stats(self) -> dict:
         out = self._stats()

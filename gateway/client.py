@@ -40,9 +40,9 @@ import msgpack
 import orjson
 
 from raycep.cep.errors import (AuthenticationError, CepError, ConflictError, GatewayError,
-                        IngestError, NotFoundError, OverloadedError, QuerySyntaxError,
-                        QueryValidationError, UnavailableError, error_from_dict,
-                        short_repr)
+                        IngestError, MovingError, NotFoundError, OverloadedError,
+                        QuerySyntaxError, QueryValidationError, UnavailableError,
+                        error_from_dict, short_repr)
 from raycep.cep.event import Event, make_event
 from raycep.cep.io.codec import encode_batch, encode_columns
 from raycep.cep.io.tables import is_table
@@ -50,8 +50,8 @@ from raycep.cep.lang.ast import Query
 from raycep.cep.lang.validate import finite
 
 __all__ = ["AuthenticationError", "CepError", "Client", "ConflictError", "GatewayError",
-           "IngestError", "MatchPage", "NotFoundError", "OverloadedError", "QuerySyntaxError",
-           "QueryValidationError", "UnavailableError", "connect"]
+           "IngestError", "MatchPage", "MovingError", "NotFoundError", "OverloadedError",
+           "QuerySyntaxError", "QueryValidationError", "UnavailableError", "connect"]
 
 log = logging.getLogger("raycep.client")
 MSGPACK = "application/msgpack"

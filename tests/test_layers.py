@@ -234,7 +234,7 @@ def test_a_package_importing_one_above_it_is_found(tmp_path):
 
 #: gateway/server's modules, each importing only those before it (GatewayService is a facade
 #: over one manager per concern; the managers share ``actors``)
-GATEWAY_SERVER = ("messages", "settings", "checks", "actors", "drain", "send_stages", "metrics",
+GATEWAY_SERVER = ("messages", "autoscale", "settings", "checks", "actors", "drain", "send_stages", "metrics",
                   "planning", "query_sets", "queries", "ingest", "scaling", "service", "registry",
                   "store", "http")
 

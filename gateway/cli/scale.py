@@ -1,6 +1,7 @@
 """``raycep scale``: change the number of partition actors of a running cluster; the keys'
 state moves with their key groups (``POST /v1/scale``). Without ``--partitions``: the
-current number and the rescales so far."""
+current number, the rescales so far and the autoscaler's decisions (``raycep serve
+--autoscale``)."""
 from __future__ import annotations
 
 from raycep.gateway.cli.common import add_gateway_arguments, client_for, note, table
@@ -32,6 +33,15 @@ def run_scale(args) -> int:
         if rows:
             print(table(("FROM", "TO", "GROUPS MOVED", "EVENTS MOVED", "SECONDS"), rows,
                         right=(0, 1, 2, 3, 4)))
+        auto = info.get("autoscale")
+        if auto:
+            print(f"autoscaling between {auto['minimum']} and {auto['maximum']} actors, a "
+                  f"look every {auto['interval']:g} s; decisions:" if auto["decisions"] else
+                  f"autoscaling between {auto['minimum']} and {auto['maximum']} actors, a "
+                  f"look every {auto['interval']:g} s; no decision yet")
+            for d in auto["decisions"]:
+                print(f"  {d['from']} -> {d['to']}: {d['reason']}"
+                      + (f" (failed: {d['error']})" if d.get("error") else ""))
         return 0
     note(f"re-partitioning to {args.partitions} partition actors ...")
     r = client.scale(args.partitions)

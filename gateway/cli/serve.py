@@ -33,6 +33,12 @@ def add_parser(commands) -> None:
                             "cluster's life and the partition actors own ranges of groups, "
                             "so G is the most partitions `raycep scale` can reach; a "
                             "checkpoint directory keeps it")
+    serve.add_argument("--autoscale", default=None, metavar="MIN..MAX",
+                       help="change the number of partition actors from their load, between "
+                            "MIN and MAX (busy time, outboxes, refused batches; every "
+                            "decision logged with its reason and listed by `raycep scale`)")
+    serve.add_argument("--autoscale-interval", type=float, default=10.0, metavar="SECONDS",
+                       help="seconds between two looks at the actors' load (default 10)")
     serve.add_argument("--key", default=None, metavar="ATTR",
                        help="the partition key attribute (queries with [ATTR] run per key "
                             "on every partition actor; others on the global actor)")
@@ -125,11 +131,21 @@ def run_serve(args) -> int:
     from raycep.gateway.server.registry import default_registry_path
     from raycep.gateway.server.service import GatewaySettings
     args.registry = os.path.abspath(args.registry) if args.registry else default_registry_path()
+    from raycep.gateway.server.autoscale import AutoscaleSettings, parse_range
+    try:
+        autoscale = None
+        if args.autoscale is not None:
+            low, high = parse_range(args.autoscale)
+            autoscale = AutoscaleSettings(low, high, interval=args.autoscale_interval)
+    except CepError as exc:
+        err(f"error: {str(exc).replace('autoscale interval', '--autoscale-interval')}")
+        return 2
     try:
         settings = GatewaySettings(
             host=args.host, port=args.port, token=args.token, registry_path=args.registry,
             matches_jsonl=args.matches_jsonl, match_capacity=args.match_capacity,
             outbox_capacity=args.outbox_capacity, key_groups=args.key_groups,
+            autoscale=autoscale,
             **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None})
     except CepError as exc:                     # name the option, not the settings' field
         option = str(exc).split(" ", 1)[0]

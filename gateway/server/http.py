@@ -28,7 +28,8 @@ A retraction is the record of the match it cancels (same ``id``) plus ``"retract
   GET    /routing                     the routing table producers use
   POST   /scale                       {"partitions": n}: re-partition to n actors, the keys'
                                       state moving with their key groups (gateway/server/scaling.py)
-  GET    /scale                       partitions, key groups, routing version, rescales so far
+  GET    /scale                       partitions, key groups, routing version, rescales so far,
+                                      the autoscaler's settings and decisions (or null)
   GET    /stats                       gateway and actor counters
 
 Outside ``/v1``: ``GET /metrics`` (Prometheus text exposition, gateway/server/metrics.py),
@@ -486,7 +487,8 @@ async def get_scale(request):
     service = request.app[SERVICE]
     return reply(request, {"partitions": service.routing.partitions,
                            "key_groups": service.routing.key_groups,
-                           "version": service.routing.version, "history": service.scaling()})
+                           "version": service.routing.version, "history": service.scaling(),
+                           "autoscale": service.autoscale()})
 
 
 async def stats(request):
@@ -593,6 +595,7 @@ class GatewayServer:
     async def stop(self):
         for task in self._tasks:
             task.cancel()
+        await self.service.stop_autoscale()
         await self.service.acknowledge()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -30,6 +30,7 @@ from raycep.gateway.server.ingest import Ingest
 from raycep.gateway.server.metrics import GatewayMetrics
 from raycep.gateway.server.planning import Planning
 from raycep.gateway.server.queries import Queries
+from raycep.gateway.server.autoscale import Autoscaler
 from raycep.gateway.server.scaling import Gate, Scaling
 from raycep.gateway.server.settings import GatewaySettings
 
@@ -66,6 +67,8 @@ class GatewayService:
                               self.metrics.observe_send)
         self._gate = Gate()
         self._scaling = Scaling(self.actors, self._outboxes, self._gate, settings, spawner)
+        self._autoscaler = Autoscaler(settings.autoscale, self.actors, self._scaling.scale) \
+            if settings.autoscale is not None and spawner is not None else None
 
     @property
     def targets(self) -> dict:
@@ -94,6 +97,8 @@ class GatewayService:
         await self._outboxes.start()
         await self._queries.start()
         self.started = True
+        if self._autoscaler is not None:
+            self._autoscaler.start()
 
     async def ready(self, timeout: float = 5.0) -> bool:
         """Whether the gateway has started and every actor answers within ``timeout``
@@ -153,6 +158,14 @@ class GatewayService:
     # ---------------------------------------------------------------- scaling
     async def scale(self, partitions) -> dict:
         return await self._scaling.scale(partitions)
+
+    async def stop_autoscale(self) -> None:
+        if self._autoscaler is not None:
+            await self._autoscaler.stop()
+
+    def autoscale(self) -> dict | None:
+        """The autoscaler's settings and decisions (None: not autoscaling)."""
+        return self._autoscaler.describe() if self._autoscaler is not None else None
 
     def scaling(self) -> list:
         """The re-partitionings done by this gateway, oldest first."""

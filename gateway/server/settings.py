@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from raycep.actors.routing import KEY_GROUPS, MAX_KEY_GROUPS
 from raycep.cep.errors import CepError
+from raycep.gateway.server.autoscale import AutoscaleSettings
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class GatewaySettings:
     #: undelivered match records an actor's outbox may hold before it refuses new batches
     #: (backpressure; --outbox-capacity)
     outbox_capacity: int = 100_000
+    #: scale the partition actors from their load (gateway/server/autoscale.py;
+    #: --autoscale MIN..MAX); None: only ``raycep scale`` changes their number
+    autoscale: AutoscaleSettings | None = None
 
     def __post_init__(self):
         if isinstance(self.key_groups, bool) or not isinstance(self.key_groups, int) \
@@ -54,6 +58,9 @@ class GatewaySettings:
                 or self.outbox_capacity < 1:
             raise CepError(f"outbox_capacity must be an integer >= 1, got "
                            f"{self.outbox_capacity!r}")
+        if self.autoscale is not None and self.autoscale.maximum > self.key_groups:
+            raise CepError(f"autoscale: at most {self.key_groups} partition actors (one per key "
+                           f"group, --key-groups), got a maximum of {self.autoscale.maximum}")
         for name in ("max_body_bytes", "max_depth", "max_window", "max_advance_ahead"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
