@@ -325,6 +325,19 @@ def test_a_warm_spark_for_ingest_is_a_value(chart):
     assert '[ "${RAYCEP_WARM_SPARK:-false}" = "true" ] && serve+=(--spark)' in script
 
 
+def test_autoscaling_is_a_value(chart):
+    """``gateway.autoscale`` reaches ``raycep serve --autoscale`` (off by default)."""
+    for values, want in (({}, ("", "10")),
+                         ({"gateway": {"autoscale": "1..8", "autoscaleInterval": 5}},
+                          ("1..8", "5"))):
+        objects, _ = render(chart, values)
+        head, _ = head_container(objects)
+        env = env_of(head)
+        assert (env["RAYCEP_AUTOSCALE"], env["RAYCEP_AUTOSCALE_INTERVAL"]) == want
+    script = (CHART / "files" / "start-head.sh").read_text()
+    assert '[ -n "${RAYCEP_AUTOSCALE:-}" ] && serve+=(--autoscale "$RAYCEP_AUTOSCALE"' in script
+
+
 def test_monitoring_is_off_by_default_and_each_part_a_value(chart):
     objects, _ = render(chart, {})
     assert not {"ServiceMonitor", "PodMonitor"} & {o["kind"] for o in objects}
@@ -586,6 +599,8 @@ def test_head_registers_the_chart_queries_once(chart, tmp_path):
     ({"ingestion": {"paths": ["/data/$HOME.csv"]}}, "at '/ingestion/paths/0'"),
     ({"gateway": {"disorderMode": "eager"}}, "at '/gateway/disorderMode'"),
     ({"gateway": {"slack": -1}}, "at '/gateway/slack'"),
+    ({"gateway": {"autoscale": "0..4"}}, "at '/gateway/autoscale'"),
+    ({"gateway": {"autoscaleInterval": 0}}, "at '/gateway/autoscaleInterval'"),
 ])
 def test_broken_values_are_rejected_naming_the_field(chart, values, message):
     with pytest.raises(helm.HelmValuesError) as caught:

@@ -24,6 +24,8 @@ serve=(raycep serve --address "127.0.0.1:${RAYCEP_GCS_PORT}" --host 0.0.0.0 --po
        --disorder-mode "${RAYCEP_DISORDER_MODE:-optimistic}" --slack "${RAYCEP_SLACK:-0}"
        --alpha "${RAYCEP_ALPHA:-2.5}" --wait-for-nodes "${RAYCEP_WAIT_FOR_NODES:-1}")
 [ -n "${RAYCEP_KEY:-}" ] && serve+=(--key "$RAYCEP_KEY")
+[ -n "${RAYCEP_AUTOSCALE:-}" ] && serve+=(--autoscale "$RAYCEP_AUTOSCALE"
+                                        --autoscale-interval "${RAYCEP_AUTOSCALE_INTERVAL:-10}")
 [ "${RAYCEP_MATCHES_JSONL:-false}" = "true" ] && serve+=(--matches-jsonl "$RAYCEP_DATA_DIR/matches.jsonl")
 [ "${RAYCEP_WARM_SPARK:-false}" = "true" ] && serve+=(--spark)
 echo "[raycep] ${serve[*]}"
