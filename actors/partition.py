@@ -39,6 +39,7 @@ too, so batches refused and sent again are processed in their order.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -141,6 +142,7 @@ class PartitionWorker:
         #: to this event time (None: not sealed)
         self._cut: float | None = None
         self._sealed_taken = 0                       # routed batches taken while sealed
+        self._direct_at = -math.inf                  # the last batch of a producer's lane
         self._left: int | None = None                # removed by re-partitioning to N actors
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
@@ -299,6 +301,8 @@ class PartitionWorker:
                     f"table again (GET /v1/routing) and send the events again")
             if self._cut is not None:
                 self._sealed(decoded, clock)
+            if after is not None:                       # (a lane: a producer of its own)
+                self._direct_at = time.monotonic()
         if box is not None and len(box) >= self.outbox_capacity and not self._replaying:
             self._refuse(f"its match outbox holds {len(box)} undelivered records (limit "
                          f"{self.outbox_capacity})")
@@ -397,11 +401,13 @@ class PartitionWorker:
         when its events (or, empty, its clock) are not after ``cut``, and refuse the others
         with MovingError (the sender tries again; after ``adopt`` they are refused with a
         ConflictError and routed again for the new layout). ``cut=-inf`` refuses every routed
-        batch, None ends the seal. Returns ``{"clock", "taken"}``: this actor's event-time
-        clock and the routed batches taken since the previous call."""
+        batch, None ends the seal. Returns ``{"clock", "taken", "direct_age"}``: this actor's
+        event-time clock, the routed batches taken since the previous call, and the seconds
+        since a producer's lane (actors.producer.Lane) last sent it a batch."""
         taken, self._sealed_taken = self._sealed_taken, 0
         self._cut = None if cut is None else float(cut)
-        return {"clock": self.engine.clock, "taken": taken}
+        return {"clock": self.engine.clock, "taken": taken,
+                "direct_age": time.monotonic() - self._direct_at}
 
     def leave(self, partitions: int) -> None:
         """Re-partitioning to ``partitions`` actors removes this one (its keys moved): from

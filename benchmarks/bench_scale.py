@@ -3,7 +3,8 @@ symbol --partitions 2 --retain 10000000`` (a subprocess, checkpoints on as by de
 retention keeps every tick buffered: the state a rescale moves), the sample queries
 registered with the client, ``--events`` ticks sent with the client, then ``raycep scale --partitions N`` (the command,
 a subprocess) to 3, 1 and 2 actors. Printed per rescale: the groups moved, the buffered
-events, the seconds the gateway spent (its answer) and the command's wall time; then the
+events, the seconds the gateway spent (its answer), of which sends were held, and the
+command's wall time, and the gateway's seconds per step; then the
 matches read at the gateway against ``raycep local`` on the same ticks.
 
     python3 -m benchmarks.bench_scale --events 100000 --seed 5
@@ -77,11 +78,13 @@ def main(argv=None) -> int:
     print(f"raycep scale on raycep serve --key symbol --retain {RETAIN} (checkpoints on), "
           f"{args.events:,} ticks of seed {args.seed} buffered")
     print(f"{'from':>5} {'to':>4} {'groups moved':>13} {'buffered':>10} {'gateway s':>10} "
-          f"{'command s':>10}")
+          f"{'held s':>7} {'command s':>10}  phases (s)")
     for answer, wall, _ in rows:
+        phases = " ".join(f"{k} {v:.3f}" for k, v in answer.get("phases", {}).items())
         print(f"{answer['before']:>5} {answer['partitions']:>4} "
               f"{answer['moved_key_groups']:>13} {answer['buffered']:>10,} "
-              f"{answer['seconds']:>10.3f} {wall:>10.3f}")
+              f"{answer['seconds']:>10.3f} {answer.get('held_seconds', answer['seconds']):>7.3f}"
+              f" {wall:>10.3f}  {phases}")
     print(f"matches stored at the gateway: {stored:,}; raycep local on the same ticks: "
           f"{want:,} ({'equal' if stored == want else 'DIFFERENT'})")
     return 0 if stored == want else 1

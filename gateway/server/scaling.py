@@ -18,13 +18,16 @@ possibly late). So the actors are first sealed (``PartitionWorker.seal``): they 
 batches (MovingError: the producer tries again shortly), then take again those that start no
 later than the largest clock of all actors, the cut, until for ``settle`` seconds no actor
 took any: every actor then holds its keys' events up to about the cut, and what comes after
-starts after it. Then they refuse every routed batch until they adopt the new layout, after
-which a batch routed for the old one is a ConflictError (``Producer`` then routes it again).
+starts after it (skipped where no producer of its own sent any actor a batch in the last
+10 s: sends through the gateway are held instead). Then they refuse every routed batch until
+they adopt the new layout, after which a batch routed for the old one is a ConflictError
+(``Producer`` then routes it again).
 A batch that starts before the cut and comes later than that (a producer stalled for the
 whole move) is handled as any out-of-order input.
 
-This version moves every key's state at once, so sends wait for the whole move (the time to
-snapshot and restore the buffered events of the windows).
+New actors are started before anything is held. This version then moves every key's state
+at once, so sends wait for the whole move (the time to snapshot and restore the buffered
+events of the windows).
 """
 from __future__ import annotations
 
@@ -91,16 +94,22 @@ class Scaling:
     settle = 0.25
     #: at most this many seconds are spent catching the actors up to the cut
     catch_up = 10.0
+    #: no catching up where no producer's lane has sent an actor a batch for this long
+    direct_quiet = 10.0
 
     def __init__(self, actors: Actors, outboxes, gate: Gate, settings, spawner=None):
         self.actors, self.outboxes, self.gate = actors, outboxes, gate
         self.settings = settings
         self.spawner = spawner
         self.history: list = []
+        self._one_at_a_time = asyncio.Lock()
 
     async def scale(self, partitions) -> dict:
         """Re-partition to ``partitions`` actors; ``{"partitions", "before", "moved_key_groups",
-        "key_groups", "buffered", "seconds", "version"}``."""
+        "key_groups", "buffered", "seconds", "held_seconds", "phases", "version", "cut"}``:
+        ``held_seconds`` while sends were held, ``phases`` the seconds of each step
+        (``start_actors`` before anything is held; ``seal``, ``snapshots``, ``split``,
+        ``adopt``, ``finish`` while held)."""
         groups = self.settings.key_groups
         try:
             check_partitions(partitions, groups)
@@ -110,44 +119,85 @@ class Scaling:
         if self.spawner is None:
             raise ConflictError("this cluster cannot change its number of partition actors "
                                 "(it runs without a runtime that starts actors)")
-        async with self.gate.exclusive():
+        async with self._one_at_a_time:
             before = self.actors.routing.partitions
             if partitions == before:
                 return self._report(before, before, 0, 0, 0.0)
             began = time.perf_counter()
-            cut = await self._seal(before)
+            phases: dict = {}
+            fresh = await self._start(before, partitions)      # (sends still flow)
+            phases["start_actors"] = time.perf_counter() - began
             try:
-                snaps = await self._quiet_snapshots(before)
-                epoch = self.actors.routing.epoch + 1
-                parts = split_workers(snaps, partitions, groups, epoch)
-                targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
-                for j in range(before, partitions):
-                    targets[j] = as_handle(self.spawner.spawn(j))
-                targets[GLOBAL] = self.actors.targets[GLOBAL]
+                async with self.gate.exclusive():
+                    held = time.perf_counter()
+                    report = await self._move(before, partitions, fresh, phases)
+                    report["held_seconds"] = round(time.perf_counter() - held, 4)
             except BaseException:
-                await self._unseal(before)
+                for j, handle in fresh.items():
+                    self.spawner.retire(j, handle)
                 raise
-            done = await asyncio.gather(*(targets[j].call("adopt", parts[j])
-                                          for j in range(partitions)))
-            for j in range(partitions, before):
-                await self.actors.targets[j].call("leave", partitions)
-                self.spawner.retire(j, self.actors.targets[j])
-            self.actors.targets = targets
-            self.actors.routing = dataclasses.replace(
-                self.actors.routing, partitions=partitions, epoch=epoch,
-                version=self.actors.routing.version + 1)
-            await self.outboxes.retarget()
-            self.spawner.claim(partitions)
-            report = self._report(before, partitions, moved_groups(before, partitions, groups),
-                                  sum(d["buffered"] for d in done),
-                                  time.perf_counter() - began)
-            report["cut"] = cut
+            report["seconds"] = round(time.perf_counter() - began, 4)
+            report["phases"] = {k: round(v, 4) for k, v in phases.items()}
             log.warning("re-partitioned from %d to %d actors: %d of %d key groups moved, "
-                        "%d buffered events, %.3f s", before, partitions,
+                        "%d buffered events, %.3f s (sends held %.3f s)", before, partitions,
                         report["moved_key_groups"], groups, report["buffered"],
-                        report["seconds"])
+                        report["seconds"], report["held_seconds"])
             self.history.append(report)
             return report
+
+    async def _start(self, before: int, partitions: int) -> dict:
+        """Start the new partition actors and wait until they answer (before anything is
+        held: a Ray actor takes a while to start)."""
+        fresh = {j: as_handle(self.spawner.spawn(j)) for j in range(before, partitions)}
+        try:
+            await asyncio.gather(*(h.call("health") for h in fresh.values()))
+        except BaseException:
+            for j, handle in fresh.items():
+                self.spawner.retire(j, handle)
+            raise
+        return fresh
+
+    async def _move(self, before: int, partitions: int, fresh: dict, phases: dict) -> dict:
+        """The keys' state to ``partitions`` actors (sends held: the gate is ours)."""
+        groups = self.settings.key_groups
+        mark = time.perf_counter()
+
+        def lap(name):
+            nonlocal mark
+            now = time.perf_counter()
+            phases[name] = now - mark
+            mark = now
+        cut = await self._seal(before)
+        lap("seal")
+        try:
+            snaps = await self._quiet_snapshots(before)
+            lap("snapshots")
+            epoch = self.actors.routing.epoch + 1
+            parts = split_workers(snaps, partitions, groups, epoch)
+            lap("split")
+            targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
+            targets.update(fresh)
+            targets[GLOBAL] = self.actors.targets[GLOBAL]
+        except BaseException:
+            await self._unseal(before)
+            raise
+        done = await asyncio.gather(*(targets[j].call("adopt", parts[j])
+                                      for j in range(partitions)))
+        lap("adopt")
+        for j in range(partitions, before):
+            await self.actors.targets[j].call("leave", partitions)
+            self.spawner.retire(j, self.actors.targets[j])
+        self.actors.targets = targets
+        self.actors.routing = dataclasses.replace(
+            self.actors.routing, partitions=partitions, epoch=epoch,
+            version=self.actors.routing.version + 1)
+        await self.outboxes.retarget()
+        self.spawner.claim(partitions)
+        lap("finish")
+        report = self._report(before, partitions, moved_groups(before, partitions, groups),
+                              sum(d["buffered"] for d in done), 0.0)
+        report["cut"] = cut
+        return report
 
     async def _seal(self, before: int) -> float | None:
         """Seal the partition actors at a common event time (module docstring); returns it
@@ -155,7 +205,10 @@ class Scaling:
         async def seal(cut):
             return await asyncio.gather(*(self.actors.call(j, "seal", cut)
                                           for j in range(before)))
-        cut = max(s["clock"] for s in await seal(-math.inf))
+        first = await seal(-math.inf)
+        cut = max(s["clock"] for s in first)
+        if min(s["direct_age"] for s in first) > self.direct_quiet:
+            return cut if math.isfinite(cut) else None    # (no producer of its own sends)
         deadline = time.monotonic() + self.catch_up
         while math.isfinite(cut):
             quiet_since = time.monotonic()

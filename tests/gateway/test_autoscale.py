@@ -132,19 +132,24 @@ def test_raycep_serve_autoscale_scales_up_under_load_and_down_when_idle(capsys):
         client = connect(cluster.url)
         for name, text in QUERIES.items():
             client.register(text, name=name)
-        events = make_stream(3000, 13, 10, 0.0, gaps=(0.1, 0.2, 0.5))
+        events = make_stream(20000, 13, 10, 0.0, gaps=(0.1, 0.2, 0.5))
+        sent = [0]
 
-        def produce():
+        def produce():                     # until the cluster grew, then 50 sends more
             sender = connect(cluster.url)
+            after = None
             for i in range(0, len(events), 20):
                 sender.send(events[i:i + 20])
+                sent[0] = i + 20
+                if after is None and sender.routing()["partitions"] > 1:
+                    after = i
+                if after is not None and i - after >= 1000:
+                    break
         thread = threading.Thread(target=produce)
         thread.start()
-        deadline = time.monotonic() + 60
-        while client.routing()["partitions"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
         thread.join(120)
         assert client.routing()["partitions"] >= 2
+        events = events[:sent[0]]
         deadline = time.monotonic() + 60
         while client.routing()["partitions"] > 1 and time.monotonic() < deadline:
             time.sleep(0.05)

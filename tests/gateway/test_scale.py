@@ -79,6 +79,9 @@ def test_scale_mid_stream_gives_one_engines_matches(scaled, checkpoints):
     up = client.scale(3)
     assert (up["before"], up["partitions"]) == (2, 3) and up["buffered"] > 0
     assert up["moved_key_groups"] == moved_groups(2, 3, 16) > 0
+    assert set(up["phases"]) == {"start_actors", "seal", "snapshots", "split", "adopt",
+                                 "finish"}
+    assert 0 <= up["held_seconds"] <= up["seconds"]     # (new actors start before the hold)
     assert client.routing()["partitions"] == 3 and len(cluster.workers) == 4
     # the keys are where the routing sends them, with their events
     for target in range(3):
