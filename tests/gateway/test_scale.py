@@ -8,6 +8,7 @@ import asyncio
 import math
 import random
 import threading
+import time
 
 import pytest
 
@@ -129,6 +130,48 @@ def test_scale_while_a_producer_sends(scaled):
     assert client.drained()
     assert read_ids(client) == engine_ids(events)
     assert client.routing()["partitions"] == 2
+
+
+def test_queries_changed_during_a_rescale_reach_every_actor(scaled, monkeypatch):
+    """A query registered and one removed while the actors are re-partitioned wait for the
+    move and then reach every actor, the new ones included."""
+    from raycep.actors.routing import GLOBAL
+    from raycep.gateway.server.scaling import Scaling
+    cluster = scaled()
+    client = connect(cluster.url)
+    client.register(PAIR, name="pair")
+    client.register(SEQ3, name="seq3")
+    events = make_stream(1500, 17, 8, 0.0, gaps=(0.1, 0.2, 0.5))
+    client.send(events[:700])
+    snapshots = Scaling._quiet_snapshots
+    moving = threading.Event()
+
+    async def slow_snapshots(self, before):            # a move that takes a while
+        moving.set()
+        await asyncio.sleep(0.4)
+        return await snapshots(self, before)
+    monkeypatch.setattr(Scaling, "_quiet_snapshots", slow_snapshots)
+    scaled_to = []
+    thread = threading.Thread(target=lambda: scaled_to.append(connect(cluster.url).scale(4)))
+    thread.start()
+    assert moving.wait(30)
+    began = time.perf_counter()
+    assert client.register(NEG, name="neg") == "neg"    # held until the move is done
+    assert client.remove("seq3")["id"] == "seq3"
+    assert time.perf_counter() - began > 0.2
+    thread.join(60)
+    assert scaled_to[0]["partitions"] == 4
+    assert len(cluster.workers) == 5                    # 4 partitions and the global actor
+    for target, worker in cluster.workers.items():       # (keyed queries: not on the global)
+        assert set(worker.engine.managers) == (set() if target == GLOBAL else {"pair", "neg"})
+    client.send(events[700:])
+    client.advance(1e6, force=True)
+    assert client.drained()
+    got = read_all(client, "neg")
+    eng = Engine(key_attr="k")
+    eng.add_query(NEG, name="neg", since=max(e.ts for e in events[:700]))
+    want = eng.process_many(events) + eng.advance(math.inf)
+    assert sorted(r["id"] for r in got) == sorted(match_id(m) for m in want)
 
 
 def test_bad_scale_requests_are_400s(scaled):
