@@ -116,6 +116,14 @@ class RaySpawner:
         handle.kill()
         remove_partition_state(self.checkpoint, target)
 
+    def reserve(self, partitions: int) -> None:
+        """Ask Ray's autoscaler for a CPU per partition actor (``ray.autoscaler.sdk.
+        request_resources``; it replaces the previous request): on KubeRay with the
+        autoscaler on, worker pods are added until the cluster has them, or removed when
+        idle after a scale-down. Without an autoscaler it changes nothing."""
+        from ray.autoscaler.sdk import request_resources
+        request_resources(bundles=[{"CPU": 1}] * partitions)
+
     def claim(self, partitions: int) -> None:
         if self.checkpoint is not None:
             claim(self.checkpoint.directory, partitions, self.key_attr, self.key_groups,
@@ -136,6 +144,9 @@ class LocalSpawner:
         c.workers = {t: c.workers[t] for t in sorted(k for k in c.workers if k != GLOBAL)
                      + [GLOBAL]}
         return LocalHandle(worker)
+
+    def reserve(self, partitions: int) -> None:
+        """(One process: nothing to ask for.)"""
 
     def retire(self, target: int, handle) -> None:
         c = self.cluster

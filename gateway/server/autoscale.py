@@ -15,8 +15,8 @@ then says whether to change the number of actors, and why:
 Up is quick and down is slow (hysteresis), and after a change the next decision waits
 ``cooldown`` seconds (the looks start again). Every decision is logged with its reason and
 kept (``GET /v1/scale``: ``autoscale``). A decision re-partitions as ``raycep scale`` does
-(gateway/server/scaling.py). On KubeRay, the new actors ask Ray for their CPUs; where the
-nodes have none free, Ray's autoscaler adds worker nodes (docs/kubernetes.md).
+(gateway/server/scaling.py), which asks Ray's autoscaler for a CPU per partition actor: on
+KubeRay with the autoscaler on, worker pods are added (docs/kubernetes.md).
 """
 from __future__ import annotations
 

@@ -87,7 +87,8 @@ class Gate:
 class Scaling:
     """``spawner``: ``spawn(j) -> handle`` of a new partition actor ``j``, ``retire(j,
     handle)`` to stop one, ``claim(n)`` to mark the checkpoint directory as holding ``n``
-    partitions (None: this cluster cannot change its number of partitions)."""
+    partitions, ``reserve(n)`` to ask the platform for room for ``n`` (None: this cluster
+    cannot change its number of partitions)."""
 
     #: seconds without a routed batch taken before the cut is final (``_seal``); more than
     #: a producer's pause between two tries of a refused batch (actors.producer.Lane)
@@ -125,6 +126,7 @@ class Scaling:
                 return self._report(before, before, 0, 0, 0.0)
             began = time.perf_counter()
             phases: dict = {}
+            self._reserve(partitions)
             fresh = await self._start(before, partitions)      # (sends still flow)
             phases["start_actors"] = time.perf_counter() - began
             try:
@@ -144,6 +146,17 @@ class Scaling:
                         report["seconds"], report["held_seconds"])
             self.history.append(report)
             return report
+
+    def _reserve(self, partitions: int) -> None:
+        """Tell the runtime how many partition actors there will be (Ray's autoscaler: a CPU
+        each, RaySpawner.reserve); a failure is logged, not raised."""
+        reserve = getattr(self.spawner, "reserve", None)
+        if reserve is None:
+            return
+        try:
+            reserve(partitions)
+        except Exception as exc:              # noqa: BLE001 (the rescale goes on)
+            log.warning("could not ask Ray's autoscaler for %d CPUs: %s", partitions, exc)
 
     async def _start(self, before: int, partitions: int) -> dict:
         """Start the new partition actors and wait until they answer (before anything is

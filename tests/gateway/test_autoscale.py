@@ -167,3 +167,27 @@ def test_raycep_serve_autoscale_scales_up_under_load_and_down_when_idle(capsys):
         assert read_ids(client) == engine_ids(events)
     finally:
         cluster.stop()
+
+
+def test_a_rescale_asks_rays_autoscaler_for_a_cpu_per_actor(monkeypatch):
+    """The partition actors ask Ray for no CPU (they share the nodes'), so a rescale asks
+    Ray's autoscaler for one per actor itself: KubeRay then adds worker pods."""
+    import ray.autoscaler.sdk as sdk
+    from raycep.actors.partition import WorkerSettings
+    from raycep.gateway.runtime import LocalSpawner, RaySpawner
+    asked = []
+    monkeypatch.setattr(sdk, "request_resources", lambda **kw: asked.append(kw))
+    RaySpawner("k", WorkerSettings(), None, None, 16).reserve(3)
+    assert asked == [{"bundles": [{"CPU": 1}] * 3}]
+    reserved = []
+    monkeypatch.setattr(LocalSpawner, "reserve", lambda self, n: reserved.append(n))
+    cluster = InProcessCluster(2, "k", GatewaySettings(port=0, registry_path=None,
+                                                       plan_every=0, key_groups=16))
+    cluster.start()
+    try:
+        client = connect(cluster.url)
+        client.scale(3)
+        client.scale(1)
+        assert reserved == [3, 1]
+    finally:
+        cluster.stop()
