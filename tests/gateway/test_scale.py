@@ -255,9 +255,11 @@ class LoopHandle(LocalHandle):
         return Later(asyncio.run_coroutine_threadsafe(call(), self.cluster.loop))
 
 
-def test_a_producer_follows_re_partitionings_while_it_sends(scaled):
+@pytest.mark.parametrize("seed, steps, in_flight", [(5, (3, 1, 4, 2), 8), (6, (4, 3, 1), 2),
+                                                  (7, (1, 3), 16)])
+def test_a_producer_follows_re_partitionings_while_it_sends(scaled, seed, steps, in_flight):
     """A producer pushing straight to the actors (as Spark jobs do) while the cluster is
-    re-partitioned 2 -> 3 -> 1 -> 4 -> 2: the actors are sealed at a common event time, refuse
+    re-partitioned from 2 actors through ``steps``: the actors are sealed at a common event time, refuse
     what comes after it until they hold the new layout, and the producer sends what they
     refused again, routed for the new layout: every event once, in order per key, none late;
     the matches equal one engine's."""
@@ -276,9 +278,9 @@ def test_a_producer_follows_re_partitionings_while_it_sends(scaled):
         found = cluster._run(workers())
         return {t: LoopHandle(cluster, found[t], rng)
                 for t in [*range(routing.partitions), GLOBAL]}
-    rng = random.Random(5)
+    rng = random.Random(seed)
     producer = Producer(handles_for, lambda: RoutingTable.from_dict(reader.routing()),
-                        "spark", max_in_flight=8)
+                        "spark", max_in_flight=in_flight)
     errors, sent = [], threading.Event()
 
     def produce():
@@ -295,7 +297,7 @@ def test_a_producer_follows_re_partitionings_while_it_sends(scaled):
     thread = threading.Thread(target=produce)
     thread.start()
     sent.wait(60)
-    for n in (3, 1, 4, 2):
+    for n in steps:
         assert client.scale(n)["partitions"] == n
     thread.join(120)
     assert not errors and not thread.is_alive()
@@ -307,7 +309,7 @@ def test_a_producer_follows_re_partitionings_while_it_sends(scaled):
     assert sum(a.get("late_events", 0) for a in actors.values()) == 0
     assert sum(a["events"] for t, a in actors.items() if t != "global") == len(events)
     assert read_ids(client) == engine_ids(events)
-    assert [r["partitions"] for r in client.scaling()["history"]] == [3, 1, 4, 2]
+    assert [r["partitions"] for r in client.scaling()["history"]] == list(steps)
 
 
 def test_raycep_scale_command(scaled, capsys):
