@@ -95,9 +95,22 @@ class Snapshot:
                        gateway["late_events"])
         yield _counter("raycep_gateway_orphan_matches",
                        "Matches of queries no longer registered", gateway["orphan_matches"])
+        yield from self._scaling(gateway)
         yield from self._queries(actors)
         yield from self._actors(actors)
         yield from self._store(self.stats.get("store", {}))
+
+    @staticmethod
+    def _scaling(gateway: dict):
+        if "partitions" not in gateway:
+            return
+        yield GaugeMetricFamily("raycep_partition_actors", "Partition actors now (raycep "
+                                "scale, --autoscale)", value=gateway["partitions"])
+        yield _counter("raycep_rescales", "Re-partitionings done", gateway["rescales"])
+        yield _counter("raycep_rescale_held_seconds", "Seconds sends were held by "
+                       "re-partitionings", gateway["rescale_held_seconds"])
+        yield _counter("raycep_autoscale_decisions", "Decisions of the autoscaler "
+                       "(--autoscale)", gateway["autoscale_decisions"])
 
     @staticmethod
     def _queries(actors: dict):

@@ -223,9 +223,15 @@ class GatewayService:
                 "routing": self.routing.to_dict()}
 
     def _gateway_counts(self) -> dict:
+        history = self._scaling.history
         return {"events": self.events_in, "bad_rows": self.bad_rows, "pid": os.getpid(),
                 "orphan_matches": self.store.orphans,
-                "late_events": self._outboxes.late_total()}
+                "late_events": self._outboxes.late_total(),
+                "partitions": self.routing.partitions, "rescales": len(history),
+                "rescale_held_seconds": sum(r.get("held_seconds", r["seconds"])
+                                            for r in history),
+                "autoscale_decisions": len(self._autoscaler.decisions)
+                if self._autoscaler is not None else 0}
 
     async def metrics_text(self) -> bytes:
         """The Prometheus exposition (gateway/server/metrics.py) of this gateway and of every

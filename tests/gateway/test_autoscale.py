@@ -162,11 +162,25 @@ def test_raycep_serve_autoscale_scales_up_under_load_and_down_when_idle(capsys):
         assert cli.main(["scale", "--gateway", cluster.url]) == 0
         shown = capsys.readouterr().out
         assert "autoscaling between 1 and 3 actors" in shown and "1 -> " in shown
+        metrics = _metrics(cluster.url)                  # (GET /metrics)
+        assert metrics["raycep_partition_actors"] == 1
+        assert metrics["raycep_autoscale_decisions_total"] == len(moves)
+        assert metrics["raycep_rescales_total"] == len(moves)
+        assert 0 < metrics["raycep_rescale_held_seconds_total"] < 60
         client.advance(1e6, force=True)
         assert client.drained()
         assert read_ids(client) == engine_ids(events)
     finally:
         cluster.stop()
+
+
+def _metrics(url: str) -> dict:
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if not s.labels}
 
 
 def test_a_rescale_asks_rays_autoscaler_for_a_cpu_per_actor(monkeypatch):
