@@ -43,6 +43,9 @@ def run_scale(args) -> int:
                 print(f"  {d['from']} -> {d['to']}: {d['reason']}"
                       + (f" (failed: {d['error']})" if d.get("error") else ""))
         return 0
+    if args.partitions < 1:
+        note(f"error: --partitions must be at least 1, got {args.partitions}")
+        return 2
     note(f"re-partitioning to {args.partitions} partition actors ...")
     r = client.scale(args.partitions)
     if r["before"] == r["partitions"]:

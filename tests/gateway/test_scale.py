@@ -331,4 +331,7 @@ def test_raycep_scale_command(scaled, capsys):
     assert out[2].split()[:3] == ["2", "3", str(moved_groups(2, 3, 16))]
     assert cli.main(["scale", "--partitions", "17", *gw]) == 2
     assert "at least as many key groups" in capsys.readouterr().err
+    assert cli.main(["scale", "--partitions", "0", *gw]) == 2
+    err = capsys.readouterr().err
+    assert "--partitions must be at least 1, got 0" in err and "re-partitioning" not in err
     assert client.routing()["partitions"] == 3
