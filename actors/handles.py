@@ -130,6 +130,17 @@ def as_handle(x):
     return LocalHandle(x)
 
 
+def ready(pending) -> bool:
+    """Whether a submitted call has finished (its ``result`` will not wait)."""
+    if isinstance(pending, Done):
+        return True
+    future = getattr(pending, "future", None)          # (a call on another thread's loop)
+    if future is not None:
+        return future.done()
+    import ray
+    return bool(ray.wait([pending], timeout=0)[0])
+
+
 def result(pending, timeout: float | None = None):
     """The value of a submitted call (``ray.get`` for a Ray ObjectRef); UnavailableError
     when it has not come within ``timeout`` seconds (an actor down and not back, or

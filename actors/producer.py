@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import deque
 
-from raycep.actors.handles import as_handle, result as _result
+from raycep.actors.handles import as_handle, ready, result as _result
 from raycep.actors.routing import GLOBAL
 from raycep.cep.errors import ConflictError, MovingError, OverloadedError, UnavailableError
 from raycep.cep.io.codec import encode_batch
@@ -88,6 +88,11 @@ class Lane:
         self.refusals = 0                    # refused batches sent again
         self._flight: deque = deque()        # (ref, data, batch_id, after), oldest first
         self._last = None                    # id of the last batch pushed
+        #: called (with this lane) while it waits for an actor that refused a batch
+        #: because its keys are about to move (MovingError): the Producer then sends again
+        #: what its other lanes had refused (``nudge``), so that every actor catches up to
+        #: the move's time, not only this one
+        self.on_moving = None
 
     def push(self, data: bytes, batch_id: str, clock: float | None = None):
         """Send a batch after the ones pushed before; ``clock``: the latest event time of
@@ -101,6 +106,35 @@ class Lane:
         """Wait until every batch pushed is acknowledged."""
         while self._flight:
             self._settle()
+
+    def nudge(self) -> None:
+        """Without waiting: take the answers that came for the oldest batches in flight,
+        and send again (in order) those refused because keys are about to move."""
+        while self._flight and ready(self._flight[0][0]):
+            try:
+                ack = _result(self._flight[0][0])
+            except Exception as exc:          # noqa: BLE001 (a refusal: sent again)
+                if not isinstance(_overloaded(exc), MovingError):
+                    return                    # (left for _settle to raise or retry)
+                again = []
+                while self._flight and ready(self._flight[0][0]):
+                    entry = self._flight[0]
+                    try:
+                        self.on_ack(_result(entry[0]))
+                        self._flight.popleft()
+                        continue
+                    except Exception as exc2:     # noqa: BLE001
+                        if _overloaded(exc2) is None:
+                            break
+                    again.append(self._flight.popleft())
+                rest = list(self._flight)
+                self._flight.clear()
+                self.refusals += len(again)
+                self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
+                self._flight.extend(rest)     # (refused too when they come: sent later)
+                return
+            self._flight.popleft()
+            self.on_ack(ack)
 
     def unsettled(self) -> list:
         """After a ConflictError (the cluster was re-partitioned): wait for every batch in
@@ -156,6 +190,8 @@ class Lane:
                 if not isinstance(refused, MovingError):  # (a move: try again soon)
                     delay = min(1.0, delay * 2)
                 self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
+                if isinstance(refused, MovingError) and self.on_moving is not None:
+                    self.on_moving(self)
                 continue
             self._flight.popleft()
             self.on_ack(ack)
@@ -201,9 +237,19 @@ class Producer:
         self.truncated = 0
 
     def _lanes_for(self, handles: dict, routing) -> dict:
-        return {t: Lane(h, self.max_in_flight, self._account, self.retry_for,
-                        epoch=None if t == GLOBAL else routing.epoch)
-                for t, h in handles.items()}
+        lanes = {t: Lane(h, self.max_in_flight, self._account, self.retry_for,
+                         epoch=None if t == GLOBAL else routing.epoch)
+                 for t, h in handles.items()}
+        for lane in lanes.values():
+            lane.on_moving = self._nudge
+        return lanes
+
+    def _nudge(self, waiting: Lane) -> None:
+        """An actor refuses batches because keys are about to move: every other lane sends
+        again what its actor refused (each actor must catch up to the move's time)."""
+        for lane in list(self._lanes.values()):
+            if lane is not waiting:
+                lane.nudge()
 
     def send(self, events: list):
         """Push one slice of the stream: every actor gets one batch, with the slice's latest
