@@ -44,6 +44,9 @@ class Done:
             raise self.error
         return self.value
 
+    def done(self) -> bool:
+        return True
+
     def __await__(self):
         if self.error is not None:
             raise self.error
@@ -133,10 +136,7 @@ def as_handle(x):
 def ready(pending) -> bool:
     """Whether a submitted call has finished (its ``result`` will not wait)."""
     if isinstance(pending, Done):
-        return True
-    future = getattr(pending, "future", None)          # (a call on another thread's loop)
-    if future is not None:
-        return future.done()
+        return pending.done()
     import ray
     return bool(ray.wait([pending], timeout=0)[0])
 

@@ -326,6 +326,28 @@ class Plan:
             slow |= ~present
         return target
 
+    def retarget(self, table: pa.Table, partitions: int) -> pa.Table | None:
+        """A prepared table's rows routed for ``partitions`` partition actors (the cluster
+        was re-partitioned): each row by its key's group, the global actor's copies (target
+        ``self.partitions``) to the global actor (target ``partitions``), dead rows dead.
+        None when a row is slow (its key is in its wire row: the caller stops instead)."""
+        n = table.num_rows
+        if table.column(SLOW).null_count != n:
+            return None
+        old = table.column(TARGET).to_numpy()
+        typed = self.mapping.typed_strings
+        key = None
+        for v in ([self.key_value] if self.key_value else []) + self.attrs:
+            if v is self.key_value or v.name == self.key_attr:
+                key = {k: table.column(name).combine_chunks() for name, k in v.columns(typed)}
+        moved = Plan(self.mapping, self.columns, partitions, self.global_types,
+                     key_groups=self.key_groups)
+        new = moved._targets(key, n, np.zeros(n, dtype=bool))
+        new[old == self.partitions] = partitions
+        new[old == DEAD_TARGET] = DEAD_TARGET
+        return table.set_column(table.schema.get_field_index(TARGET), TARGET,
+                                pa.array(new, pa.int32()))
+
     # ------------------------------------------------------------------ wire
     def rows(self, table: pa.Table) -> list:
         """Wire rows ``[type, ts, attrs, key, id]`` of a prepared table (the msgpack
@@ -462,6 +484,23 @@ class Chunker:
         out = []
         for t in list(self.pending):
             out.extend(self._cut(t, final=True))
+        return out
+
+    def release(self, before: float) -> list:
+        """Chunks of every held row with a time before ``before`` (the rows at ``before``
+        and after stay). The push task releases after each batch up to the batch's latest
+        time, so that no actor's rows are held back behind another's (re-partitioning:
+        spark_ingest.push); a run of equal times is still never cut."""
+        out = []
+        for t in list(self.pending):
+            table = pa.concat_tables(self.pending.pop(t))
+            k = int(np.searchsorted(table.column(TS).to_numpy(), before, side="left"))
+            if k:
+                self.pending[t] = [table.slice(0, k)]
+                out.extend(self._cut(t, final=True))
+            if k < table.num_rows:
+                self.pending[t] = [table.slice(k)]
+            self.counts[t] = table.num_rows - k
         return out
 
     def _cut(self, t, final: bool) -> list:

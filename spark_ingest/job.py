@@ -36,16 +36,14 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-from raycep.actors.handles import (NAMESPACE, actor_name, connect_ray, connected_address,
-                            named_handle, named_handles)
-from raycep.actors.producer import Lane
-from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.actors.handles import connected_address, named_handles
+from raycep.actors.routing import RoutingTable
 from raycep.cep.errors import CepError, IngestError, OverloadedError
 from raycep.cep.io.timestamps import TS_UNITS
-from raycep.spark_ingest.columnar import (DEAD_TARGET, PART, TARGET, TS, Chunker, Plan,
-                                   category_of, encode_chunk)
+from raycep.spark_ingest.columnar import DEAD_TARGET, PART, TARGET, TS, Plan, category_of
 from raycep.spark_ingest.dead_letters import Locator, local_path
 from raycep.spark_ingest.mapping import EventMapping
+from raycep.spark_ingest.push import Pusher
 
 FORMATS = ("csv", "json", "parquet")
 #: the column in which Spark keeps the raw text of a CSV row / JSON line it cannot parse
@@ -353,8 +351,6 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
         import pyarrow.compute as pc
         counts = dict.fromkeys(COUNTS, 0)
         sample: list = []                      # the first dead letters' reasons
-        lanes: dict = {}
-        seq: dict = {}
 
         def count(ack):
             counts["events"] += ack["events"]
@@ -364,29 +360,7 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
             counts["bad"] += len(ack["bad_rows"])
             counts["truncated"] += ack.get("truncated", 0)
 
-        def lane(target):
-            if target not in lanes:
-                connect_ray(settings.ray_address, log_to_driver=False,
-                            configure_logging=False)
-                name = actor_name(GLOBAL if target == n else target)
-                try:
-                    handle = named_handle(name)
-                except ValueError:
-                    raise CepError(f"no actor {name!r} in Ray namespace {NAMESPACE!r}: is the "
-                                   f"raycep cluster running (raycep serve) on this "
-                                   f"Ray?") from None
-                lanes[target] = Lane(handle, settings.max_in_flight, count, settings.retry_for,
-                                     epoch=None if target == n else plan.epoch)
-            return lanes[target]
-
-        def push(chunks):
-            for target, chunk in chunks:
-                seq[target] = seq.get(target, 0) + 1
-                batch_id = f"{job_id}:{target}:{seq[target]}"
-                lane(target).push(encode_chunk(plan, chunk, settings.source, batch_id),
-                                  batch_id)
-
-        chunker = Chunker(plan, settings.batch_size)
+        pusher = Pusher(job_id, plan, settings, count)
         latest: dict = {}                      # target -> its latest event time so far
         for batch in batches:
             if check_order:
@@ -394,16 +368,12 @@ def _pusher(job_id: str, plan: Plan, settings: IngestSettings, check_order: bool
             t = batch.column(TARGET)
             counts["rows"] += pc.sum(pc.and_(pc.greater_equal(t, DEAD_TARGET),
                                              pc.less(t, n))).as_py() or 0
-            dead, chunks = chunker.add(batch)
-            push(chunks)
+            dead = pusher.add(batch)
             if dead:
                 counts["dead"] += len(dead)
                 sample.extend(json.loads(d)["reason"] for d in dead[:5 - len(sample)])
                 yield pa.RecordBatch.from_pydict({"kind": ["dead"] * len(dead), "text": dead})
-        push(chunker.flush())
-        for each in lanes.values():
-            each.flush()
-            counts["refused"] += each.refusals
+        counts["refused"] += pusher.finish()
         yield pa.RecordBatch.from_pydict({"kind": ["count"],
                                           "text": [json.dumps({**counts, "sample": sample})]})
     return run

@@ -592,6 +592,11 @@ class GatewayServer:
     async def address(self) -> str:
         return self.url
 
+    async def routing(self) -> dict:
+        """The routing table (what ``GET /v1/routing`` answers), for producers inside the
+        Ray cluster (Spark's push tasks after a re-partitioning)."""
+        return self.service.routing.to_dict()
+
     async def stop(self):
         for task in self._tasks:
             task.cancel()

@@ -369,6 +369,66 @@ def test_a_direct_producer_follows_re_partitionings_through_ray(make_cluster):
     assert sum(a.get("late_events", 0) for a in client.stats()["actors"].values()) == 0
 
 
+@pytest.mark.parametrize("seed", [29, 31])
+def test_a_spark_push_task_follows_re_partitionings_through_ray(make_cluster, seed):
+    """The push side of a ``raycep ingest`` task (``spark_ingest.job._pusher``: what each
+    Spark task runs on its prepared, time-ordered rows; here without Spark) while the
+    cluster goes 2 -> 3 -> 1: the chunks the actors refuse, the rows held and every later
+    row are routed for the new layout; every query's matches equal the engine's, each id
+    once, no event late (issue 38)."""
+    import pyarrow as pa
+    from raycep.spark_ingest.columnar import Plan, category_of
+    from raycep.spark_ingest.job import IngestSettings, _pusher
+    from raycep.spark_ingest.mapping import EventMapping
+    events = stream(4000, seed=seed)
+    expected = engine_ids(events, QUERIES)
+    cluster = make_cluster(2)
+    client = connect(cluster.url)
+    for name, text in QUERIES:
+        client.register(text, name=name)
+    table = pa.table({"type": [e.type for e in events], "ts": [e.ts for e in events],
+                      "k": [e.attrs["k"] for e in events], "x": [e.attrs["x"] for e in events],
+                      "id": [e.id for e in events]})
+    rt = RoutingTable.from_dict(client.routing())
+    plan = Plan(EventMapping(key_column="k"), {f.name: category_of(f.type)
+                                               for f in table.schema},
+                rt.partitions, rt.global_types, key_groups=rt.key_groups, epoch=rt.epoch)
+    started, errors, out = threading.Event(), [], []
+
+    def batches():
+        for i, batch in enumerate(table.to_batches(max_chunksize=100)):
+            if i == 4:
+                started.set()
+            time.sleep(0.06)                   # (a task that outlasts the rescales)
+            yield plan.prepare(batch)
+
+    def push():
+        try:
+            out.extend(_pusher("job-s", plan, IngestSettings(batch_size=50, max_in_flight=4,
+                                                              source="spark-s"))(batches()))
+        except Exception as exc:           # noqa: BLE001 (asserted below)
+            errors.append(exc)
+        finally:
+            started.set()
+    thread = threading.Thread(target=push)
+    thread.start()
+    started.wait(WAIT)
+    assert client.scale(3)["partitions"] == 3
+    assert client.scale(1)["partitions"] == 1
+    thread.join(WAIT)
+    assert not errors and not thread.is_alive()
+    counts = json.loads(out[-1].column("text")[0].as_py())
+    assert counts["rows"] == len(events) and counts["dead"] == 0
+    client.advance(max(e.ts for e in events) + 100.0)
+    settle(client, {q: len(ids) for q, ids in expected.items()})
+    actors = client.stats()["actors"]
+    assert sum(a.get("late_events", 0) for a in actors.values()) == 0
+    assert sum(a["events"] for t, a in actors.items() if t != "global") == len(events)
+    for name, ids in expected.items():
+        got = ids_of(read_all(client, name))
+        assert len(got) == len(set(got)) and set(got) == ids, name
+
+
 def test_malformed_batch_is_rejected_and_the_next_is_processed(make_cluster):
     cluster = make_cluster(2)
     client = connect(cluster.url)

@@ -226,6 +226,9 @@ class Later(Done):
     def result(self):
         return self.future.result(60).result()
 
+    def done(self) -> bool:
+        return self.future.done()
+
 
 class LoopHandle(LocalHandle):
     """A worker called as a Ray actor is, from any thread: each call runs on the gateway's
