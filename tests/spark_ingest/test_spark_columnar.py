@@ -282,6 +282,42 @@ def test_chunks_keep_equal_times_together_in_id_order_whatever_the_batches():
     assert shapes.pop()[:2] == ((1.0, 2.0, 2.0, 2.0, 2.0), (3.0, 4.0, 4.0))
 
 
+def test_released_chunks_hold_every_row_before_the_batch_and_keep_runs_together():
+    """``Chunker.release`` (a push task after each batch: no actor's rows held behind
+    another's) cuts every held row before the given time into chunks and keeps the rest;
+    a run of equal times is never cut, so the same batch boundaries give the same chunks
+    whatever the order of the rows within a run (a retried task)."""
+    ts = ["1", "2", "2", "2", "3", "4", "4", "5", "6", "6", "6", "7"]
+    rows = [("A", t, f"s{i % 3}", None, str(i), None) for i, t in enumerate(ts)]
+    mapping = EventMapping(key_column="symbol")
+
+    def released(order):
+        table = text_table([rows[i] for i in order])
+        plan = Plan(mapping, {f.name: category_of(f.type) for f in table.schema}, 2)
+        chunker = Chunker(plan, 100)
+        out = []
+        for start in range(0, table.num_rows, 4):       # batches of 4 rows
+            batch = plan.prepare(table.slice(start, 4).to_batches()[0])
+            out += chunker.add(batch)[1]
+            before = max(batch.column(TS).to_pylist())
+            got = chunker.release(before)
+            for _, chunk in got:
+                assert max(chunk.column(TS).to_pylist()) < before
+            held = [t for tables in chunker.pending.values() for tb in tables
+                    for t in tb.column(TS).to_pylist()]
+            assert all(t >= before for t in held)
+            out += got
+        out += chunker.flush()
+        return sorted((target, tuple((r[1], r[2]["price"]) for r in plan.rows(c)))
+                      for target, c in out)
+    first = released(range(len(rows)))
+    swapped = list(range(len(rows)))
+    swapped[1], swapped[3] = swapped[3], swapped[1]           # (within the run at ts 2)
+    swapped[8], swapped[10] = swapped[10], swapped[8]         # (within the run at ts 6)
+    assert released(swapped) == first
+    assert sum(len(rows_) for _, rows_ in first) == len(rows)
+
+
 def test_global_actor_gets_copies_of_the_types_it_needs():
     table = text_table([("A", "1", "s1", None, "1", None), ("B", "2", "s2", None, "2", None),
                         ("B", "3", "s1", None, "3", None)])
