@@ -27,6 +27,7 @@ import itertools
 import time
 import uuid
 from collections import deque
+from functools import partial
 
 from raycep.actors.handles import as_handle, ready, result as _result
 from raycep.actors.routing import GLOBAL
@@ -61,6 +62,56 @@ def _backpressure(exc: BaseException) -> bool:
     retries): raised as it is."""
     refused = _overloaded(exc)
     return refused is not None and not isinstance(refused, MovingError)
+
+
+def is_move(exc: BaseException) -> bool:
+    """Whether a batch was not taken because the cluster was re-partitioned: a ConflictError
+    (routed for another layout), or its actor gone (removed); not backpressure that
+    outlasted a lane's retries."""
+    return _moved(exc) and not _backpressure(exc)
+
+
+def follow_moves(op, follow, repeat: bool = False, limit: int = 100) -> None:
+    """Run ``op``; while it fails because the cluster was re-partitioned (``is_move``),
+    run ``follow(exc)``'s step instead (it routes for the new layout and sends again what
+    no actor took), then (``repeat``) ``op`` again. Any other error is raised."""
+    step = op
+    for _ in range(limit):
+        try:
+            step()
+            if step is op or not repeat:
+                return
+            step = op
+        except Exception as exc:              # noqa: BLE001 (a move, or raised again)
+            if not is_move(exc):
+                raise
+            step = follow(exc)
+    raise ConflictError(f"the cluster was re-partitioned {limit} times while one send "
+                        f"went on")
+
+
+def next_layout(read, epoch: int, exc: BaseException, retry_for: float):
+    """The routing table ``read()`` gives once its layout is not ``epoch`` (the actors adopt
+    their keys just before the gateway routes by them); ``exc`` (what refused a batch) raised
+    when none comes within ``retry_for`` seconds (5 s for an actor that did not answer: it
+    may have crashed rather than been removed)."""
+    wait = retry_for if _conflict(exc) else min(5.0, retry_for)
+    deadline = time.monotonic() + wait
+    while True:
+        routing = read()
+        if routing.epoch != epoch:
+            return routing
+        if not time.monotonic() < deadline:
+            raise exc
+        time.sleep(0.05)
+
+
+def nudge_others(lanes, waiting: "Lane") -> None:
+    """A lane's actor refuses batches because keys are about to move: every other lane
+    sends again what its actor refused (each actor must catch up to the move's time)."""
+    for lane in list(lanes):
+        if lane is not waiting:
+            lane.nudge()
 
 
 class Lane:
@@ -241,15 +292,8 @@ class Producer:
                          epoch=None if t == GLOBAL else routing.epoch)
                  for t, h in handles.items()}
         for lane in lanes.values():
-            lane.on_moving = self._nudge
+            lane.on_moving = lambda waiting: nudge_others(self._lanes.values(), waiting)
         return lanes
-
-    def _nudge(self, waiting: Lane) -> None:
-        """An actor refuses batches because keys are about to move: every other lane sends
-        again what its actor refused (each actor must catch up to the move's time)."""
-        for lane in list(self._lanes.values()):
-            if lane is not waiting:
-                lane.nudge()
 
     def send(self, events: list):
         """Push one slice of the stream: every actor gets one batch, with the slice's latest
@@ -290,36 +334,11 @@ class Producer:
     def _guarded(self, op, repeat: bool = False) -> None:
         """Run ``op``; when an actor refuses a batch because the cluster was
         re-partitioned, follow the new layout (``_follow``), then (``repeat``) run ``op``
-        again."""
-        step = op
-        for _ in range(100):
-            try:
-                step()
-                if step is op or not repeat:
-                    return
-                step = op
-            except Exception as exc:          # noqa: BLE001 (a move, or raised again)
-                if self._handles_for is None or not _moved(exc) or _backpressure(exc):
-                    raise
-                routing = self._new_routing(exc)
-                step = (lambda routing=routing: self._follow(routing))
-        raise ConflictError("the cluster was re-partitioned 100 times while one slice was "
-                            "sent")
-
-    def _new_routing(self, exc: BaseException):
-        """The routing table of the layout that refused a batch (read until its version is
-        not ours: the actors adopt their keys just before the gateway routes by them); the
-        error itself when none comes within ``retry_for`` seconds (5 s for an actor that
-        did not answer: it may have crashed rather than been removed)."""
-        wait = self.retry_for if _conflict(exc) else min(5.0, self.retry_for)
-        deadline = time.monotonic() + wait
-        while True:
-            routing = self._routing_source()
-            if routing.epoch != self.routing.epoch:
-                return routing
-            if not time.monotonic() < deadline:
-                raise exc
-            time.sleep(0.05)
+        again. With a fixed set of actors, ``op`` alone."""
+        if self._handles_for is None:
+            return op()
+        follow_moves(op, lambda exc: partial(self._follow, next_layout(
+            self._routing_source, self.routing.epoch, exc, self.retry_for)), repeat)
 
     def _follow(self, routing) -> None:
         """Route by ``routing`` from now on: wait for every batch in flight, and send the

@@ -18,6 +18,7 @@ Figures to stdout, progress to stderr; results: benchmarks/SCALE_RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -64,19 +65,15 @@ def start_serve(workdir: str, low: int, autoscale: str, interval: float):
 def run(steps: list, table, client) -> tuple:
     """Send ``table``'s rows at the stepped rates; ``(samples, rows sent)``."""
     samples, sent = [], 0
+    ends = list(itertools.accumulate(seconds for seconds, _ in steps))   # (from the start)
     t0 = time.perf_counter()
-    end_of, total = [], 0.0                   # (the step's end, seconds from t0; its rate)
-    for seconds, rate in steps:
-        total += seconds
-        end_of.append((total, rate))
     last_sample, last_sent = t0, 0
     tick = 0
     while True:
         now = time.perf_counter() - t0
-        step = next(((end, rate) for end, rate in end_of if now < end), None)
-        if step is None or sent >= table.num_rows:
+        rate = next((r for end, (_, r) in zip(ends, steps) if now < end), None)
+        if rate is None or sent >= table.num_rows:
             break
-        rate = step[1]
         want = min(table.num_rows, sent + int(rate * SLICE))
         if want > sent:
             client.send(table.slice(sent, want - sent))

@@ -18,18 +18,22 @@ order.
 from __future__ import annotations
 
 import dataclasses
-import time
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycep.actors.handles import GATEWAY, NAMESPACE, actor_name, connect_ray, named_handle
-from raycep.actors.producer import Lane
-from raycep.actors.routing import RoutingTable, GLOBAL
-from raycep.cep.errors import (CepError, ConflictError, MovingError, OverloadedError,
-                               UnavailableError)
+from raycep.actors.producer import Lane, follow_moves, next_layout, nudge_others
+from raycep.actors.routing import GLOBAL, RoutingTable
+from raycep.cep.errors import CepError, ConflictError
 from raycep.spark_ingest.columnar import DEAD_TARGET, TARGET, TS, Chunker, Plan, encode_chunk
+
+
+#: a row whose key the push task cannot route again by itself (it travels as a wire row)
+SLOW_ROW = ("the cluster was re-partitioned during this ingestion and a row of it takes the "
+            "slow path; run the job again")
 
 
 class Pusher:
@@ -53,8 +57,7 @@ class Pusher:
                 else batch
             batch = self.origin.retarget(table, self.plan.partitions)
             if batch is None:
-                raise ConflictError("the cluster was re-partitioned during this ingestion "
-                                    "and a row of it takes the slow path; run the job again")
+                raise ConflictError(SLOW_ROW)
         dead, chunks = self.chunker.add(batch)
         targets = batch.column(TARGET).to_numpy()
         times = batch.column(TS).to_numpy(zero_copy_only=False)[targets != DEAD_TARGET]
@@ -84,13 +87,8 @@ class Pusher:
             lane = self.lanes[target] = Lane(handle, self.settings.max_in_flight, self._ack,
                                              self.settings.retry_for,
                                              epoch=None if glob else self.plan.epoch)
-            lane.on_moving = self._nudge
+            lane.on_moving = lambda waiting: nudge_others(self.lanes.values(), waiting)
         return self.lanes[target]
-
-    def _nudge(self, waiting: Lane) -> None:
-        for lane in list(self.lanes.values()):
-            if lane is not waiting:
-                lane.nudge()
 
     def _ack(self, ack: dict) -> None:
         self.sent.pop(ack.get("batch_id"), None)
@@ -117,25 +115,25 @@ class Pusher:
     # ---------------------------------------------------------------- re-partitioning
     def _guarded(self, step, repeat: bool = False) -> None:
         """Run ``step``; when the cluster was re-partitioned under it, follow the new
-        layout and (``repeat``) run ``step`` again."""
-        current = step
-        for _ in range(20):
-            try:
-                current()
-                if current is step or not repeat:
-                    return
-                current = step
-            except Exception as exc:          # noqa: BLE001 (a move, or raised again)
-                if not self.single or not _moved(exc):
-                    raise
-                current = (lambda exc=exc: self._follow(exc))
-        raise ConflictError("the cluster was re-partitioned 20 times during one ingestion")
+        layout and (``repeat``) run ``step`` again (a task among several: ``step`` alone)."""
+        if not self.single:
+            return step()
+        follow_moves(step, lambda exc: partial(self._follow, next_layout(
+            partial(self._gateway_routing, exc), self.plan.epoch, exc,
+            self.settings.retry_for)), repeat, limit=20)
 
-    def _follow(self, moved: BaseException) -> None:
-        """Route by the new layout from now on (module docstring)."""
+    @staticmethod
+    def _gateway_routing(moved: BaseException) -> RoutingTable:
+        """The routing table of the gateway actor; ``moved`` raised without one."""
+        try:
+            return RoutingTable.from_dict(named_handle(GATEWAY).get("routing", timeout=30))
+        except ValueError:
+            raise moved from None
+
+    def _follow(self, routing: RoutingTable) -> None:
+        """Route by ``routing`` from now on (module docstring)."""
         for lane in list(self.lanes.values()):
             lane.unsettled()                  # (each acknowledged chunk leaves ``sent``)
-        routing = self._new_routing(moved)
         left = [chunk for _, chunk in self.sent.values()]
         for tables in self.chunker.pending.values():
             left.extend(tables)
@@ -144,7 +142,7 @@ class Pusher:
         if table is not None and table.num_rows:
             table = self.plan.retarget(table, routing.partitions)
             if table is None:
-                raise moved
+                raise ConflictError(SLOW_ROW)
             table = table.take(pc.sort_indices(table, [(TS, "ascending")]))
         keep = self.lanes.pop(self.plan.partitions, None)   # (the global actor stays)
         self.lanes = {} if keep is None else {routing.partitions: keep}
@@ -155,37 +153,3 @@ class Pusher:
         if table is not None and table.num_rows:
             _, chunks = self.chunker.add(table)
             self._push(chunks + self.chunker.flush())
-
-    def _new_routing(self, moved: BaseException) -> RoutingTable:
-        """The gateway's routing table once its layout is not ours (the actors adopt theirs
-        just before the gateway routes by it); ``moved`` raised when none comes within
-        ``retry_for`` seconds (5 s where an actor did not answer: it may have crashed
-        rather than been removed)."""
-        conflict = _conflict(moved)
-        deadline = time.monotonic() + (self.settings.retry_for if conflict else
-                                       min(5.0, self.settings.retry_for))
-        while True:
-            try:
-                got = RoutingTable.from_dict(named_handle(GATEWAY).get("routing", timeout=30))
-            except ValueError:                # (no gateway actor)
-                raise moved from None
-            if got.epoch != self.plan.epoch:
-                return got
-            if not time.monotonic() < deadline:
-                raise moved
-            time.sleep(0.05)
-
-
-def _conflict(exc: BaseException) -> bool:
-    return any(isinstance(e, ConflictError) for e in (getattr(exc, "cause", None), exc))
-
-
-def _moved(exc: BaseException) -> bool:
-    """A chunk not taken because the layout changed: a ConflictError, or its actor gone
-    (removed by the re-partitioning); not backpressure that outlasted the retries."""
-    for err in (getattr(exc, "cause", None), exc):
-        if isinstance(err, ConflictError) or isinstance(err, UnavailableError):
-            return True
-        if isinstance(err, OverloadedError) and not isinstance(err, MovingError):
-            return False
-    return type(exc).__name__ in ("RayActorError", "ActorDiedError")

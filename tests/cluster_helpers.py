@@ -119,3 +119,26 @@ def check_concurrent_sends(client, query: str, producers: int = 8, n: int = 800)
     for stage in ("route", "wait", "actor", "checkpoint", "drain"):
         assert 0 <= stages[stage]["max"] <= stages["total"]["max"] + 1e-9, stage
     assert stages["total"]["p50"] <= stages["total"]["p99"] <= stages["total"]["max"]
+
+
+def while_it_runs(work, act, wait: float = 90.0) -> None:
+    """Run ``work(started)`` in a thread (it sets ``started``, a threading.Event, once under
+    way), ``act()`` once it has started, then wait for it; its exception is raised here."""
+    import threading
+    started, errors = threading.Event(), []
+
+    def run():
+        try:
+            work(started)
+        except Exception as exc:           # noqa: BLE001 (raised below)
+            errors.append(exc)
+        finally:
+            started.set()
+    thread = threading.Thread(target=run)
+    thread.start()
+    started.wait(wait)
+    act()
+    thread.join(wait)
+    assert not thread.is_alive()
+    if errors:
+        raise errors[0]

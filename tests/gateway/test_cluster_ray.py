@@ -29,7 +29,7 @@ from raycep.gateway.runtime import RayCluster
 from raycep.gateway.server.service import GatewaySettings
 
 from cluster_helpers import (SEQ3, check_concurrent_sends, http, ids_of, make_stream, read_all,
-                             send_in_slices)
+                             send_in_slices, while_it_runs)
 
 pytestmark = pytest.mark.ray
 
@@ -327,6 +327,24 @@ def test_scale_through_ray_moves_the_keys_state_and_keeps_the_matches(make_clust
     assert client.routing()["partitions"] == 1
 
 
+def rescale(client, *steps) -> None:
+    for n in steps:
+        assert client.scale(n)["partitions"] == n
+
+
+def same_matches_none_late(client, events, expected: dict) -> dict:
+    """After the stream's end: every query's match ids equal ``expected`` (the engine's),
+    each once, and no actor counted a late event; the actors' stats."""
+    client.advance(max(e.ts for e in events) + 100.0)
+    settle(client, {q: len(ids) for q, ids in expected.items()})
+    for name, ids in expected.items():
+        got = ids_of(read_all(client, name))
+        assert len(got) == len(set(got)) and set(got) == ids, name
+    actors = client.stats()["actors"]
+    assert sum(a.get("late_events", 0) for a in actors.values()) == 0
+    return actors
+
+
 def test_a_direct_producer_follows_re_partitionings_through_ray(make_cluster):
     """A producer pushing straight to the Ray actors (``Producer(named_handles, ...)``, as
     Spark jobs push) while the cluster goes 2 -> 3 -> 1: the actors are sealed at a common
@@ -341,32 +359,16 @@ def test_a_direct_producer_follows_re_partitionings_through_ray(make_cluster):
     reader = connect(cluster.url)
     producer = Producer(named_handles, lambda: RoutingTable.from_dict(reader.routing()),
                         "spark-scale")
-    errors, started = [], threading.Event()
 
-    def produce():
-        try:
-            for i in range(0, len(events), 40):
-                producer.send(events[i:i + 40])
-                if i >= 800:
-                    started.set()
-            producer.flush()
-        except Exception as exc:           # noqa: BLE001 (asserted below)
-            errors.append(exc)
-        finally:
-            started.set()
-    thread = threading.Thread(target=produce)
-    thread.start()
-    started.wait(WAIT)
-    assert client.scale(3)["partitions"] == 3
-    assert client.scale(1)["partitions"] == 1
-    thread.join(WAIT)
-    assert not errors and not thread.is_alive() and producer.events == len(events)
-    client.advance(max(e.ts for e in events) + 100.0)
-    settle(client, {q: len(ids) for q, ids in expected.items()})
-    for name, ids in expected.items():
-        got = ids_of(read_all(client, name))
-        assert len(got) == len(set(got)) and set(got) == ids, name
-    assert sum(a.get("late_events", 0) for a in client.stats()["actors"].values()) == 0
+    def produce(started):
+        for i in range(0, len(events), 40):
+            producer.send(events[i:i + 40])
+            if i >= 800:
+                started.set()
+        producer.flush()
+    while_it_runs(produce, lambda: rescale(client, 3, 1), WAIT)
+    assert producer.events == len(events)
+    same_matches_none_late(client, events, expected)
 
 
 @pytest.mark.parametrize("seed", [29, 31])
@@ -393,40 +395,22 @@ def test_a_spark_push_task_follows_re_partitionings_through_ray(make_cluster, se
     plan = Plan(EventMapping(key_column="k"), {f.name: category_of(f.type)
                                                for f in table.schema},
                 rt.partitions, rt.global_types, key_groups=rt.key_groups, epoch=rt.epoch)
-    started, errors, out = threading.Event(), [], []
+    out = []
 
-    def batches():
-        for i, batch in enumerate(table.to_batches(max_chunksize=100)):
-            if i == 4:
-                started.set()
-            time.sleep(0.06)                   # (a task that outlasts the rescales)
-            yield plan.prepare(batch)
-
-    def push():
-        try:
-            out.extend(_pusher("job-s", plan, IngestSettings(batch_size=50, max_in_flight=4,
-                                                              source="spark-s"))(batches()))
-        except Exception as exc:           # noqa: BLE001 (asserted below)
-            errors.append(exc)
-        finally:
-            started.set()
-    thread = threading.Thread(target=push)
-    thread.start()
-    started.wait(WAIT)
-    assert client.scale(3)["partitions"] == 3
-    assert client.scale(1)["partitions"] == 1
-    thread.join(WAIT)
-    assert not errors and not thread.is_alive()
+    def push(started):
+        def batches():
+            for i, batch in enumerate(table.to_batches(max_chunksize=100)):
+                if i == 4:
+                    started.set()
+                time.sleep(0.06)               # (a task that outlasts the rescales)
+                yield plan.prepare(batch)
+        out.extend(_pusher("job-s", plan, IngestSettings(batch_size=50, max_in_flight=4,
+                                                          source="spark-s"))(batches()))
+    while_it_runs(push, lambda: rescale(client, 3, 1), WAIT)
     counts = json.loads(out[-1].column("text")[0].as_py())
     assert counts["rows"] == len(events) and counts["dead"] == 0
-    client.advance(max(e.ts for e in events) + 100.0)
-    settle(client, {q: len(ids) for q, ids in expected.items()})
-    actors = client.stats()["actors"]
-    assert sum(a.get("late_events", 0) for a in actors.values()) == 0
+    actors = same_matches_none_late(client, events, expected)
     assert sum(a["events"] for t, a in actors.items() if t != "global") == len(events)
-    for name, ids in expected.items():
-        got = ids_of(read_all(client, name))
-        assert len(got) == len(set(got)) and set(got) == ids, name
 
 
 def test_malformed_batch_is_rejected_and_the_next_is_processed(make_cluster):

@@ -23,7 +23,7 @@ from raycep.gateway.client import connect
 from raycep.gateway.runtime import InProcessCluster
 from raycep.gateway.server.service import GatewaySettings
 
-from cluster_helpers import NEG, PAIR, SEQ3, http, make_stream, read_all
+from cluster_helpers import NEG, PAIR, SEQ3, http, make_stream, read_all, while_it_runs
 
 QUERIES = {"pair": PAIR, "neg": NEG, "seq3": SEQ3}
 
@@ -284,26 +284,18 @@ def test_a_producer_follows_re_partitionings_while_it_sends(scaled, seed, steps,
     rng = random.Random(seed)
     producer = Producer(handles_for, lambda: RoutingTable.from_dict(reader.routing()),
                         "spark", max_in_flight=in_flight)
-    errors, sent = [], threading.Event()
 
-    def produce():
-        try:
-            for i in range(0, len(events), 20):
-                producer.send(events[i:i + 20])
-                if i >= len(events) // 5:
-                    sent.set()
-            producer.flush()
-        except Exception as exc:             # noqa: BLE001 (reported below)
-            errors.append(exc)
-        finally:
-            sent.set()
-    thread = threading.Thread(target=produce)
-    thread.start()
-    sent.wait(60)
-    for n in steps:
-        assert client.scale(n)["partitions"] == n
-    thread.join(120)
-    assert not errors and not thread.is_alive()
+    def produce(started):
+        for i in range(0, len(events), 20):
+            producer.send(events[i:i + 20])
+            if i >= len(events) // 5:
+                started.set()
+        producer.flush()
+
+    def rescale():
+        for n in steps:
+            assert client.scale(n)["partitions"] == n
+    while_it_runs(produce, rescale, 120)
     assert producer.events == len(events)
     assert producer.rerouted > 0                   # (refused by a layout, sent again)
     client.advance(1e6, force=True)
