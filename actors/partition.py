@@ -53,6 +53,8 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
+from raycep.actors.rescale import (few_collections, merge_worker, pack_share, share_worker,
+                                   unpack_share)
 from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
                                RecoveryError)
 from raycep.cep.io.codec import decode_batch
@@ -144,6 +146,8 @@ class PartitionWorker:
         self._sealed_taken = 0                       # routed batches taken while sealed
         self._direct_at = -math.inf                  # the last batch of a producer's lane
         self._left: int | None = None                # removed by re-partitioning to N actors
+        self._kept = None                            # (number, its own share) between give
+        #                                              and take (re-partitioning)
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
         self.outbox = Outbox() if worker.outbox else None
@@ -406,6 +410,8 @@ class PartitionWorker:
         since a producer's lane (actors.producer.Lane) last sent it a batch."""
         taken, self._sealed_taken = self._sealed_taken, 0
         self._cut = None if cut is None else float(cut)
+        if cut is None:
+            self._kept = None                        # (a re-partitioning that failed)
         return {"clock": self.engine.clock, "taken": taken,
                 "direct_age": time.monotonic() - self._direct_at}
 
@@ -597,6 +603,34 @@ class PartitionWorker:
             retain=snap["engine"].get("retain", 0.0)))
         worker._adopt(snap, settings)
         return worker
+
+    def give(self, number: int, parts: int, key_groups: int) -> dict:
+        """Re-partitioning to ``parts`` actors (sealed, outbox drained): this actor's state,
+        as partition actor ``number`` of the old layout, cut into one share per new actor
+        (actors/rescale.py); returns ``{j: bytes}`` of the shares for the others, keeps its
+        own (``take`` merges it). Nothing changes here until ``take``. OverloadedError while
+        the outbox holds records."""
+        shares = share_worker(self.snapshot(), number, parts, key_groups)
+        self._kept = (number, shares[number]) if number < parts else None
+        return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
+
+    def take(self, shares: list, partition: int, epoch: int) -> dict:
+        """Become partition actor ``partition`` of layout ``epoch`` from the shares every old
+        actor gave it (``give``), in their order: bytes, or None where it is this actor's own
+        kept share. As ``adopt`` then."""
+        kept, self._kept = self._kept, None
+        got = []
+        for i, data in enumerate(shares):
+            if data is None:
+                if kept is None or kept[0] != i:
+                    raise ConflictError(f"partition {self.partition}: no share of its own "
+                                        f"kept for this re-partitioning (give first)")
+                got.append(kept[1])
+            else:
+                got.append(unpack_share(data))
+        own = self.outbox_seq if kept is not None else None
+        with few_collections():
+            return self.adopt(merge_worker(got, partition, epoch, own))
 
     def adopt(self, snap: dict) -> dict:
         """Take over ``snap``, this partition's share of the re-partitioned state

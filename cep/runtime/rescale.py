@@ -18,17 +18,25 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 
 from raycep.cep.errors import CepError
 
+_TS = operator.attrgetter("ts")
 
 
-def split(snaps: list, owner, parts: int) -> list:
+def split(snaps: list, owner, parts: int, counted: list | None = None,
+          weights: bool = False) -> list:
     """``parts`` snapshots from the engine snapshots ``snaps`` (taken at one moment, the
     same queries on each): the state of key ``k`` goes to snapshot ``owner(k)``, that of no
-    key (None) to 0. CepError when the snapshots disagree on their queries."""
+    key (None) to 0; what counts the past of source ``i`` to ``counted[i]`` (default ``min(i,
+    parts - 1)``); ``weights``: each stream's disorder statistics keep the weight of their
+    mean (``share``: a ``merge`` averages as one ``split`` does). CepError when the
+    snapshots disagree on their queries."""
     if not snaps or parts < 1:
         raise CepError(f"cannot split {len(snaps)} snapshot(s) into {parts}")
+    if counted is None:
+        counted = [min(i, parts - 1) for i in range(len(snaps))]
     base = snaps[0]
     _check_same(snaps)
     place = _placer(owner, parts)
@@ -37,9 +45,27 @@ def split(snaps: list, owner, parts: int) -> list:
                       for lst in s["evicted"][1] for ev in lst), place, parts)
     out = []
     for j in range(parts):
-        mine = [s for i, s in enumerate(snaps) if min(i, parts - 1) == j]
-        out.append(_one(base, snaps, mine, j, place, events[j], gone[j]))
+        mine = [s for i, s in enumerate(snaps) if counted[i] == j]
+        out.append(_one(base, snaps, mine, j, place, events[j], gone[j], weights))
     return out
+
+
+def share(snap: dict, number: int, owner, parts: int) -> list:
+    """One engine's part of ``split``: its snapshot ``snap`` (source ``number``) cut into
+    ``parts`` shares by ``owner``, what counts its past in share ``min(number, parts - 1)``;
+    ``merge`` of the shares every source gave new engine ``j`` is ``split``'s snapshot
+    ``j``. So each engine cuts its own state, and only the shares that change engines
+    travel."""
+    return split([snap], owner, parts, [min(number, parts - 1)], weights=True)
+
+
+def merge(shares: list) -> dict:
+    """One engine's snapshot from the ``share`` each source gave it, in source order."""
+    return split(shares, _first, 1, [0] * len(shares))[0]
+
+
+def _first(key) -> int:
+    return 0
 
 
 def _placer(owner, parts: int):
@@ -57,12 +83,14 @@ def _placer(owner, parts: int):
 
 
 def _by_owner(events, place, parts: int) -> list:
-    """``events`` per new owner, each list in (ts, id) order."""
+    """``events`` per new owner, each list in time order, events of one time in the order
+    given (a restored index orders them by id: their ids, derived from the content where
+    none was given, are not computed here)."""
     out: list = [[] for _ in range(parts)]
     for ev in events:
         out[place(ev.key)].append(ev)
     for part in out:
-        part.sort(key=lambda ev: (ev.ts, ev.id))
+        part.sort(key=_TS)
     return out
 
 
@@ -79,7 +107,7 @@ def _check_same(snaps: list) -> None:
 
 
 def _one(base: dict, snaps: list, mine: list, j: int, place, events: list,
-         gone: list) -> dict:
+         gone: list, weights: bool) -> dict:
     """New snapshot ``j``: ``mine`` are the sources whose counters it takes, ``events`` and
     ``gone`` the buffered and remembered evicted events of its keys."""
     fronts = [s["front"] for s in snaps if s["front"] is not None]
@@ -97,7 +125,7 @@ def _one(base: dict, snaps: list, mine: list, j: int, place, events: list,
         events=events,
         evicted=(0, [gone]) if gone else (0, []),
         front=front, open_at=open_at,
-        disorder=_disorder(snaps, mine),
+        disorder=_disorder(snaps, mine, weights),
         floors=tuple(max(f) for f in zip(*(s["floors"] for s in snaps))),
         counters=tuple(sum(c) for c in zip(*(s["counters"] for s in mine)))
         if mine else tuple(0 for _ in base["counters"]),
@@ -109,9 +137,10 @@ def _one(base: dict, snaps: list, mine: list, j: int, place, events: list,
     return out
 
 
-def _disorder(snaps: list, mine: list) -> dict:
+def _disorder(snaps: list, mine: list, weights: bool) -> dict:
     """The stream's watermark and slack (the largest), each stream's scores over every
-    source and its counts over ``mine``."""
+    source and its counts over ``mine``; ``weights``: each stream keeps its mean's weight
+    (``_weight``, the out-of-order events it averages: a share's count may be 0)."""
     streams: dict = {}
     for s in snaps:
         for key, st in s["disorder"]["streams"].items():
@@ -121,17 +150,18 @@ def _disorder(snaps: list, mine: list) -> dict:
                 got["_weight"] = 0
             got["max_score"] = max(got["max_score"], st["max_score"])
             got["max_ts"] = max(got["max_ts"], st["max_ts"])
-            weight = got["_weight"] + st["out_of_order"]
+            own = st.get("_weight", st["out_of_order"])
+            weight = got["_weight"] + own
             if weight:
-                got["mean"] = (got["mean"] * got["_weight"] + st["mean"] * st["out_of_order"]) \
-                    / weight
+                got["mean"] = (got["mean"] * got["_weight"] + st["mean"] * own) / weight
             got["_weight"] = weight
     for s in mine:
         for key, st in s["disorder"]["streams"].items():
             for f in ("events", "out_of_order", "late"):
                 streams[key][f] += st[f]
-    for st in streams.values():
-        del st["_weight"]
+    if not weights:
+        for st in streams.values():
+            del st["_weight"]
     return {"slack": max(s["disorder"]["slack"] for s in snaps),
             "watermark": max(s["disorder"]["watermark"] for s in snaps),
             "streams": streams}

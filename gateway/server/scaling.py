@@ -3,11 +3,11 @@
 The keys' state moves with their key groups (actors.routing, actors.rescale): the gateway
 holds new sends, advances and query changes (``Gate``) and lets those under way finish;
 seals the partition actors at a common event time (``cut``, for the producers that push to
-them directly: Spark jobs, ``Producer``), drains every outbox, takes every partition actor's
-snapshot, splits it for the new number,
-starts the actors that are new (``spawner``: the runtime's), has each actor adopt its share
-(a full checkpoint of it with a checkpoint directory), stops the surplus ones, and routes
-by the new table (its version grows). Events held meanwhile are sent after: none is lost or
+them directly: Spark jobs, ``Producer``), drains every outbox, has every partition actor
+cut its state into one share per new actor (``give``: the shares for the others as bytes,
+its own kept), has each new actor merge the shares it is given (``take``; a full
+checkpoint of it with a checkpoint directory), stops the surplus ones, and routes by the new
+table (its version grows). Events held meanwhile are sent after: none is lost or
 processed twice. The global actor does not change.
 
 The cut. A producer that pushes to the actors itself sends each actor its part of the
@@ -25,9 +25,10 @@ they adopt the new layout, after which a batch routed for the old one is a Confl
 A batch that starts before the cut and comes later than that (a producer stalled for the
 whole move) is handled as any out-of-order input.
 
-New actors are started before anything is held. This version then moves every key's state
-at once, so sends wait for the whole move (the time to snapshot and restore the buffered
-events of the windows).
+New actors are started before anything is held. Only the shares of the key groups that
+change actors travel (through the gateway, which passes their bytes on without decoding
+them); every actor still rebuilds its engine from its shares and writes a full checkpoint,
+and sends wait until all of that is done.
 """
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ import math
 import time
 
 from raycep.actors.handles import as_handle
-from raycep.actors.rescale import moved_groups, split_workers
+from raycep.actors.rescale import moved_groups
 from raycep.actors.routing import GLOBAL, check_partitions
-from raycep.cep.errors import ConflictError, IngestError
+from raycep.cep.errors import ConflictError, IngestError, OverloadedError
 from raycep.gateway.server.actors import Actors
 
 log = logging.getLogger("raycep.gateway")
@@ -109,8 +110,8 @@ class Scaling:
         """Re-partition to ``partitions`` actors; ``{"partitions", "before", "moved_key_groups",
         "key_groups", "buffered", "seconds", "held_seconds", "phases", "version", "cut"}``:
         ``held_seconds`` while sends were held, ``phases`` the seconds of each step
-        (``start_actors`` before anything is held; ``seal``, ``snapshots``, ``split``,
-        ``adopt``, ``finish`` while held)."""
+        (``start_actors`` before anything is held; ``seal``, ``give``, ``take``, ``finish``
+        while held)."""
         groups = self.settings.key_groups
         try:
             check_partitions(partitions, groups)
@@ -183,20 +184,19 @@ class Scaling:
         cut = await self._seal(before)
         lap("seal")
         try:
-            snaps = await self._quiet_snapshots(before)
-            lap("snapshots")
+            given = await self._shares(before, partitions)
+            lap("give")
             epoch = self.actors.routing.epoch + 1
-            parts = split_workers(snaps, partitions, groups, epoch)
-            lap("split")
             targets = {j: self.actors.targets[j] for j in range(min(before, partitions))}
             targets.update(fresh)
             targets[GLOBAL] = self.actors.targets[GLOBAL]
         except BaseException:
             await self._unseal(before)
             raise
-        done = await asyncio.gather(*(targets[j].call("adopt", parts[j])
-                                      for j in range(partitions)))
-        lap("adopt")
+        done = await asyncio.gather(*(
+            targets[j].call("take", [given[i].get(j) for i in range(before)], j, epoch)
+            for j in range(partitions)))
+        lap("take")
         for j in range(partitions, before):
             await self.actors.targets[j].call("leave", partitions)
             self.spawner.retire(j, self.actors.targets[j])
@@ -247,15 +247,19 @@ class Scaling:
         await asyncio.gather(*(self.actors.call(j, "seal", None) for j in range(before)),
                              return_exceptions=True)
 
-    async def _quiet_snapshots(self, before: int) -> list:
-        """The partition actors' snapshots once their outboxes are empty (nothing flows:
-        the gate holds every send and advance)."""
+    async def _shares(self, before: int, partitions: int) -> list:
+        """Per partition actor, ``{new actor: its share as bytes}`` (PartitionWorker.give),
+        once their outboxes are empty (nothing flows: the gate holds every send and
+        advance)."""
+        groups = self.settings.key_groups
         for _ in range(100):
             await self.outboxes.drain_all()
-            snaps = await asyncio.gather(*(self.actors.call(j, "snapshot")
-                                           for j in range(before)))
-            if all(s["outbox"] is None or not s["outbox"]["records"] for s in snaps):
-                return snaps
+            try:
+                return await asyncio.gather(*(self.actors.call(j, "give", j, partitions,
+                                                               groups)
+                                              for j in range(before)))
+            except OverloadedError:         # records made before the seal: drain again
+                pass
         raise ConflictError("the partition actors' outboxes do not empty; try again")
 
     def _report(self, before: int, after: int, moved: int, buffered: int,

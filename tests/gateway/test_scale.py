@@ -80,8 +80,7 @@ def test_scale_mid_stream_gives_one_engines_matches(scaled, checkpoints):
     up = client.scale(3)
     assert (up["before"], up["partitions"]) == (2, 3) and up["buffered"] > 0
     assert up["moved_key_groups"] == moved_groups(2, 3, 16) > 0
-    assert set(up["phases"]) == {"start_actors", "seal", "snapshots", "split", "adopt",
-                                 "finish"}
+    assert set(up["phases"]) == {"start_actors", "seal", "give", "take", "finish"}
     assert 0 <= up["held_seconds"] <= up["seconds"]     # (new actors start before the hold)
     assert client.routing()["partitions"] == 3 and len(cluster.workers) == 4
     # the keys are where the routing sends them, with their events
@@ -143,14 +142,14 @@ def test_queries_changed_during_a_rescale_reach_every_actor(scaled, monkeypatch)
     client.register(SEQ3, name="seq3")
     events = make_stream(1500, 17, 8, 0.0, gaps=(0.1, 0.2, 0.5))
     client.send(events[:700])
-    snapshots = Scaling._quiet_snapshots
+    shares = Scaling._shares
     moving = threading.Event()
 
-    async def slow_snapshots(self, before):            # a move that takes a while
+    async def slow_shares(self, before, partitions):    # a move that takes a while
         moving.set()
         await asyncio.sleep(0.4)
-        return await snapshots(self, before)
-    monkeypatch.setattr(Scaling, "_quiet_snapshots", slow_snapshots)
+        return await shares(self, before, partitions)
+    monkeypatch.setattr(Scaling, "_shares", slow_shares)
     scaled_to = []
     thread = threading.Thread(target=lambda: scaled_to.append(connect(cluster.url).scale(4)))
     thread.start()

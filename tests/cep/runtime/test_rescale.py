@@ -2,7 +2,9 @@
 query sets (the queries a partition actor holds) (test_sharing.variant_sets: variants, every strategy, negation, Kleene, deferred
 matches, both modes, out-of-order input) fed to N engines by key group, snapshotted
 mid-stream, split into M engines by the new owners of the key groups and continued: the
-final matches of every query equal one engine's, each reported once."""
+final matches of every query equal one engine's, each reported once. Split in one step
+(``split``) or as the partition actors do it (each engine cuts its own state, ``share``, and
+each new engine ``merge``s what it was given): the same snapshots."""
 from __future__ import annotations
 
 import math
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 from raycep.actors.routing import partition_of
 from raycep.cep.errors import CepError
 from raycep.cep.runtime.engine import Engine
-from raycep.cep.runtime.rescale import split
+from raycep.cep.runtime.rescale import merge, share, split
 from raycep.cep.store.disorder import DisorderSettings
 
 from test_disorder import final_keys
@@ -51,9 +53,9 @@ def feed(parts: list, events: list, size: int, outputs: list) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=SLOW)
 @given(case=variant_sets(keyed=True, out_of_order=True, allow_restore=False),
        before=st.integers(1, 3), after=st.integers(1, 3), at=st.floats(0, 1),
-       size=st.integers(1, 7))
+       size=st.integers(1, 7), shares=st.booleans())
 def test_engines_split_anew_mid_stream_give_one_engines_matches(case, before, after, at,
-                                                                 size):
+                                                                 size, shares):
     # strict contiguity is judged over the whole stream: such a query runs on the global
     # actor (gateway.server.checks.analyse), which is not re-partitioned
     case.members = [m for m in case.members if m.query.strategy != "strict_contiguity"]
@@ -67,7 +69,13 @@ def test_engines_split_anew_mid_stream_give_one_engines_matches(case, before, af
     feed(parts, arrivals[:cut], size, got)
     snaps = [eng.snapshot() for eng in parts]
     owner = (lambda key: partition_of(key, after, GROUPS))
-    parts = [Engine.restore(s) for s in split(snaps, owner, after)]
+    split_snaps = split(snaps, owner, after)
+    if shares:                      # each engine cuts its own; each new one merges its shares
+        cut_up = [share(snap, i, owner, after) for i, snap in enumerate(snaps)]
+        merged = [merge([given[j] for given in cut_up]) for j in range(after)]
+        assert merged == split_snaps
+        split_snaps = merged
+    parts = [Engine.restore(s) for s in split_snaps]
     feed(parts, arrivals[cut:], size, got)
     for eng in parts:
         got += eng.advance(math.inf)

@@ -1,0 +1,145 @@
+"""raycep.actors.rescale: each partition actor cuts its own state (``PartitionWorker.give``)
+and each new actor merges the shares it is given (``take``), as ``raycep scale`` does it
+(issue 38). The result is what splitting every actor's snapshot at once gives
+(cep.runtime.rescale.split); the shares travel as msgpack bytes, and a merged state refers to
+one object per event, as the live state did; the matches after equal one engine's."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import msgpack
+import pytest
+
+from raycep.actors.partition import PartitionWorker
+from raycep.actors.rescale import pack_share, share_worker, unpack_share
+from raycep.actors.routing import partition_of
+from raycep.cep import Engine, Event
+from raycep.cep.errors import ConflictError, OverloadedError
+from raycep.cep.io.codec import encode_batch
+from raycep.cep.match import match_id
+from raycep.cep.runtime.rescale import split
+
+from cluster_helpers import NEG, PAIR
+
+GROUPS = 16
+BATCH = itertools.count()                      # batch ids: never one twice
+QUERIES = (("pair", PAIR), ("neg", NEG))
+
+
+def stream(n: int, seed: int, keys: int = 12) -> list:
+    """In-order events of 12 keys; some with an id of their own, most with a derived one."""
+    rng = random.Random(seed)
+    out, ts = [], 0.0
+    for j in range(n):
+        ts += rng.choice([0.0, 0.5, 1.0, 1.5])
+        k = f"k{rng.randrange(keys)}"
+        out.append(Event(rng.choice("ABC"), ts, {"x": rng.randint(0, 9), "k": k}, key=k,
+                         id=f"e{j}" if rng.random() < 0.3 else None))
+    return out
+
+
+def pending(w) -> bool:
+    """Whether a binding of ``w`` waits for the clock (a trailing negation)."""
+    return any(g["state"]["deferred"] for g in w.engine.snapshot()["evaluators"])
+
+
+def workers(n: int) -> list:
+    out = []
+    for i in range(n):
+        w = PartitionWorker(f"p{i}", key_attr="k")
+        for name, text in QUERIES:
+            w.add_query(name, text)
+        out.append(w)
+    return out
+
+
+def feed(ws: list, events: list, found: list, size: int = 20) -> int:
+    """Batches to each actor of its key group (as the gateway routes), every actor told the
+    stream's clock after each batch; returns how many batches."""
+    sent = 0
+    for i in range(0, len(events), size):
+        part = events[i:i + size]
+        for j, w in enumerate(ws):
+            mine = [e for e in part if partition_of(e.key, len(ws), GROUPS) == j]
+            if mine:
+                found += w.ingest(encode_batch(mine, "test", f"b{next(BATCH)}"))["matches"]
+                sent += 1
+            found += w.observe(part[-1].ts)
+    return sent
+
+
+@pytest.mark.parametrize("before,after,seed", [(2, 3, 1), (3, 1, 2), (1, 2, 3), (2, 4, 4)])
+def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, after, seed):
+    events = stream(600, seed)
+    old = workers(before)
+    found: list = []
+    sent, cut = feed(old, events[:300], found), 300
+    while not any(pending(w) for w in old):     # a cut while a binding waits (trailing ~C)
+        sent += feed(old, events[cut:cut + 5], found)
+        cut += 5
+    assert cut < 500
+    snaps = [w.snapshot() for w in old]
+    owner = (lambda key: partition_of(key, after, GROUPS))
+    whole = split([s["engine"] for s in snaps], owner, after)
+    given = [w.give(i, after, GROUPS) for i, w in enumerate(old)]
+    for i, shares in enumerate(given):           # bytes for the others, msgpack, no pickle
+        assert set(shares) == set(range(after)) - {i}
+        for data in shares.values():
+            assert isinstance(data, bytes) and isinstance(
+                msgpack.unpackb(data, raw=False, strict_map_key=False,
+                                ext_hook=lambda code, payload: None), dict)
+    new = [old[j] if j < before else PartitionWorker(f"p{j}", key_attr="k")
+           for j in range(after)]
+    for j, w in enumerate(new):
+        w.take([given[i].get(j) for i in range(before)], j, 1)
+    for j, w in enumerate(new):
+        merged = w.engine.snapshot()
+        assert sorted(merged["events"], key=lambda e: (e.ts, e.id)) == \
+            sorted(whole[j]["events"], key=lambda e: (e.ts, e.id))
+        assert w.partition == f"p{j}" and w.epoch == 1
+        # a pending binding refers to the events the index holds, not to copies of them
+        held = {id(e) for e in w.engine.index.events()}
+        for group in merged["evaluators"]:
+            for item in group["state"]["deferred"]:
+                env = item[3]
+                assert all(id(v) in held for v in env.values()), "a copy of an event"
+    assert any(pending(w) for w in new)
+    sent += feed(new, events[cut:], found)
+    for w in new:
+        found += w.advance(math.inf)
+    one = Engine(key_attr="k")
+    for name, text in QUERIES:
+        one.add_query(text, name=name)
+    want = one.process_many(events) + one.advance(math.inf)
+    ids = [r["id"] for r in found]
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(match_id(m) for m in want)
+    # what counts the past is neither lost nor counted twice
+    assert sum(w.engine.events for w in new) == len(events)
+    assert sum(w.batches for w in new) == sent
+
+
+def test_take_without_its_own_share_and_give_with_records_undelivered_are_refused():
+    w = workers(1)[0]
+    with pytest.raises(ConflictError, match="give first"):
+        w.take([None], 0, 1)
+    box = PartitionWorker("p0", key_attr="k")
+    box.set_outbox(True)
+    box.add_query("pair", PAIR)
+    box.ingest(encode_batch(stream(50, 5), "test", "b1"))
+    assert box.outbox.records
+    with pytest.raises(OverloadedError, match="undelivered match records"):
+        box.give(0, 2, GROUPS)
+
+
+def test_a_share_keeps_ids_of_their_own_and_derived_ones_as_they_were():
+    w = workers(1)[0]
+    events = stream(120, 9)
+    feed([w], events, [])
+    share = share_worker(w.snapshot(), 0, 2, GROUPS)[1]
+    again = unpack_share(pack_share(share))
+    got = {(e.type, e.ts, e.id, e._id is None) for e in again["engine"]["events"]}
+    assert got == {(e.type, e.ts, e.id, e._id is None) for e in share["engine"]["events"]}
+    assert got
