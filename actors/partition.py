@@ -53,8 +53,8 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
-from raycep.actors.rescale import (few_collections, merge_worker, pack_share, share_worker,
-                                   unpack_share)
+from raycep.actors.rescale import (few_collections, merge_worker, moving_state, pack_share,
+                                   share_worker, unpack_share)
 from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
                                RecoveryError)
 from raycep.cep.io.codec import decode_batch
@@ -610,8 +610,9 @@ class PartitionWorker:
         (actors/rescale.py); returns ``{j: bytes}`` of the shares for the others, keeps its
         own (``take`` merges it). Nothing changes here until ``take``. OverloadedError while
         the outbox holds records."""
-        shares = share_worker(self.snapshot(), number, parts, key_groups)
-        self._kept = (number, shares[number]) if number < parts else None
+        moving, snap = moving_state(self, number, parts, key_groups)
+        shares = share_worker(snap, number, parts, key_groups)
+        self._kept = (number, shares[number], moving) if number < parts else None
         return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
 
     def take(self, shares: list, partition: int, epoch: int) -> dict:
@@ -630,13 +631,18 @@ class PartitionWorker:
                 got.append(unpack_share(data))
         own = self.outbox_seq if kept is not None else None
         with few_collections():
-            return self.adopt(merge_worker(got, partition, epoch, own))
+            index = None
+            if kept is not None:            # its staying keys' events stay where they are
+                index = self.engine.index
+                index.drop_keys(kept[2])
+            return self.adopt(merge_worker(got, partition, epoch, own), index)
 
-    def adopt(self, snap: dict) -> dict:
+    def adopt(self, snap: dict, index=None) -> dict:
         """Take over ``snap``, this partition's share of the re-partitioned state
-        (actors/rescale.py), in place of its own; with a checkpoint directory the saved state
-        is replaced by a full checkpoint of the new one. Returns ``{"buffered", "queries"}``."""
-        self._adopt(snap)
+        (actors/rescale.py), in place of its own (``index``: an event index that holds the
+        rest of its events); with a checkpoint directory the saved state is replaced by a
+        full checkpoint of the new one. Returns ``{"buffered", "queries"}``."""
+        self._adopt(snap, index=index)
         self._cut, self._sealed_taken = None, 0
         self.partition = snap["partition"]
         durable = self.durable
@@ -651,9 +657,9 @@ class PartitionWorker:
             self.checkpoint(force=True)
         return {"buffered": len(self.engine.index), "queries": len(self.engine.managers)}
 
-    def _adopt(self, snap: dict, settings=None) -> None:
-        """Take over the state of a snapshot."""
-        self.engine = Engine.restore(snap["engine"], settings)
+    def _adopt(self, snap: dict, settings=None, index=None) -> None:
+        """Take over the state of a snapshot (``index``: Engine.restore's)."""
+        self.engine = Engine.restore(snap["engine"], settings, index)
         self.engine.retain = self.retain         # this actor's setting, not the saved one
         self._recent = OrderedDict((tuple(i), None) for i in snap["recent"] or ())
         while len(self._recent) > self.remember_batches:

@@ -61,6 +61,24 @@ def share_worker(snap: dict, number: int, parts: int, key_groups: int) -> list:
     return out
 
 
+def moving_state(worker, number: int, parts: int, key_groups: int) -> tuple:
+    """``(moving keys, snapshot)``: the keys of partition actor ``number`` (``worker``) that
+    go to another of ``parts`` actors, and its snapshot with only their buffered and
+    remembered evicted events (what ``share_worker`` gives away: the others stay in its
+    index, ``PartitionWorker.take``)."""
+    owner = _owner(parts, key_groups)
+    index = worker.engine.index
+
+    def leaves(key) -> bool:
+        return (0 if key is None else owner(key)) != number
+    moving = {key for key in index.keys() if leaves(key)}
+    snap = worker.snapshot(evicted=False, events=False)
+    first, lists = index.evicted_events()
+    snap["engine"].update(events=index.key_events(moving), evicted=(
+        first, [[e for e in lst if leaves(e.key)] for lst in lists]))
+    return moving, snap
+
+
 def merge_worker(shares: list, j: int, epoch: int, own_seq: int | None) -> dict:
     """New partition actor ``j``'s snapshot (layout number ``epoch``) from the shares every
     current actor gave it (``share_worker``), in their order; ``own_seq``: the last outbox

@@ -1177,7 +1177,11 @@ class Engine:
         }
 
     @classmethod
-    def restore(cls, snap: dict, settings: ManagerSettings | None = None) -> "Engine":
+    def restore(cls, snap: dict, settings: ManagerSettings | None = None,
+                index: SharedEventIndex | None = None) -> "Engine":
+        """The engine of ``snap``; ``index``: an index that holds more of its events (the
+        keys that stay with a partition actor on a re-partitioning, cep.runtime.rescale),
+        taken over, ``snap``'s events and remembered evicted ones added to it."""
         engine = cls(snap["key_attr"], settings, disorder=snap["settings"], mode=snap["mode"],
                      sharing=snap["sharing"], retain=snap.get("retain", 0.0))
         queries = snap["queries"]
@@ -1191,11 +1195,16 @@ class Engine:
         engine.managers = {name: engine.managers[name] for name in queries}
         engine._sources = {name: engine._sources[name] for name in queries}
         engine._reindex()
+        if index is not None:
+            engine.index.take_over(index)
         for ev in snap["events"] or ():
             engine.index.insert(ev)
-        engine.index.floor = snap.get("index_floor", -math.inf)
+        engine.index.floor = max(engine.index.floor, snap.get("index_floor", -math.inf))
         if snap.get("evicted") is not None:
-            engine.index.remember_evicted(*snap["evicted"])
+            if index is None:
+                engine.index.remember_evicted(*snap["evicted"])
+            else:
+                engine.index.add_evicted(snap["evicted"][1])
         engine.clock = snap["clock"]
         engine._front = snap["front"]
         engine._open_at = snap.get("open_at", -math.inf)

@@ -19,11 +19,12 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, islice, repeat
-from operator import eq, is_, is_not
+from operator import attrgetter, eq, is_, is_not
 
 from raycep.cep.event import EXACT, Event, event_row, kind_of
 
 _MISSING = object()
+_TS = attrgetter("ts")
 
 
 def text_numbers(table: dict, grow: bool):
@@ -803,6 +804,77 @@ class SharedEventIndex:
                 if any(_fingerprint(e) in keys for e in rows.at(ts)):
                     return True
         return False
+
+    def keys(self) -> set:
+        """The partition keys of the buffered events (None for events without one)."""
+        if not (self.keep_keys or not self.keep_all):
+            return {ev.key for ev in self.events()}
+        keys = {p for p, _ in self._buffers if p is not ALL}
+        whole = sum(len(b) for (p, t), b in self._buffers.items() if p is ALL and t is not ANY_TYPE)
+        keyed = sum(len(b) for (p, t), b in self._buffers.items()
+                    if p is not ALL and t is not ANY_TYPE) if self.keep_all else 0
+        if whole > keyed:                      # events without a key (only under ALL)
+            keys.add(None)
+        return keys
+
+    def key_events(self, keys: set) -> list:
+        """The buffered events of the partition keys ``keys`` (None: events without one), each
+        once, in time order (the events of one time in buffer order)."""
+        if (self.keep_keys or not self.keep_all) and None not in keys:
+            out = [ev for (p, t), buf in list(self._buffers.items())
+                   if p is not ALL and p in keys and t is not ANY_TYPE for ev in buf]
+        else:
+            out = [ev for ev in self.events() if ev.key in keys]
+        out.sort(key=_TS)
+        return out
+
+    def drop_keys(self, keys: set) -> int:
+        """Forget every buffered event of the partition keys ``keys`` (re-partitioning: they
+        moved to another index); returns how many."""
+        gone = len(self.key_events(keys)) if keys else 0
+        if not gone:
+            return 0
+        if self.keep_all:                       # the all-partitions buffers, rebuilt without them
+            for k in [k for k in self._buffers if k[0] is ALL]:
+                kept = [ev for ev in self._buffers[k] if ev.key not in keys]
+                if kept:
+                    buf = self._buffers[k] = TimeBuffer()
+                    buf.extend(kept, [ev.ts for ev in kept])
+                else:
+                    del self._buffers[k]
+        elif None in keys:                      # they hold the events without a key only
+            for k in [k for k in self._buffers if k[0] is ALL]:
+                del self._buffers[k]
+        for k in [k for k in self._buffers if k[0] is not ALL and k[0] in keys]:
+            del self._buffers[k]
+        return gone
+
+    def take_over(self, other: "SharedEventIndex") -> None:
+        """Hold what ``other`` holds (its buffers and remembered evicted events), as an index
+        of the same queries keeps them (``other`` is not used after); re-inserted one by one
+        where ``other`` keeps other buffers."""
+        same = (other.key_attr, other.keep_all, other.keep_keys, other.keep_any) == \
+            (self.key_attr, self.keep_all, self.keep_keys, self.keep_any)
+        if same:
+            self._buffers = other._buffers
+        else:
+            for ev in sorted(other.events(), key=_TS):
+                self.insert(ev)
+        self._gone, self._gone_n, self.gone_lists = other._gone, other._gone_n, other.gone_lists
+        self.duplicates, self.evicted = other.duplicates, other.evicted
+        self.floor = max(self.floor, other.floor)
+
+    def add_evicted(self, lists) -> None:
+        """Remember the evicted events of ``lists`` too (lists of events in time order; a
+        re-partitioning's: those of the keys moved here), the oldest forgotten first."""
+        added = [EvictedRows([e.ts for e in events], list(events)) for events in lists if events]
+        if not added:
+            return
+        self._gone = deque(sorted([*self._gone, *added], key=EvictedRows.last_ts))
+        self._gone_n += sum(map(len, added))
+        self.gone_lists += len(added)
+        while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:
+            self._gone_n -= len(self._gone.popleft())
 
     def __len__(self) -> int:
         return sum(len(b) for k, b in self._buffers.items() if self._primary(*k))

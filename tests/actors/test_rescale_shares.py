@@ -106,6 +106,14 @@ def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, af
                 env = item[3]
                 assert all(id(v) in held for v in env.values()), "a copy of an event"
     assert any(pending(w) for w in new)
+    # the memory of evicted events moved with the keys: a late copy of an early event is
+    # still recognised by the actor its key moved to
+    early = [e for e in events[:100] if partition_of(e.key, after, GROUPS)
+             != partition_of(e.key, before, GROUPS) or before != after]
+    assert early
+    for e in early[:5]:
+        w = new[partition_of(e.key, after, GROUPS)]
+        assert w.engine.index.seen_before(e), e
     sent += feed(new, events[cut:], found)
     for w in new:
         found += w.advance(math.inf)
