@@ -1197,8 +1197,10 @@ class Engine:
         engine._reindex()
         if index is not None:
             engine.index.take_over(index)
-        for ev in snap["events"] or ():
-            engine.index.insert(ev)
+            engine.index.merge_in(snap["events"] or [])
+        else:
+            for ev in snap["events"] or ():
+                engine.index.insert(ev)
         engine.index.floor = max(engine.index.floor, snap.get("index_floor", -math.inf))
         if snap.get("evicted") is not None:
             if index is None:

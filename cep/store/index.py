@@ -195,6 +195,61 @@ class TimeBuffer(_Rows):
         self._src.extend(repeat(batch, len(rows)))
         self._off.extend(rows)
 
+    def merge(self, events: list) -> None:
+        """Add ``events`` (in time order, none of them buffered already) where they belong,
+        in one pass over the buffer (a re-partitioning brings the events of other keys from
+        the whole window); the events of one time end up in id order."""
+        times = self._ts
+        new_ts = [e.ts for e in events]
+        if not times or new_ts[0] > times[-1]:
+            self.extend(events, new_ts)
+            if len(set(new_ts)) < len(new_ts):
+                self._order_ties(sorted(set(new_ts)))
+            return
+        at = [bisect_left(times, t) for t in new_ts]
+        ts_out, objs_out = [], []
+        src_out = off_out = None
+        src, off = self._src, self._off
+        if src is not None:
+            src_out, off_out = [], []
+        prev = 0
+        for k, p in enumerate(at):                      # runs of buffered rows between them
+            if p > prev:
+                ts_out += times[prev:p]
+                objs_out += self._objs[prev:p]
+                if src is not None:
+                    src_out += src[prev:p]
+                    off_out += off[prev:p]
+                prev = p
+            ts_out.append(new_ts[k])
+            objs_out.append(events[k])
+            if src is not None:
+                src_out.append(None)
+                off_out.append(0)
+        ts_out += times[prev:]
+        objs_out += self._objs[prev:]
+        if src is not None:
+            src_out += src[prev:]
+            off_out += off[prev:]
+        self._ts, self._objs, self._src, self._off = ts_out, objs_out, src_out, off_out
+        self._cols = {}
+        self._order_ties(sorted(set(new_ts)))
+
+    def _order_ties(self, stamps: list) -> None:
+        """Put the rows of each of these times in id order."""
+        times = self._ts
+        for t in stamps:
+            i, j = bisect_left(times, t), bisect_right(times, t)
+            if j - i < 2:
+                continue
+            rows = sorted(range(i, j), key=lambda k: self._get(k).id)
+            if rows == list(range(i, j)):
+                continue
+            for name in ("_objs", "_src", "_off"):
+                col = getattr(self, name)
+                if col is not None:
+                    col[i:j] = [col[k] for k in rows]
+
     def _insert_slow(self, ev: Event) -> bool:
         ts, eid = ev.ts, ev.id
         times = self._ts
@@ -848,6 +903,25 @@ class SharedEventIndex:
         for k in [k for k in self._buffers if k[0] is not ALL and k[0] in keys]:
             del self._buffers[k]
         return gone
+
+    def merge_in(self, events: list) -> None:
+        """``insert`` each of ``events`` (in time order; none a copy of a buffered event: the
+        events of other keys, a re-partitioning's), a buffer's events merged in one pass."""
+        per: dict = {}
+        for ev in events:
+            key = ev.key
+            if self.keep_any:
+                parts = (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
+                    if self.keep_all else (key,)
+                for part in parts:
+                    per.setdefault((part, ANY_TYPE), []).append(ev)
+            part = ALL if key is None or self.keep_all else key
+            per.setdefault((part, ev.type), []).append(ev)
+            if part is ALL and key is not None and self.keep_keys:
+                per.setdefault((key, ev.type), []).append(ev)
+        for k, run in per.items():
+            self._buffer(*k).merge(run)
+        self.inserted += len(events)
 
     def take_over(self, other: "SharedEventIndex") -> None:
         """Hold what ``other`` holds (its buffers and remembered evicted events), as an index
