@@ -610,10 +610,11 @@ class PartitionWorker:
         (actors/rescale.py); returns ``{j: bytes}`` of the shares for the others, keeps its
         own (``take`` merges it). Nothing changes here until ``take``. OverloadedError while
         the outbox holds records."""
-        moving, snap = moving_state(self, number, parts, key_groups)
-        shares = share_worker(snap, number, parts, key_groups)
-        self._kept = (number, shares[number], moving) if number < parts else None
-        return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
+        with few_collections():
+            moving, snap = moving_state(self, number, parts, key_groups)
+            shares = share_worker(snap, number, parts, key_groups)
+            self._kept = (number, shares[number], moving) if number < parts else None
+            return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
 
     def take(self, shares: list, partition: int, epoch: int) -> dict:
         """Become partition actor ``partition`` of layout ``epoch`` from the shares every old

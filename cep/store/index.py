@@ -235,6 +235,25 @@ class TimeBuffer(_Rows):
         self._cols = {}
         self._order_ties(sorted(set(new_ts)))
 
+    def drop(self, keys: set) -> int:
+        """Forget the rows of the partition keys ``keys``; returns how many (their Events are
+        not made: a batch row's key is read from its batch)."""
+        objs, src, off = self._objs, self._src, self._off
+        if src is None:
+            keep = [ev.key not in keys for ev in objs]
+        else:
+            keep = [(ev.key if ev is not None else
+                     (b.keys[r] if b.keys is not None else None)) not in keys
+                    for ev, b, r in zip(objs, src, off)]
+        gone = len(keep) - sum(keep)
+        if gone:
+            self._ts = list(compress(self._ts, keep))
+            self._objs = list(compress(objs, keep))
+            if src is not None:
+                self._src, self._off = list(compress(src, keep)), list(compress(off, keep))
+            self._cols = {}
+        return gone
+
     def _order_ties(self, stamps: list) -> None:
         """Put the rows of each of these times in id order."""
         times = self._ts
@@ -886,21 +905,19 @@ class SharedEventIndex:
     def drop_keys(self, keys: set) -> int:
         """Forget every buffered event of the partition keys ``keys`` (re-partitioning: they
         moved to another index); returns how many."""
-        gone = len(self.key_events(keys)) if keys else 0
-        if not gone:
-            return 0
-        if self.keep_all:                       # the all-partitions buffers, rebuilt without them
+        gone = 0
+        if self.keep_all:                       # the all-partitions buffers, without them
             for k in [k for k in self._buffers if k[0] is ALL]:
-                kept = [ev for ev in self._buffers[k] if ev.key not in keys]
-                if kept:
-                    buf = self._buffers[k] = TimeBuffer()
-                    buf.extend(kept, [ev.ts for ev in kept])
-                else:
+                n = self._buffers[k].drop(keys)
+                gone += n if self._primary(*k) else 0
+                if not len(self._buffers[k]):
                     del self._buffers[k]
         elif None in keys:                      # they hold the events without a key only
             for k in [k for k in self._buffers if k[0] is ALL]:
+                gone += len(self._buffers[k]) if self._primary(*k) else 0
                 del self._buffers[k]
         for k in [k for k in self._buffers if k[0] is not ALL and k[0] in keys]:
+            gone += len(self._buffers[k]) if self._primary(*k) else 0
             del self._buffers[k]
         return gone
 
