@@ -25,10 +25,10 @@ they adopt the new layout, after which a batch routed for the old one is a Confl
 A batch that starts before the cut and comes later than that (a producer stalled for the
 whole move) is handled as any out-of-order input.
 
-New actors are started before anything is held. Only the shares of the key groups that
-change actors travel (through the gateway, which passes their bytes on without decoding
-them); every actor still rebuilds its engine from its shares and writes a full checkpoint,
-and sends wait until all of that is done.
+New actors are started before anything is held. Only the state of the key groups that
+change actors travels (through the gateway, which passes its bytes on without decoding it);
+an actor that stays keeps its event index and merges what it is given into it, then writes a
+full checkpoint, and sends wait until all of that is done.
 """
 from __future__ import annotations
 
