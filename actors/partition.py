@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -614,12 +613,15 @@ class PartitionWorker:
             moving, snap = moving_state(self, number, parts, key_groups)
             shares = share_worker(snap, number, parts, key_groups)
             self._kept = (number, shares[number], moving) if number < parts else None
+            self._log("give", (number, parts, key_groups))     # (a replayed take needs it)
             return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
 
     def take(self, shares: list, partition: int, epoch: int) -> dict:
         """Become partition actor ``partition`` of layout ``epoch`` from the shares every old
         actor gave it (``give``), in their order: bytes, or None where it is this actor's own
-        kept share. As ``adopt`` then."""
+        kept share (its index stays: the keys that left are dropped from it, the events it is
+        given merged in). With a checkpoint directory the move is logged and the next
+        checkpoint is a compaction. Returns ``{"buffered", "queries"}``."""
         kept, self._kept = self._kept, None
         got = []
         for i, data in enumerate(shares):
@@ -636,26 +638,17 @@ class PartitionWorker:
             if kept is not None:            # its staying keys' events stay where they are
                 index = self.engine.index
                 index.drop_keys(kept[2])
-            return self.adopt(merge_worker(got, partition, epoch, own), index)
-
-    def adopt(self, snap: dict, index=None) -> dict:
-        """Take over ``snap``, this partition's share of the re-partitioned state
-        (actors/rescale.py), in place of its own (``index``: an event index that holds the
-        rest of its events); with a checkpoint directory the saved state is replaced by a
-        full checkpoint of the new one. Returns ``{"buffered", "queries"}``."""
-        self._adopt(snap, index=index)
+            snap = merge_worker(got, partition, epoch, own)
+            self._adopt(snap, index=index)
         self._cut, self._sealed_taken = None, 0
         self.partition = snap["partition"]
-        durable = self.durable
-        if durable is not None:
-            durable.close()
-            shutil.rmtree(durable.directory, ignore_errors=True)
-            self.durable = DurableLog(os.path.dirname(durable.directory), self.partition,
-                                      durable.every_events, durable.every_seconds,
-                                      durable.fsync)
+        if self.durable is not None:
+            # logged, not checkpointed here: a restart replays give and take from the log;
+            # the next checkpoint writes every live event (a compaction: the saved segments
+            # still hold the keys that left) and every remembered batch id
             self.engine.journal = []
-            self._recent_saved = 0              # every remembered batch id is written
-            self.checkpoint(force=True)
+            self.durable.compact_next = True
+            self._log("take", (shares, partition, epoch))
         return {"buffered": len(self.engine.index), "queries": len(self.engine.managers)}
 
     def _adopt(self, snap: dict, settings=None, index=None) -> None:

@@ -141,6 +141,7 @@ class DurableLog:
         self._wal = None
         self.seq = 0                      # sequence number of the last record logged
         self.saved_seq = 0                # ... of the last one a checkpoint contains
+        self.compact_next = False         # the next checkpoint writes every live event
         self.since_events = 0             # events logged since the last checkpoint
         self.since = time.monotonic()
         self.checkpoints = 0
@@ -336,7 +337,8 @@ class DurableLog:
                                   [[new_from + i, rows] for i, rows in enumerate(new)])
             self._evicted.append((new_from, new_from + len(new), name))
         self.evicted_written = total
-        compact = everything is not None and self._compaction_due(live)
+        compact = everything is not None and (self.compact_next or self._compaction_due(live))
+        self.compact_next = False
         if compact:
             events, batches = everything()
         name = f"{self._next:012d}.seg"

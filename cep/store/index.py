@@ -957,11 +957,12 @@ class SharedEventIndex:
 
     def add_evicted(self, lists) -> None:
         """Remember the evicted events of ``lists`` too (lists of events in time order; a
-        re-partitioning's: those of the keys moved here), the oldest forgotten first."""
+        re-partitioning's: those of the keys moved here), numbered after those remembered
+        (a checkpoint writes them as new lists), the oldest lists forgotten first."""
         added = [EvictedRows([e.ts for e in events], list(events)) for events in lists if events]
         if not added:
             return
-        self._gone = deque(sorted([*self._gone, *added], key=EvictedRows.last_ts))
+        self._gone.extend(added)
         self._gone_n += sum(map(len, added))
         self.gone_lists += len(added)
         while self._gone and self._gone_n - len(self._gone[0]) >= self.remember_ids:

@@ -5,8 +5,8 @@ holds new sends, advances and query changes (``Gate``) and lets those under way 
 seals the partition actors at a common event time (``cut``, for the producers that push to
 them directly: Spark jobs, ``Producer``), drains every outbox, has every partition actor
 cut its state into one share per new actor (``give``: the shares for the others as bytes,
-its own kept), has each new actor merge the shares it is given (``take``; a full
-checkpoint of it with a checkpoint directory), stops the surplus ones, and routes by the new
+its own kept), has each new actor merge the shares it is given (``take``; both logged
+with a checkpoint directory), stops the surplus ones, and routes by the new
 table (its version grows). Events held meanwhile are sent after: none is lost or
 processed twice. The global actor does not change.
 
@@ -27,8 +27,8 @@ whole move) is handled as any out-of-order input.
 
 New actors are started before anything is held. Only the state of the key groups that
 change actors travels (through the gateway, which passes its bytes on without decoding it);
-an actor that stays keeps its event index and merges what it is given into it, then writes a
-full checkpoint, and sends wait until all of that is done.
+an actor that stays keeps its event index and merges what it is given into it, and logs
+the move (its next checkpoint is a compaction); sends wait until all of that is done.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from raycep.actors.partition import PartitionWorker
+from raycep.actors.recovery import CheckpointSettings
 from raycep.actors.rescale import pack_share, share_worker, unpack_share
 from raycep.actors.routing import partition_of
 from raycep.cep import Engine, Event
@@ -151,3 +152,68 @@ def test_a_share_keeps_ids_of_their_own_and_derived_ones_as_they_were():
     got = {(e.type, e.ts, e.id, e._id is None) for e in again["engine"]["events"]}
     assert got == {(e.type, e.ts, e.id, e._id is None) for e in share["engine"]["events"]}
     assert got
+
+
+def durable_workers(tmp_path, n: int, every: int = 10**9) -> list:
+    out = []
+    for i in range(n):
+        w = PartitionWorker(f"p{i}", key_attr="k",
+                            checkpoint=CheckpointSettings(str(tmp_path), every_events=every))
+        for name, text in QUERIES:
+            w.add_query(name, text)
+        out.append(w)
+    return out
+
+
+def restarted(tmp_path, j: int):
+    """Partition actor ``j`` after a crash: a new worker on the same directory."""
+    return PartitionWorker(f"p{j}", key_attr="k",
+                           checkpoint=CheckpointSettings(str(tmp_path), every_events=10**9))
+
+
+def state(w) -> tuple:
+    snap = w.engine.snapshot()
+    return (sorted((e.ts, e.id) for e in snap["events"]),
+            [(g["name"], sorted((d[0], d[4].id) for d in g["state"]["deferred"]))
+             for g in snap["evaluators"]], snap["clock"], w.engine.events, w.batches)
+
+
+@pytest.mark.parametrize("before,after", [(2, 3), (3, 1)])
+def test_a_move_is_logged_and_a_restarted_actor_replays_it_then_compacts(tmp_path, before,
+                                                                       after):
+    """The move is not checkpointed inside the hold: ``give`` and ``take`` are logged; an
+    actor restarted before its next checkpoint replays them; that checkpoint is a compaction
+    (the segments saved before still hold the keys that left), after which a restart loads
+    the same state again. The matches after equal one engine's."""
+    events = stream(600, 11)
+    old = durable_workers(tmp_path, before, every=30)        # checkpoints before the move
+    found: list = []
+    sent = feed(old, events[:350], found)
+    assert all(w.durable.checkpoints for w in old)
+    given = [w.give(i, after, GROUPS) for i, w in enumerate(old)]
+    new = []
+    for j in range(after):
+        if j < before:
+            w = old[j]
+        else:                               # as RaySpawner.spawn: a fresh directory
+            w = restarted(tmp_path, j)
+        w.take([given[i].get(j) for i in range(before)], j, 1)
+        new.append(w)
+    assert all(w.durable.compact_next for w in new)     # (no checkpoint inside the hold)
+    want = [state(w) for w in new]
+    again = [restarted(tmp_path, j) for j in range(after)]      # crash: replay give, take
+    assert [state(w) for w in again] == want
+    assert all(w.recovery["replayed"] >= 1 for w in again)
+    # the restart's checkpoint was a compaction: the keys that left are not saved any more
+    assert all(w.durable.last_checkpoint["compacted"] for w in again)
+    third = [restarted(tmp_path, j) for j in range(after)]
+    assert [state(w) for w in third] == want
+    assert [len(w.engine.index) for w in third] == [len(w.engine.index) for w in new]
+    sent += feed(third, events[350:], found)
+    for w in third:
+        found += w.advance(math.inf)
+    one = Engine(key_attr="k")
+    for name, text in QUERIES:
+        one.add_query(text, name=name)
+    want_ids = sorted(match_id(m) for m in one.process_many(events) + one.advance(math.inf))
+    assert sorted(r["id"] for r in found) == want_ids

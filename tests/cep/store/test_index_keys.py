@@ -77,7 +77,7 @@ def test_keys_dropped_and_taken_over_leave_what_the_events_that_stay_build(layou
     assert other.buffer(ALL, "A") is not None or not layout[0]
 
 
-def test_evicted_events_added_are_remembered_and_the_oldest_forgotten_first():
+def test_evicted_events_added_are_remembered_numbered_after_and_the_oldest_forgotten_first():
     events = stream(3)
     idx = index((False, True, False), events, False)
     idx.evict_before(40.0)
@@ -88,9 +88,12 @@ def test_evicted_events_added_are_remembered_and_the_oldest_forgotten_first():
     other.add_evicted([extra])
     assert all(other.seen_before(e) for e in gone + extra)
     assert not other.seen_before(Event("A", 5.0, {"k": "z", "x": 99}, key="z", id="new"))
-    # over the limit, the list that ends first is forgotten first: the one added here
-    lists = sorted(other._gone, key=lambda rows: rows.last_ts())
-    other.remember_ids = other._gone_n - len(extra) + 1     # room for all but that list
+    # the lists added are numbered after those it had (a checkpoint writes them as new);
+    # over the limit, the oldest lists are forgotten first
+    first, total = other.evicted_span()
+    assert total == idx.evicted_span()[1] + 1 and other._gone[-1].events() == extra
+    oldest = other._gone[0]
+    other.remember_ids = other._gone_n - len(oldest) + 1     # room for all but that list
     other.add_evicted([[Event("B", 39.0, {"k": "y", "x": 1}, key="y", id="y0")]])
-    assert list(other._gone)[0] is lists[1] and extra[0] not in other._gone[0].events()
-    assert not other.seen_before(extra[-1]) and other.seen_before(gone[-1])
+    assert oldest not in other._gone and other.evicted_span()[0] == first + 1
+    assert all(other.seen_before(e) for e in extra) and other.seen_before(gone[-1])
