@@ -4,7 +4,8 @@ matches, both modes, out-of-order input) fed to N engines by key group, snapshot
 mid-stream, split into M engines by the new owners of the key groups and continued: the
 final matches of every query equal one engine's, each reported once. Split in one step
 (``split``) or as the partition actors do it (each engine cuts its own state, ``share``, and
-each new engine ``merge``s what it was given): the same snapshots."""
+each new engine ``merge``s what it was given): the same snapshots; or, as the actors do it,
+an engine that stays keeping its index, the keys that leave dropped, the others merged in."""
 from __future__ import annotations
 
 import math
@@ -50,12 +51,38 @@ def feed(parts: list, events: list, size: int, outputs: list) -> None:
             outputs += eng.observe(clock)
 
 
+def in_place(parts: list, owner, after: int) -> list:
+    """The engines after a re-partitioning as the partition actors make them
+    (actors.rescale.moving_state, PartitionWorker.take): each gives the events of the keys
+    that leave it; one that stays drops them and keeps its index, the events it is given
+    merged in."""
+    given, moving = [], []
+    for i, eng in enumerate(parts):
+        index = eng.index
+        leaving = {k for k in index.keys() if (0 if k is None else owner(k)) != i}
+        snap = eng.snapshot(evicted=False, events=False)
+        first, lists = index.evicted_events()
+        snap.update(events=index.key_events(leaving), evicted=(first, [
+            [e for e in lst if (0 if e.key is None else owner(e.key)) != i] for lst in lists]))
+        given.append(share(snap, i, owner, after))
+        moving.append(leaving)
+    out = []
+    for j in range(after):
+        merged = merge([shares[j] for shares in given])
+        if j < len(parts):
+            parts[j].index.drop_keys(moving[j])
+            out.append(Engine.restore(merged, index=parts[j].index))
+        else:
+            out.append(Engine.restore(merged))
+    return out
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=SLOW)
 @given(case=variant_sets(keyed=True, out_of_order=True, allow_restore=False),
        before=st.integers(1, 3), after=st.integers(1, 3), at=st.floats(0, 1),
-       size=st.integers(1, 7), shares=st.booleans())
+       size=st.integers(1, 7), how=st.sampled_from(["split", "shares", "in place"]))
 def test_engines_split_anew_mid_stream_give_one_engines_matches(case, before, after, at,
-                                                                 size, shares):
+                                                                 size, how):
     # strict contiguity is judged over the whole stream: such a query runs on the global
     # actor (gateway.server.checks.analyse), which is not re-partitioned
     case.members = [m for m in case.members if m.query.strategy != "strict_contiguity"]
@@ -70,12 +97,15 @@ def test_engines_split_anew_mid_stream_give_one_engines_matches(case, before, af
     snaps = [eng.snapshot() for eng in parts]
     owner = (lambda key: partition_of(key, after, GROUPS))
     split_snaps = split(snaps, owner, after)
-    if shares:                      # each engine cuts its own; each new one merges its shares
+    if how == "shares":             # each engine cuts its own; each new one merges its shares
         cut_up = [share(snap, i, owner, after) for i, snap in enumerate(snaps)]
         merged = [merge([given[j] for given in cut_up]) for j in range(after)]
         assert merged == split_snaps
         split_snaps = merged
-    parts = [Engine.restore(s) for s in split_snaps]
+    if how == "in place":           # as a partition actor: an engine that stays keeps its index
+        parts = in_place(parts, owner, after)
+    else:
+        parts = [Engine.restore(s) for s in split_snaps]
     feed(parts, arrivals[cut:], size, got)
     for eng in parts:
         got += eng.advance(math.inf)
