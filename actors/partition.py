@@ -52,7 +52,7 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
-from raycep.actors.rescale import (few_collections, merge_worker, moving_state, pack_share,
+from raycep.actors.rescale import (merge_worker, moving_state, no_cyclic_gc, pack_share,
                                    share_worker, unpack_share)
 from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
                                RecoveryError)
@@ -609,7 +609,7 @@ class PartitionWorker:
         (actors/rescale.py); returns ``{j: bytes}`` of the shares for the others, keeps its
         own (``take`` merges it). Nothing changes here until ``take``. OverloadedError while
         the outbox holds records."""
-        with few_collections():
+        with no_cyclic_gc():
             moving, snap = moving_state(self, number, parts, key_groups)
             shares = share_worker(snap, number, parts, key_groups)
             self._kept = (number, shares[number], moving) if number < parts else None
@@ -633,7 +633,7 @@ class PartitionWorker:
             else:
                 got.append(unpack_share(data))
         own = self.outbox_seq if kept is not None else None
-        with few_collections():
+        with no_cyclic_gc():
             index = None
             if kept is not None:            # its staying keys' events stay where they are
                 index = self.engine.index

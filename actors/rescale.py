@@ -7,10 +7,11 @@ actor of the same number (or the last one).
 
 Each actor cuts its own snapshot (``share_worker``: one share per new actor) and each new
 actor merges the shares it is given (``merge_worker``): the result is what splitting all the
-snapshots at once gives (cep.runtime.rescale.split), and the share an actor keeps never
-leaves it. Shares travel as bytes (``pack_share``: msgpack in
-raycep's state format, the events as rows; never pickle), so the gateway that passes them on
-decodes nothing.
+snapshots at once gives (cep.runtime.rescale.split). An actor that stays gives only the
+events of the keys that leave it (``moving_state``) and keeps its event index for the rest
+(``PartitionWorker.take``). Shares travel as bytes (``pack_share``: msgpack in raycep's
+state format, the events as rows; never pickle), so the gateway that passes them on decodes
+nothing.
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def _owner(parts: int, key_groups: int):
 def _drained(snap: dict) -> None:
     box = snap["outbox"]
     if box is not None and box["records"]:
-        raise OverloadedError(f"partition {snap['partition']} still holds {len(box['records'])} "
-                       f"undelivered match records: drain it before re-partitioning")
+        raise OverloadedError(f"partition {snap['partition']} still holds "
+                              f"{len(box['records'])} undelivered match records: drain it "
+                              f"before re-partitioning")
 
 
 def share_worker(snap: dict, number: int, parts: int, key_groups: int) -> list:
@@ -115,7 +117,7 @@ def unpack_share(data: bytes) -> dict:
     (as pickling kept them: state_format.intern). The rows are events an actor of this
     cluster checked when they arrived, sent through Ray as Ray sends pickled ones: made as
     unpickling makes them (trusted_event), not checked again."""
-    with few_collections():
+    with no_cyclic_gc():
         value = unpack(data)
         events = [trusted_event(t, ts, attrs, key, eid)
                   for t, ts, key, attrs, eid in value.pop("events")]
@@ -153,7 +155,7 @@ class _Buffered(dict):
 
 
 @contextlib.contextmanager
-def few_collections():
+def no_cyclic_gc():
     """Within: no cyclic garbage collection (a share is tens of thousands of containers,
     none of them cyclic; each collection would walk them all again)."""
     collecting = gc.isenabled()
