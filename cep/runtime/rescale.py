@@ -86,9 +86,12 @@ def _by_owner(events, place, parts: int) -> list:
     """``events`` per new owner, each list in time order, events of one time in the order
     given (a restored index orders them by id: their ids, derived from the content where
     none was given, are not computed here)."""
-    out: list = [[] for _ in range(parts)]
-    for ev in events:
-        out[place(ev.key)].append(ev)
+    if parts == 1:                      # (a merge: every event stays)
+        out: list = [list(events)]
+    else:
+        out = [[] for _ in range(parts)]
+        for ev in events:
+            out[place(ev.key)].append(ev)
     for part in out:
         part.sort(key=_TS)
     return out

@@ -19,7 +19,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, islice, repeat
-from operator import attrgetter, eq, is_, is_not
+from operator import attrgetter, eq, is_, is_not, itemgetter
 
 from raycep.cep.event import EXACT, Event, event_row, kind_of
 
@@ -199,41 +199,39 @@ class TimeBuffer(_Rows):
         """Add ``events`` (in time order, none of them buffered already) where they belong,
         in one pass over the buffer (a re-partitioning brings the events of other keys from
         the whole window); the events of one time end up in id order."""
-        times = self._ts
+        import numpy as np
         new_ts = [e.ts for e in events]
-        if not times or new_ts[0] > times[-1]:
+        if not self._ts or new_ts[0] > self._ts[-1]:
             self.extend(events, new_ts)
-            if len(set(new_ts)) < len(new_ts):
-                self._order_ties(sorted(set(new_ts)))
+        else:                           # a stable sort of both by time, in C
+            order = np.argsort(np.array(self._ts + new_ts, dtype=np.float64), kind="stable")
+            pick = itemgetter(*order.tolist())
+            self._ts = list(pick(self._ts + new_ts))
+            self._objs = list(pick(self._objs + events))
+            if self._src is not None:
+                self._src = list(pick(self._src + [None] * len(events)))
+                self._off = list(pick(self._off + [0] * len(events)))
+            self._cols = {}
+        self._order_ties(new_ts)
+
+    def _order_ties(self, new_ts: list) -> None:
+        """Put the rows of each time of ``new_ts`` that several rows share in id order."""
+        import numpy as np
+        ts = np.array(self._ts, dtype=np.float64)
+        same = (ts[1:] == ts[:-1]).astype(np.int8)
+        if not same.any():
             return
-        at = [bisect_left(times, t) for t in new_ts]
-        ts_out, objs_out = [], []
-        src_out = off_out = None
-        src, off = self._src, self._off
-        if src is not None:
-            src_out, off_out = [], []
-        prev = 0
-        for k, p in enumerate(at):                      # runs of buffered rows between them
-            if p > prev:
-                ts_out += times[prev:p]
-                objs_out += self._objs[prev:p]
-                if src is not None:
-                    src_out += src[prev:p]
-                    off_out += off[prev:p]
-                prev = p
-            ts_out.append(new_ts[k])
-            objs_out.append(events[k])
-            if src is not None:
-                src_out.append(None)
-                off_out.append(0)
-        ts_out += times[prev:]
-        objs_out += self._objs[prev:]
-        if src is not None:
-            src_out += src[prev:]
-            off_out += off[prev:]
-        self._ts, self._objs, self._src, self._off = ts_out, objs_out, src_out, off_out
-        self._cols = {}
-        self._order_ties(sorted(set(new_ts)))
+        edges = np.diff(np.concatenate(([0], same, [0])))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) + 1
+        mine = np.isin(ts[starts], np.array(new_ts, dtype=np.float64))
+        for i, j in zip(starts[mine].tolist(), ends[mine].tolist()):
+            rows = sorted(range(i, j), key=lambda k: self._get(k).id)
+            if rows == list(range(i, j)):
+                continue
+            for name in ("_objs", "_src", "_off"):
+                col = getattr(self, name)
+                if col is not None:
+                    col[i:j] = [col[k] for k in rows]
 
     def drop(self, keys: set) -> int:
         """Forget the rows of the partition keys ``keys``; returns how many (their Events are
@@ -253,21 +251,6 @@ class TimeBuffer(_Rows):
                 self._src, self._off = list(compress(src, keep)), list(compress(off, keep))
             self._cols = {}
         return gone
-
-    def _order_ties(self, stamps: list) -> None:
-        """Put the rows of each of these times in id order."""
-        times = self._ts
-        for t in stamps:
-            i, j = bisect_left(times, t), bisect_right(times, t)
-            if j - i < 2:
-                continue
-            rows = sorted(range(i, j), key=lambda k: self._get(k).id)
-            if rows == list(range(i, j)):
-                continue
-            for name in ("_objs", "_src", "_off"):
-                col = getattr(self, name)
-                if col is not None:
-                    col[i:j] = [col[k] for k in rows]
 
     def _insert_slow(self, ev: Event) -> bool:
         ts, eid = ev.ts, ev.id
