@@ -612,26 +612,35 @@ class PartitionWorker:
         with no_cyclic_gc():
             moving, snap = moving_state(self, number, parts, key_groups)
             shares = share_worker(snap, number, parts, key_groups)
-            self._kept = (number, shares[number], moving) if number < parts else None
-            self._log("give", (number, parts, key_groups))     # (a replayed take needs it)
+            self._kept = ((number, parts, key_groups), shares[number], moving) \
+                if number < parts else None
             return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
 
-    def take(self, shares: list, partition: int, epoch: int) -> dict:
-        """Become partition actor ``partition`` of layout ``epoch`` from the shares every old
-        actor gave it (``give``), in their order: bytes, or None where it is this actor's own
-        kept share (its index stays: the keys that left are dropped from it, the events it is
-        given merged in). With a checkpoint directory the move is logged and the next
-        checkpoint is a compaction. Returns ``{"buffered", "queries"}``."""
+    def take(self, shares: list, partition: int, epoch: int, parts: int,
+             key_groups: int) -> dict:
+        """Become partition actor ``partition`` of layout ``epoch`` (``parts`` actors,
+        ``key_groups``) from the shares every old actor gave it (``give``), in their order:
+        bytes, or None at its own place (it was partition ``partition`` before): its own
+        share, the one ``give`` kept (or cut again from its state, which has not changed since:
+        a take replayed from the log). Its index stays: the keys that left are dropped from
+        it, the events it is given merged in. With a checkpoint directory the move is logged
+        and the next checkpoint is a compaction. Returns ``{"buffered", "queries"}``."""
         kept, self._kept = self._kept, None
+        if None in shares:
+            if shares.index(None) != partition or shares.count(None) > 1:
+                raise ConflictError(f"partition {self.partition}: re-partitioning to "
+                                    f"{parts} actors: no share of its own at place "
+                                    f"{partition}")
+            if kept is None or kept[0] != (partition, parts, key_groups):
+                with no_cyclic_gc():
+                    moving, snap = moving_state(self, partition, parts, key_groups)
+                    kept = (None, share_worker(snap, partition, parts, key_groups)[partition],
+                            moving)
+        else:
+            kept = None
         got = []
-        for i, data in enumerate(shares):
-            if data is None:
-                if kept is None or kept[0] != i:
-                    raise ConflictError(f"partition {self.partition}: no share of its own "
-                                        f"kept for this re-partitioning (give first)")
-                got.append(kept[1])
-            else:
-                got.append(unpack_share(data))
+        for data in shares:
+            got.append(kept[1] if data is None else unpack_share(data))
         own = self.outbox_seq if kept is not None else None
         with no_cyclic_gc():
             index = None
@@ -643,12 +652,12 @@ class PartitionWorker:
         self._cut, self._sealed_taken = None, 0
         self.partition = snap["partition"]
         if self.durable is not None:
-            # logged, not checkpointed here: a restart replays give and take from the log;
-            # the next checkpoint writes every live event (a compaction: the saved segments
-            # still hold the keys that left) and every remembered batch id
+            # logged, not checkpointed here: a restart replays the take from the log; the
+            # next checkpoint writes every live event (a compaction: the saved segments still
+            # hold the keys that left) and every remembered batch id
             self.engine.journal = []
             self.durable.compact_next = True
-            self._log("take", (shares, partition, epoch))
+            self._log("take", (shares, partition, epoch, parts, key_groups))
         return {"buffered": len(self.engine.index), "queries": len(self.engine.managers)}
 
     def _adopt(self, snap: dict, settings=None, index=None) -> None:

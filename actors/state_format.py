@@ -53,7 +53,7 @@ SEGMENT_KIND, EVICTED_KIND = "raycep.segment", "raycep.evicted"
 #: the worker methods a WAL record may name (replay calls nothing else)
 LOGGED_OPS = frozenset({"add_query", "add_queries", "remove_query", "remove_queries",
                         "set_plan", "ingest", "advance", "observe", "set_outbox", "drain",
-                        "give", "take"})
+                        "take"})
 
 _HEAD = struct.Struct("<II")          # payload length, crc32 of the payload
 _TUPLE, _SET, _FROZENSET, _EVENT, _AST, _SETTINGS, _LATE = range(1, 8)

@@ -5,8 +5,8 @@ holds new sends, advances and query changes (``Gate``) and lets those under way 
 seals the partition actors at a common event time (``cut``, for the producers that push to
 them directly: Spark jobs, ``Producer``), drains every outbox, has every partition actor
 cut its state into one share per new actor (``give``: the shares for the others as bytes,
-its own kept), has each new actor merge the shares it is given (``take``; both logged
-with a checkpoint directory), stops the surplus ones, and routes by the new
+its own kept), has each new actor merge the shares it is given (``take``; logged with
+a checkpoint directory), stops the surplus ones, and routes by the new
 table (its version grows). Events held meanwhile are sent after: none is lost or
 processed twice. The global actor does not change.
 
@@ -194,7 +194,8 @@ class Scaling:
             await self._unseal(before)
             raise
         done = await asyncio.gather(*(
-            targets[j].call("take", [given[i].get(j) for i in range(before)], j, epoch)
+            targets[j].call("take", [given[i].get(j) for i in range(before)], j, epoch,
+                            partitions, groups)
             for j in range(partitions)))
         lap("take")
         for j in range(partitions, before):

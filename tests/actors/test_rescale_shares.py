@@ -94,7 +94,7 @@ def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, af
     new = [old[j] if j < before else PartitionWorker(f"p{j}", key_attr="k")
            for j in range(after)]
     for j, w in enumerate(new):
-        w.take([given[i].get(j) for i in range(before)], j, 1)
+        w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)
     for j, w in enumerate(new):
         merged = w.engine.snapshot()
         assert sorted(merged["events"], key=lambda e: (e.ts, e.id)) == \
@@ -130,10 +130,10 @@ def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, af
     assert sum(w.batches for w in new) == sent
 
 
-def test_take_without_its_own_share_and_give_with_records_undelivered_are_refused():
+def test_take_with_its_own_share_elsewhere_and_give_with_records_undelivered_are_refused():
     w = workers(1)[0]
-    with pytest.raises(ConflictError, match="give first"):
-        w.take([None], 0, 1)
+    with pytest.raises(ConflictError, match="no share of its own at place 0"):
+        w.take([b"", None], 0, 1, 2, GROUPS)
     box = PartitionWorker("p0", key_attr="k")
     box.set_outbox(True)
     box.add_query("pair", PAIR)
@@ -181,8 +181,10 @@ def state(w) -> tuple:
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 1)])
 def test_a_move_is_logged_and_a_restarted_actor_replays_it_then_compacts(tmp_path, before,
                                                                        after):
-    """The move is not checkpointed inside the hold: ``give`` and ``take`` are logged; an
-    actor restarted before its next checkpoint replays them; that checkpoint is a compaction
+    """The move is not checkpointed inside the hold: ``take`` is logged (with the shares it
+    was given); an actor restarted before its next checkpoint replays it, its own share cut
+    again from its state (even where a checkpoint fell between give and take); that
+    checkpoint is a compaction
     (the segments saved before still hold the keys that left), after which a restart loads
     the same state again. The matches after equal one engine's."""
     events = stream(600, 11)
@@ -191,17 +193,19 @@ def test_a_move_is_logged_and_a_restarted_actor_replays_it_then_compacts(tmp_pat
     sent = feed(old, events[:350], found)
     assert all(w.durable.checkpoints for w in old)
     given = [w.give(i, after, GROUPS) for i, w in enumerate(old)]
+    for w in old:                           # a checkpoint due between give and take (the
+        w.checkpoint(force=True)            # replayed take then cuts its own share again)
     new = []
     for j in range(after):
         if j < before:
             w = old[j]
         else:                               # as RaySpawner.spawn: a fresh directory
             w = restarted(tmp_path, j)
-        w.take([given[i].get(j) for i in range(before)], j, 1)
+        w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)
         new.append(w)
     assert all(w.durable.compact_next for w in new)     # (no checkpoint inside the hold)
     want = [state(w) for w in new]
-    again = [restarted(tmp_path, j) for j in range(after)]      # crash: replay give, take
+    again = [restarted(tmp_path, j) for j in range(after)]      # crash: replay the take
     assert [state(w) for w in again] == want
     assert all(w.recovery["replayed"] >= 1 for w in again)
     # the restart's checkpoint was a compaction: the keys that left are not saved any more
