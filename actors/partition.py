@@ -52,8 +52,8 @@ from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
 from raycep.actors.recovery import CheckpointSettings, DurableLog
-from raycep.actors.rescale import (merge_worker, moving_state, no_cyclic_gc, pack_share,
-                                   share_worker, unpack_share)
+from raycep.actors.rescale import (cut_worker, merge_worker, no_cyclic_gc, pack_share,
+                                   unpack_share)
 from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
                                RecoveryError)
 from raycep.cep.io.codec import decode_batch
@@ -145,8 +145,9 @@ class PartitionWorker:
         self._sealed_taken = 0                       # routed batches taken while sealed
         self._direct_at = -math.inf                  # the last batch of a producer's lane
         self._left: int | None = None                # removed by re-partitioning to N actors
-        self._kept = None                            # (number, its own share) between give
-        #                                              and take (re-partitioning)
+        self._kept = None                            # ((number, parts, key groups), its
+        #                                              own share, the keys that leave it)
+        #                                              between give and take
         #: records, oldest first, with their queries and identities (actors/outbox.py);
         #: sequence numbers ``outbox_seq - len(outbox) + 1`` on
         self.outbox = Outbox() if worker.outbox else None
@@ -609,11 +610,10 @@ class PartitionWorker:
         (actors/rescale.py); returns ``{j: bytes}`` of the shares for the others, keeps its
         own (``take`` merges it). Nothing changes here until ``take``. OverloadedError while
         the outbox holds records."""
+        moving, shares = cut_worker(self, number, parts, key_groups)
+        self._kept = ((number, parts, key_groups), shares[number], moving) \
+            if number < parts else None
         with no_cyclic_gc():
-            moving, snap = moving_state(self, number, parts, key_groups)
-            shares = share_worker(snap, number, parts, key_groups)
-            self._kept = ((number, parts, key_groups), shares[number], moving) \
-                if number < parts else None
             return {j: pack_share(got) for j, got in enumerate(shares) if j != number}
 
     def take(self, shares: list, partition: int, epoch: int, parts: int,
@@ -626,21 +626,15 @@ class PartitionWorker:
         it, the events it is given merged in. With a checkpoint directory the move is logged
         and the next checkpoint is a compaction. Returns ``{"buffered", "queries"}``."""
         kept, self._kept = self._kept, None
-        if None in shares:
-            if shares.index(None) != partition or shares.count(None) > 1:
-                raise ConflictError(f"partition {self.partition}: re-partitioning to "
-                                    f"{parts} actors: no share of its own at place "
-                                    f"{partition}")
-            if kept is None or kept[0] != (partition, parts, key_groups):
-                with no_cyclic_gc():
-                    moving, snap = moving_state(self, partition, parts, key_groups)
-                    kept = (None, share_worker(snap, partition, parts, key_groups)[partition],
-                            moving)
-        else:
+        if None not in shares:
             kept = None
-        got = []
-        for data in shares:
-            got.append(kept[1] if data is None else unpack_share(data))
+        elif shares.index(None) != partition or shares.count(None) > 1:
+            raise ConflictError(f"partition {self.partition}: re-partitioning to {parts} "
+                                f"actors: no share of its own at place {partition}")
+        elif kept is None or kept[0] != (partition, parts, key_groups):
+            moving, cut = cut_worker(self, partition, parts, key_groups)
+            kept = (None, cut[partition], moving)
+        got = [kept[1] if data is None else unpack_share(data) for data in shares]
         own = self.outbox_seq if kept is not None else None
         with no_cyclic_gc():
             index = None

@@ -81,6 +81,14 @@ def moving_state(worker, number: int, parts: int, key_groups: int) -> tuple:
     return moving, snap
 
 
+def cut_worker(worker, number: int, parts: int, key_groups: int) -> tuple:
+    """``(moving keys, shares)``: partition actor ``number`` (``worker``) cut for ``parts``
+    actors (``moving_state``, ``share_worker``)."""
+    with no_cyclic_gc():
+        moving, snap = moving_state(worker, number, parts, key_groups)
+        return moving, share_worker(snap, number, parts, key_groups)
+
+
 def merge_worker(shares: list, j: int, epoch: int, own_seq: int | None) -> dict:
     """New partition actor ``j``'s snapshot (layout number ``epoch``) from the shares every
     current actor gave it (``share_worker``), in their order; ``own_seq``: the last outbox

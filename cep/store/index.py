@@ -21,6 +21,7 @@ from collections import deque
 from itertools import compress, islice, repeat
 from operator import attrgetter, eq, is_, is_not, itemgetter
 
+from raycep.cep.errors import CepError
 from raycep.cep.event import EXACT, Event, event_row, kind_of
 
 _MISSING = object()
@@ -688,11 +689,13 @@ class SharedEventIndex:
         return buf
 
     def _add_any(self, ev: Event):
-        key = ev.key
-        parts = (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
-            if self.keep_all else (key,)
-        for part in parts:
+        for part in self._any_parts(ev.key):
             self._buffer(part, ANY_TYPE).insert(ev)
+
+    def _any_parts(self, key) -> tuple:
+        """The partitions whose every-type buffer holds an event of partition key ``key``."""
+        return (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
+            if self.keep_all else (key,)
 
     def enable_any(self):
         """Start keeping the every-type buffers (needed by queries with untyped variables)."""
@@ -911,9 +914,7 @@ class SharedEventIndex:
         for ev in events:
             key = ev.key
             if self.keep_any:
-                parts = (ALL,) if key is None else ((ALL, key) if self.keep_keys else (ALL,)) \
-                    if self.keep_all else (key,)
-                for part in parts:
+                for part in self._any_parts(key):
                     per.setdefault((part, ANY_TYPE), []).append(ev)
             part = ALL if key is None or self.keep_all else key
             per.setdefault((part, ev.type), []).append(ev)
@@ -924,16 +925,12 @@ class SharedEventIndex:
         self.inserted += len(events)
 
     def take_over(self, other: "SharedEventIndex") -> None:
-        """Hold what ``other`` holds (its buffers and remembered evicted events), as an index
-        of the same queries keeps them (``other`` is not used after); re-inserted one by one
-        where ``other`` keeps other buffers."""
-        same = (other.key_attr, other.keep_all, other.keep_keys, other.keep_any) == \
-            (self.key_attr, self.keep_all, self.keep_keys, self.keep_any)
-        if same:
-            self._buffers = other._buffers
-        else:
-            for ev in sorted(other.events(), key=_TS):
-                self.insert(ev)
+        """Hold what ``other`` holds (its buffers and remembered evicted events): an index of
+        the same queries, which keeps the same buffers (``other`` is not used after)."""
+        layout = (self.key_attr, self.keep_all, self.keep_keys, self.keep_any)
+        if (other.key_attr, other.keep_all, other.keep_keys, other.keep_any) != layout:
+            raise CepError("an event index kept for other queries cannot be taken over")
+        self._buffers = other._buffers
         self._gone, self._gone_n, self.gone_lists = other._gone, other._gone_n, other.gone_lists
         self.duplicates, self.evicted = other.duplicates, other.evicted
         self.floor = max(self.floor, other.floor)
