@@ -408,6 +408,7 @@ class PatternManager:
         if self.order is None or self.pessimistic or self._any_triggers or self.cq.slide:
             return False
         return any(self._bulk_plan(b, name) is not None or self._screen(b, name) is not None
+                   or self._kleene_screen(b, name) is not None
                    for t in types for b, name in self._triggers.get(t, ()))
 
     @_timed
@@ -431,12 +432,14 @@ class PatternManager:
             for target in mine:
                 by_target[target] = ts
         from raycep.cep.evaluation import bulk                    # numpy: only for column batches
+        from raycep.cep.evaluation import kleene_screen as kleene
         ready = self._ready_map()
         cap = self.settings.max_matches_per_trigger
         for (b, name), group in by_target.items():
             plan = self._bulk_plan(b, name)
             screen = self._screen(b, name) if plan is None else None
-            if plan is None and screen is None:
+            runs = self._kleene_screen(b, name) if plan is None and screen is None else None
+            if plan is None and screen is None and runs is None:
                 continue
             parts = self._partitions(group)
             if not parts:
@@ -445,7 +448,9 @@ class PatternManager:
             number = {p: k for k, (p, _) in enumerate(parts)}
             ts = group if sum(len(p[1]) for p in parts) == len(group) else \
                 [t for t in group if t.key is not None]
-            if plan is None:            # only the triggers no condition of theirs passes
+            if runs is not None:        # only the triggers no Kleene run can reach
+                got = kleene.result(kleene.screen_triggers(runs, self.index, parts, ts))
+            elif plan is None:          # only the triggers no condition of theirs passes
                 got = bulk.screen(screen, ts)
             else:                       # (deferred bindings: their members when released)
                 got = bulk.evaluate(plan, self.index, list(number), ts, self.cq.window,
@@ -665,6 +670,22 @@ class PatternManager:
             from raycep.cep.evaluation.bulk import trigger_filters
             got = self._screens[id(steps)] = (steps, trigger_filters(steps, self._opaque))
         return got[1]
+
+    def _kleene_screen(self, b: int, name: str):
+        """The Kleene-run screen (cep.evaluation.kleene_screen) of branch ``b`` triggered at
+        ``name`` where it has neither a bulk plan nor trigger filters; None where the shape
+        is not one it screens."""
+        cqs = self._screen_queries()
+        key = ("kleene", b, name, tuple(map(id, cqs)))
+        got = self._screens.get(key)
+        if got is None:
+            from raycep.cep.evaluation.kleene_screen import kleene_screen
+            got = self._screens[key] = (cqs, kleene_screen(cqs, b, name))
+        return got[1]
+
+    def _screen_queries(self) -> list:
+        """The compiled queries whose matches this manager gives (a group: its members')."""
+        return [self.cq]
 
     def _partitions(self, triggers: list) -> list:
         """``[(partition, triggers)]``: the triggers by the partition their evaluation reads,

@@ -671,19 +671,12 @@ class Engine:
         rows, everyone = triggers, made
         if skip is not None and any(skip):
             still = [t for t, q in zip(made, skip) if q]
-            groups: dict = {}
-            for r, t in zip(compress(triggers, skip), still):
-                group = groups.get(t.type)
-                if group is None:
-                    group = groups[t.type] = ([], [])
-                group[0].append(r)
-                group[1].append(t.ts)
-            index.extend_rows(batch, groups)          # as rows: their columns stay at hand
-            index.inserted = inserted
+            still_rows = list(compress(triggers, skip))
             stamps = [t.ts for t in still]
             live = [k for k, q in enumerate(skip) if not q]
             triggers, made = [triggers[k] for k in live], [made[k] for k in live]
-            at = 0                                        # the next skipped trigger
+            at = ahead_of = 0                             # the next skipped trigger (taken,
+            #                                               indexed)
         else:
             still = ()
         marks = given = None
@@ -698,6 +691,12 @@ class Engine:
         pos, base = lo, len(out)
         try:
             for k, r in enumerate((*triggers, hi)):
+                if still:                                 # the skipped ones before r, indexed
+                    end = len(still) if r == hi else bisect_left(stamps, times[r], ahead_of)
+                    if end > ahead_of:                    # (appended: the processed ones
+                        _index_rows(index, batch, still_rows[ahead_of:end],   # stay appends)
+                                    still[ahead_of:end])
+                        ahead_of = end
                 if r > pos:                               # rows indexed ahead before r
                     inserted = self._passed(batch, pos, r, inserted, out, given,
                                             width if taking else 0)
@@ -1232,3 +1231,19 @@ def reference_match_ids(queries, events, key_attr: str | None = None) -> dict:
     for m in engine.process_many(list(events)) + engine.advance(math.inf):
         out[m.query].add(match_id(m))
     return out
+
+
+def _index_rows(index, batch, rows: list, made: list) -> None:
+    """Index rows ``rows`` of ``batch`` (their events ``made``, in time order, after every
+    indexed event) as rows, by type; the inserted count is left as it was (the rows are
+    counted as each is reached)."""
+    groups: dict = {}
+    for r, t in zip(rows, made):
+        group = groups.get(t.type)
+        if group is None:
+            group = groups[t.type] = ([], [])
+        group[0].append(r)
+        group[1].append(t.ts)
+    inserted = index.inserted
+    index.extend_rows(batch, groups)                  # as rows: their columns stay at hand
+    index.inserted = inserted

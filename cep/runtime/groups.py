@@ -724,6 +724,9 @@ class GroupManager(PatternManager):
             return None
         return dataclasses.replace(plan, accept=None)
 
+    def _screen_queries(self) -> list:
+        return [m.cq for m in self.members]
+
     def _member_runs(self):
         if not self._accepting:
             return None
