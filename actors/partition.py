@@ -51,13 +51,13 @@ import orjson
 from raycep.actors.handles import node_id, ray_metric_types
 from raycep.actors.metrics import ActorMetrics
 from raycep.actors.outbox import Outbox
-from raycep.actors.recovery import CheckpointSettings, DurableLog
+from raycep.actors.recovery import (CheckpointSettings, DurableLog, logged_outputs,
+                                     replayed_outputs)
 from raycep.actors.rescale import (cut_worker, merge_worker, no_cyclic_gc, pack_share,
                                    unpack_share)
-from raycep.cep.errors import (ConflictError, MovingError, OverloadedError, PlanningError,
-                               RecoveryError)
+from raycep.cep.errors import ConflictError, MovingError, OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
-from raycep.cep.io.output import MatchLines, record_identity, record_meta, unknown_meta
+from raycep.cep.io.output import MatchLines, unknown_meta
 from raycep.cep.lang.ast import Query
 from raycep.cep.runtime.engine import Engine
 from raycep.cep.store.disorder import DisorderSettings, LateEvent
@@ -334,7 +334,7 @@ class PartitionWorker:
         late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
         out, meta = self._records(matches, late)
         records = self._deliver(out, meta)
-        self._log("ingest", (batch, after, clock), _logged(out, meta), len(decoded.events))
+        self._log("ingest", (batch, after, clock), logged_outputs(out, meta), len(decoded.events))
         self._publish()
         self.busy += time.perf_counter() - began
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
@@ -453,7 +453,7 @@ class PartitionWorker:
         matches that waited for it (as records with ids; queued instead with an outbox)."""
         out, meta = self._records(self.engine.advance(watermark))
         records = self._deliver(out, meta)
-        self._log("advance", (watermark,), _logged(out, meta))
+        self._log("advance", (watermark,), logged_outputs(out, meta))
         return records
 
     def observe(self, clock: float) -> list:
@@ -465,7 +465,7 @@ class PartitionWorker:
             self.engine.evict()
             self._evicted_at = self.engine.clock
         records = self._deliver(out, meta)
-        self._log("observe", (clock,), _logged(out, meta))
+        self._log("observe", (clock,), logged_outputs(out, meta))
         return records
 
     def _records(self, matches: list, late: list = ()) -> tuple:
@@ -486,7 +486,7 @@ class PartitionWorker:
         ``_records`` gives them) in the outbox (returns []; never drops: ``ingest`` refuses
         batches while it is full) or hand them back as dicts (no outbox)."""
         if self._replay is not None:              # the records this change gave before
-            records, self._replay = _replayed(self._replay, records, meta), None
+            records, self._replay = replayed_outputs(self._replay, records, meta), None
             meta = (None, None)
         if self.outbox is None:
             return [orjson.loads(r) for r in records]
@@ -763,42 +763,6 @@ class PartitionWorker:
             out[name] = {"rates": q_rates, "tested": tested, "passed": passed,
                          "keys": max(1, keys)}
         return out
-
-
-def _logged(records: list, meta: tuple) -> list:
-    """A change's outputs as the write-ahead log keeps them: the identity (str) of each record
-    made in bulk, whose replay gives it again (a tenth of the bytes: the log of a batch's
-    records cost ~40 % of an actor's time), the record itself (bytes) otherwise."""
-    idents = meta[1]
-    if None not in idents:
-        return idents
-    return [r if i is None else i for r, i in zip(records, idents)]
-
-
-def _replayed(logged: list, records: list, meta: tuple) -> list:
-    """The records a logged change gave, in their order, from what ``_logged`` kept and the
-    ``records`` (with ``meta``, as ``_records`` gives them) its replay gives: the outbox's
-    sequence numbers are those the gateway acknowledged. A record the replay does not give
-    again is a RecoveryError (the evaluation would not be deterministic)."""
-    if all(x.__class__ is bytes for x in logged):
-        return logged
-    by_identity = {}
-    for record, ident in zip(records, meta[1]):
-        if ident is None:
-            found = record_meta(record)
-            ident = found[1] if found is not None else record_identity(orjson.loads(record))
-        by_identity[ident] = record
-    out = []
-    for x in logged:
-        if x.__class__ is not bytes:
-            got = by_identity.get(x)
-            if got is None:
-                raise RecoveryError(f"replaying the write-ahead log did not give record {x!r} "
-                                    f"again, which the change gave before: cannot restore "
-                                    f"the outbox's sequence")
-            x = got
-        out.append(x)
-    return out
 
 
 def _as_text(query):
