@@ -649,8 +649,10 @@ class Engine:
                    blocks: bool = False) -> int:
         """The trigger loop of ``_ahead``. Triggers that every query they trigger evaluated
         in bulk without a match (``_quiet``), or that only queries which evaluated all of
-        theirs in bulk trigger (``_taking``), are indexed ahead and counted, not processed;
-        a trigger processed is given to the other queries only. A query waiting for the
+        theirs in bulk trigger (``_taking``), are counted, not processed, and indexed in
+        runs just before each trigger processed (which is then appended to its buffer: an
+        insert among later rows would cut the buffer's cached columns each time); a trigger
+        processed is given to the other queries only. A query waiting for the
         clock (a negation at the end: it reads no row ahead of its trigger's time, and a
         deferred match is decided over its window only) releases what is due at the first
         row after each deadline (``_released``). The matches of the queries that evaluated
@@ -675,8 +677,7 @@ class Engine:
             stamps = [t.ts for t in still]
             live = [k for k, q in enumerate(skip) if not q]
             triggers, made = [triggers[k] for k in live], [made[k] for k in live]
-            at = ahead_of = 0                             # the next skipped trigger (taken,
-            #                                               indexed)
+            at = ahead_of = 0                 # the next skipped trigger taken, indexed
         else:
             still = ()
         marks = given = None
@@ -691,11 +692,11 @@ class Engine:
         pos, base = lo, len(out)
         try:
             for k, r in enumerate((*triggers, hi)):
-                if still:                                 # the skipped ones before r, indexed
+                if still:                 # the skipped ones before r indexed now: a trigger
+                    #                           processed is then appended, not inserted
                     end = len(still) if r == hi else bisect_left(stamps, times[r], ahead_of)
-                    if end > ahead_of:                    # (appended: the processed ones
-                        _index_rows(index, batch, still_rows[ahead_of:end],   # stay appends)
-                                    still[ahead_of:end])
+                    if end > ahead_of:
+                        _index_rows(index, batch, still_rows[ahead_of:end], still[ahead_of:end])
                         ahead_of = end
                 if r > pos:                               # rows indexed ahead before r
                     inserted = self._passed(batch, pos, r, inserted, out, given,
