@@ -925,15 +925,23 @@ class SharedEventIndex:
         self.inserted += len(events)
 
     def take_over(self, other: "SharedEventIndex") -> None:
-        """Hold what ``other`` holds (its buffers and remembered evicted events): an index of
-        the same queries, which keeps the same buffers (``other`` is not used after)."""
-        layout = (self.key_attr, self.keep_all, self.keep_keys, self.keep_any)
-        if (other.key_attr, other.keep_all, other.keep_keys, other.keep_any) != layout:
-            raise CepError("an event index kept for other queries cannot be taken over")
+        """Hold what ``other`` holds (its buffers and remembered evicted events; ``other`` is
+        not used after). ``other`` is first given this index's layout, as a live index
+        changes it when its queries change (its every-type buffers stay where it kept
+        them: they are kept once a query needed them, as a live index keeps them)."""
+        if other.key_attr != self.key_attr:
+            raise CepError(f"an event index keyed by {other.key_attr!r} cannot be taken over "
+                           f"by one keyed by {self.key_attr!r}")
+        other.set_keep_all(self.keep_all)
+        other.set_keep_keys(self.keep_keys)
+        need_any, self.keep_any = self.keep_any, other.keep_any
+        self.keep_all, self.keep_keys = other.keep_all, other.keep_keys
         self._buffers = other._buffers
         self._gone, self._gone_n, self.gone_lists = other._gone, other._gone_n, other.gone_lists
         self.duplicates, self.evicted = other.duplicates, other.evicted
         self.floor = max(self.floor, other.floor)
+        if need_any:
+            self.enable_any()
 
     def add_evicted(self, lists) -> None:
         """Remember the evicted events of ``lists`` too (lists of events in time order; a

@@ -130,6 +130,39 @@ def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, af
     assert sum(w.batches for w in new) == sent
 
 
+def test_an_actor_that_stays_keeps_its_index_after_a_query_of_any_type_left():
+    """A query with a variable of any type makes the index keep every-type buffers, and a
+    live index keeps them after the query is removed; the engine a staying actor rebuilds
+    from its snapshot does not need them. The move takes the index over in the new layout
+    (it used to refuse it, and the rescale failed); the matches after equal one engine's."""
+    events = stream(400, 6)
+    untyped = "PATTERN SEQ(a, B b) WHERE [k] AND b.x > a.x WITHIN 2 seconds"
+    old = workers(2)
+    one = Engine(key_attr="k")
+    for name, text in QUERIES:
+        one.add_query(text, name=name)
+    found: list = []
+    for w in old:
+        w.add_query("any", untyped)
+    one.add_query(untyped, name="any")
+    feed(old, events[:150], found)
+    want = one.process_many(events[:150])
+    for w in old:
+        w.remove_query("any")
+    one.remove_query("any")
+    assert all(w.engine.index.keep_any for w in old)
+    given = [w.give(i, 3, GROUPS) for i, w in enumerate(old)]
+    new = old + [PartitionWorker("p2", key_attr="k")]
+    for j, w in enumerate(new):
+        w.take([given[i].get(j) for i in range(2)], j, 1, 3, GROUPS)
+    feed(new, events[150:], found)
+    for w in new:
+        found += w.advance(math.inf)
+    want += one.process_many(events[150:]) + one.advance(math.inf)
+    assert sorted(r["id"] for r in found) == sorted(match_id(m) for m in want)
+    assert any(r["query"] == "any" for r in found) and len(found) > 20
+
+
 def test_take_with_its_own_share_elsewhere_and_give_with_records_undelivered_are_refused():
     w = workers(1)[0]
     with pytest.raises(ConflictError, match="no share of its own at place 0"):

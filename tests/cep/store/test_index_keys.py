@@ -97,3 +97,33 @@ def test_evicted_events_added_are_remembered_numbered_after_and_the_oldest_forgo
     other.add_evicted([[Event("B", 39.0, {"k": "y", "x": 1}, key="y", id="y0")]])
     assert oldest not in other._gone and other.evicted_span()[0] == first + 1
     assert all(other.seen_before(e) for e in extra) and other.seen_before(gone[-1])
+
+
+@pytest.mark.parametrize("before", LAYOUTS)
+@pytest.mark.parametrize("after", LAYOUTS)
+@pytest.mark.parametrize("rows", [False, True])
+def test_an_index_of_another_layout_is_taken_over_in_the_layout_of_the_one_taking_it(
+        before, after, rows):
+    """A re-partitioning's actor keeps its index while its queries may have changed it: an
+    every-type buffer kept once a query needed it (kept after that query is removed, as a
+    live index keeps it), the all-partitions or per-key buffers changed. The index taken
+    over holds what one of the new layout built from the same events holds (with the
+    every-type buffers where either kept them)."""
+    events = stream(4)
+    old = index(before, events, rows)
+    new = index(after, [], False)
+    new.take_over(old)
+    want = index((after[0], after[1], after[2] or before[2]), events, False)
+    assert held(new) == held(want)
+    assert (new.keep_all, new.keep_keys, new.keep_any) == \
+        (want.keep_all, want.keep_keys, want.keep_any)
+    later = Event("A", 1e6, {"k": "a", "x": 1}, key="a", id="later")
+    new.insert(later)
+    want.insert(later)
+    assert held(new) == held(want)
+
+
+def test_an_index_keyed_by_another_attribute_is_refused():
+    from raycep.cep.errors import CepError
+    with pytest.raises(CepError, match="keyed by 'k'"):
+        SharedEventIndex("sym").take_over(index(LAYOUTS[0], stream(5, 20), False))
