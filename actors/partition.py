@@ -624,7 +624,9 @@ class PartitionWorker:
         share, the one ``give`` kept (or cut again from its state, which has not changed since:
         a take replayed from the log). Its index stays: the keys that left are dropped from
         it, the events it is given merged in. With a checkpoint directory the move is logged
-        and the next checkpoint is a compaction. Returns ``{"buffered", "queries"}``."""
+        and the next checkpoint is a compaction. The matches due at the merged clock are
+        released (queued in the outbox; without one, ``records``). Returns ``{"buffered",
+        "queries", "records"}``."""
         kept, self._kept = self._kept, None
         if None not in shares:
             kept = None
@@ -645,14 +647,20 @@ class PartitionWorker:
             self._adopt(snap, index=index)
         self._cut, self._sealed_taken = None, 0
         self.partition = snap["partition"]
+        # the merged clock is the latest of the shares': what waited for it is due now (an
+        # actor whose clock was behind would otherwise hold it until a later event)
+        out, meta = self._records(self.engine.due())
+        records = self._deliver(out, meta)
         if self.durable is not None:
             # logged, not checkpointed here: a restart replays the take from the log; the
             # next checkpoint writes every live event (a compaction: the saved segments still
             # hold the keys that left) and every remembered batch id
             self.engine.journal = []
             self.durable.compact_next = True
-            self._log("take", (shares, partition, epoch, parts, key_groups))
-        return {"buffered": len(self.engine.index), "queries": len(self.engine.managers)}
+            self._log("take", (shares, partition, epoch, parts, key_groups),
+                      logged_outputs(out, meta))
+        return {"buffered": len(self.engine.index), "queries": len(self.engine.managers),
+                "records": records}
 
     def _adopt(self, snap: dict, settings=None, index=None) -> None:
         """Take over the state of a snapshot (``index``: Engine.restore's)."""
@@ -729,7 +737,7 @@ class PartitionWorker:
         self._replaying = True
         try:
             for _, op, args, outputs in records:
-                if op in ("ingest", "advance", "observe"):
+                if op in ("ingest", "advance", "observe", "take") and outputs is not None:
                     self._replay = list(outputs)
                 getattr(self, op)(*args)
                 self._replay = None

@@ -199,8 +199,12 @@ def _ids(events: dict):
 def cluster_outputs(case) -> dict:
     """name -> [(match id, retracted)] read back through the client of a new cluster."""
     disorder = None if case.slack is None else DisorderSettings(min_slack=case.slack)
+    # every match is read back at the end: the store must hold them all (its capacity per
+    # query, drop-oldest beyond it, is a setting: 10,000 by default; a case with untyped
+    # variables and sequences of five can give more)
     cluster = InProcessCluster(case.partitions, "k" if case.keyed else None,
-                               GatewaySettings(port=0, registry_path=None, plan_every=0),
+                               GatewaySettings(port=0, registry_path=None, plan_every=0,
+                                               match_capacity=10 ** 6),
                                disorder=disorder, retain=case.retain)
     cluster.start()
     try:

@@ -950,6 +950,21 @@ class Engine:
         self._tell(not math.isfinite(watermark))
         return out
 
+    def due(self) -> list:
+        """The matches waiting for the clock that are due at the clock as it is: after a
+        restore that moved it past them (the merge of a re-partitioning's shares takes the
+        latest of their clocks, cep.runtime.rescale), as ``observe`` releases them when the
+        clock moves."""
+        out: list = []
+        if self._busy:
+            for m in self._in_order(self._busy):
+                out.extend(m.tick(self.clock))
+                if not m.busy:
+                    self._busy.discard(m)
+        if self._pessimistic and self.disorder.watermark > self._released:
+            out.extend(self._release())
+        return out
+
     def observe(self, clock: float) -> list:
         """The stream's event time reached ``clock`` elsewhere (events of other partitions,
         or of types this engine is not sent: the gateway tells each partition actor the

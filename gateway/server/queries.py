@@ -26,8 +26,11 @@ class Queries:
     ``actors.scopes``. ``retain``: the actors' retention (read at ``start``)."""
 
     def __init__(self, actors: Actors, planning: Planning, registry, store,
-                 key_attr: str | None, settings: GatewaySettings):
+                 key_attr: str | None, settings: GatewaySettings, outboxes=None):
         self.actors = actors
+        #: the actors' outboxes (gateway/server/drain.py): drained before a removed query's
+        #: stream closes, so the matches made before the removal reach its readers
+        self.outboxes = outboxes
         self.planning = planning
         self.registry = registry
         self.store = store
@@ -236,6 +239,7 @@ class Queries:
         await asyncio.gather(*(self.actors.call(t, "remove_queries", names)
                                for t, names in by_target.items()))
         await self.planning.unregister_many(qids)
+        await self._drained()
         out = []
         for qid in qids:
             stats = self.store.stats(qid) if qid in self.store.queries() else {}
@@ -261,10 +265,17 @@ class Queries:
                     continue
                 raise
         await self.planning.unregister(qid)
+        await self._drained()
         stats = self.store.stats(qid) if qid in self.store.queries() else {}
         self.store.close(qid)
         log.info("removed query %s", qid)
         return {"id": qid, "removed": True, "matches": stats.get("total", 0)}
+
+    async def _drained(self) -> None:
+        """Drain every actor's outbox: the records a removed query's actors made before it
+        was removed are stored before its stream closes (they would be orphans after)."""
+        if self.outboxes is not None:
+            await self.outboxes.drain_all()
 
     # ---------------------------------------------------------------- reading
     async def describe(self, qid: str, actor_stats: list | None = None) -> dict:

@@ -60,7 +60,7 @@ class GatewayService:
         self._outboxes = Outboxes(self.actors, store, settings)
         self._planning = Planning(self.actors, registry)
         self._queries = Queries(self.actors, self._planning, registry, store, key_attr,
-                                settings)
+                                settings, self._outboxes)
         self.metrics = GatewayMetrics()
         self.started = False
         self._ingest = Ingest(self.actors, self._outboxes, key_attr, settings, self._started,

@@ -94,7 +94,7 @@ def test_shares_merged_are_the_whole_split_and_continue_as_one_engine(before, af
     new = [old[j] if j < before else PartitionWorker(f"p{j}", key_attr="k")
            for j in range(after)]
     for j, w in enumerate(new):
-        w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)
+        found += w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)["records"]
     for j, w in enumerate(new):
         merged = w.engine.snapshot()
         assert sorted(merged["events"], key=lambda e: (e.ts, e.id)) == \
@@ -154,13 +154,40 @@ def test_an_actor_that_stays_keeps_its_index_after_a_query_of_any_type_left():
     given = [w.give(i, 3, GROUPS) for i, w in enumerate(old)]
     new = old + [PartitionWorker("p2", key_attr="k")]
     for j, w in enumerate(new):
-        w.take([given[i].get(j) for i in range(2)], j, 1, 3, GROUPS)
+        found += w.take([given[i].get(j) for i in range(2)], j, 1, 3, GROUPS)["records"]
     feed(new, events[150:], found)
     for w in new:
         found += w.advance(math.inf)
     want += one.process_many(events[150:]) + one.advance(math.inf)
     assert sorted(r["id"] for r in found) == sorted(match_id(m) for m in want)
     assert any(r["query"] == "any" for r in found) and len(found) > 20
+
+
+def test_what_waits_for_the_clock_is_released_at_the_merged_clock_on_take():
+    """Actors whose clocks differ (nothing told the one behind the stream's time): the merge
+    takes the latest clock, and a match that waited for a time it has passed is released by
+    ``take`` itself, as one engine released it when its clock passed there; it is not held
+    until a later event (a query removed before that would lose it)."""
+    events = [Event("A", 1.0, {"x": 1, "k": "k1"}, key="k1", id="a1"),
+              Event("B", 2.0, {"x": 1, "k": "k1"}, key="k1", id="b1"),
+              Event("A", 20.0, {"x": 1, "k": "k2"}, key="k2", id="a2")]
+    owner = {e.key: partition_of(e.key, 2, GROUPS) for e in events}
+    assert owner["k1"] != owner["k2"]
+    old = workers(2)
+    found: list = []
+    for e in events:                        # each actor sent its keys' events, no observe
+        found += old[owner[e.key]].ingest(encode_batch([e], "test", f"b{next(BATCH)}"))[
+            "matches"]
+    assert pending(old[owner["k1"]]) and not any(r["query"] == "neg" for r in found)
+    given = [w.give(i, 1, GROUPS) for i, w in enumerate(old)]
+    got = old[0].take([given[i].get(0) for i in range(2)], 0, 1, 1, GROUPS)
+    assert [r["query"] for r in got["records"]] == ["neg"]
+    one = Engine(key_attr="k")
+    for name, text in QUERIES:
+        one.add_query(text, name=name)
+    want = [match_id(m) for m in one.process_many(events) if m.query == "neg"]
+    assert [r["id"] for r in got["records"]] == want
+    old[0].remove_query("neg")              # nothing of it was left waiting
 
 
 def test_take_with_its_own_share_elsewhere_and_give_with_records_undelivered_are_refused():
@@ -234,7 +261,7 @@ def test_a_move_is_logged_and_a_restarted_actor_replays_it_then_compacts(tmp_pat
             w = old[j]
         else:                               # as RaySpawner.spawn: a fresh directory
             w = restarted(tmp_path, j)
-        w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)
+        found += w.take([given[i].get(j) for i in range(before)], j, 1, after, GROUPS)["records"]
         new.append(w)
     assert all(w.durable.compact_next for w in new)     # (no checkpoint inside the hold)
     want = [state(w) for w in new]
