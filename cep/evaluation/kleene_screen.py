@@ -61,8 +61,7 @@ def _shape(cq, branch, name: str) -> tuple | None:
             len(branch.positives) != 3:
         return None
     a, k, c = branch.positives
-    if a.kleene or not k.kleene or c.kleene or c.name != name or None in (k.type, c.type) \
-            or a.negated or k.negated or c.negated:
+    if a.kleene or not k.kleene or c.kleene or c.name != name or None in (k.type, c.type):
         return None
     if branch.before[k.name] != frozenset((a.name,)) or \
             branch.before[c.name] != frozenset((a.name, k.name)):

@@ -980,15 +980,7 @@ class Engine:
         wm = clock - self.disorder.slack
         if wm > self.disorder.watermark:
             self.disorder.watermark = wm
-        out: list = []
-        if self._busy:
-            for m in self._in_order(self._busy):
-                out.extend(m.tick(clock))
-                if not m.busy:
-                    self._busy.discard(m)
-        if self._pessimistic and self.disorder.watermark > self._released:
-            out.extend(self._release())
-        return out
+        return self.due()
 
     @property
     def duplicates(self) -> int:

@@ -935,7 +935,6 @@ class SharedEventIndex:
         other.set_keep_all(self.keep_all)
         other.set_keep_keys(self.keep_keys)
         need_any, self.keep_any = self.keep_any, other.keep_any
-        self.keep_all, self.keep_keys = other.keep_all, other.keep_keys
         self._buffers = other._buffers
         self._gone, self._gone_n, self.gone_lists = other._gone, other._gone_n, other.gone_lists
         self.duplicates, self.evicted = other.duplicates, other.evicted

@@ -26,7 +26,7 @@ class Queries:
     ``actors.scopes``. ``retain``: the actors' retention (read at ``start``)."""
 
     def __init__(self, actors: Actors, planning: Planning, registry, store,
-                 key_attr: str | None, settings: GatewaySettings, outboxes=None):
+                 key_attr: str | None, settings: GatewaySettings, outboxes):
         self.actors = actors
         #: the actors' outboxes (gateway/server/drain.py): drained before a removed query's
         #: stream closes, so the matches made before the removal reach its readers
@@ -239,7 +239,7 @@ class Queries:
         await asyncio.gather(*(self.actors.call(t, "remove_queries", names)
                                for t, names in by_target.items()))
         await self.planning.unregister_many(qids)
-        await self._drained()
+        await self.outboxes.drain_all()     # (made before the removal: stored, not orphans)
         out = []
         for qid in qids:
             stats = self.store.stats(qid) if qid in self.store.queries() else {}
@@ -265,17 +265,11 @@ class Queries:
                     continue
                 raise
         await self.planning.unregister(qid)
-        await self._drained()
+        await self.outboxes.drain_all()     # (made before the removal: stored, not orphans)
         stats = self.store.stats(qid) if qid in self.store.queries() else {}
         self.store.close(qid)
         log.info("removed query %s", qid)
         return {"id": qid, "removed": True, "matches": stats.get("total", 0)}
-
-    async def _drained(self) -> None:
-        """Drain every actor's outbox: the records a removed query's actors made before it
-        was removed are stored before its stream closes (they would be orphans after)."""
-        if self.outboxes is not None:
-            await self.outboxes.drain_all()
 
     # ---------------------------------------------------------------- reading
     async def describe(self, qid: str, actor_stats: list | None = None) -> dict:
