@@ -181,7 +181,7 @@ class PatternManager:
             targets = (targets or []) + self._any_triggers
         if not targets or event.ts <= self.since:
             return out
-        if self.cq.slide:
+        if self.cq.slide and not self._slide_over(event.ts, self.clock):
             self._slide.append(event)
             return out
         out.extend(self._evaluate(event, targets))
@@ -344,6 +344,13 @@ class PatternManager:
         left in the heap for the next clock tick)."""
         return deadline < self.clock or deadline <= self._closed
 
+    def _slide_over(self, ts: float, now: float) -> bool:
+        """Whether the slide interval of a trigger at ``ts`` ended by ``now``: its triggers
+        are evaluated then, and one that arrives later (out of order) at once, so what waits
+        for a slide never depends on the arrival order (RCEP, section 2)."""
+        size = self.cq.slide
+        return (math.floor(ts / size) + 1) * size <= now
+
     def _targets(self, trigger: Event) -> list:
         if trigger.ts <= self.since:
             return []
@@ -353,9 +360,8 @@ class PatternManager:
     def _release(self, now: float, inclusive: bool) -> list:
         out: list = []
         if self._slide:
-            size = self.cq.slide
             due = [t for t in self._slide
-                   if (math.floor(t.ts / size) + 1) * size <= now or (inclusive and now >= t.ts)]
+                   if self._slide_over(t.ts, now) or (inclusive and now >= t.ts)]
             if due:
                 ids = {id(t) for t in due}
                 self._slide = [t for t in self._slide if id(t) not in ids]

@@ -885,12 +885,26 @@ class Engine:
         if self.journal is not None:
             self.journal.append(event)
         self.out_of_order += 1
-        out: list = []
+        out: list = self._catch_up(revisers + self._route.get(event.type, self._any))
         for m in revisers:
             out.extend(m.revise(event, before.get(id(m))))
             if m.busy:                    # corrected deferred matches wait for the clock
                 self._busy.add(m)
         self._dispatch(event, out)
+        return out
+
+    def _catch_up(self, managers: list) -> list:
+        """Move the clocks of ``managers`` to the engine's before an out-of-order event
+        reaches them: a query sees the clock move only with its own triggers, so one not
+        sent the events that moved it would otherwise wait for a slide or a negation's
+        deadline the engine has passed (a SLIDE trigger arriving after its interval
+        ended is evaluated at once; a deferred binding past its deadline is decided), and
+        what waits would depend on the arrival order. The matches that waited (none: busy
+        queries follow the clock)."""
+        out: list = []
+        for m in managers:
+            if m.clock < self.clock and not m.pessimistic:
+                out.extend(m.tick(self.clock))
         return out
 
     def _floor(self) -> tuple:

@@ -80,6 +80,45 @@ def test_slide_delays_but_never_changes_the_match_set():
             assert 0 <= e.ts - m.last_ts <= 5 + 1.5
 
 
+def test_a_slide_trigger_that_arrives_after_its_slide_ended_is_evaluated_at_once():
+    """What waits for a slide at a removal does not depend on the arrival order: a trigger
+    whose slide interval ended before it arrived (out of order) is evaluated at once, not at
+    the next slide (the cluster's actors see another order than one engine: a query removed
+    mid-stream lost the matches of such triggers there)."""
+    from raycep.cep.store.disorder import DisorderSettings
+    query = "PATTERN SEQ(a, A b) WHERE [k] WITHIN 1 seconds SLIDE 0.5 seconds"
+    events = [Event("A", 0.0, {"k": 0}, id=f"e{i:02d}") for i in range(13)] + \
+        [Event("A", 1.0, {"k": 0}, id="e13")]
+    finals = []
+    for order in (range(14), [*range(8), 13, *range(8, 13)]):
+        eng = Engine(key_attr="k", disorder=DisorderSettings(min_slack=2.0))
+        eng.add_query(query, name="q")
+        out = eng.process_many([events[i] for i in order])
+        eng.remove_query("q")                  # b = e13 still waits for its slide: dropped
+        assert not any(getattr(m, "retracted", False) for m in out)
+        finals.append(keys(out))
+    assert finals[0] == finals[1] and len(finals[0]) == 13 * 12 // 2
+
+
+@pytest.mark.parametrize("query", [
+    "PATTERN SEQ(A a, A b) WITHIN 1 seconds SLIDE 0.5 seconds",
+    "PATTERN SEQ(A a, A b, ~C c) WITHIN 1 seconds"])
+def test_a_query_not_sent_the_event_that_moved_the_clock_still_follows_it(query):
+    """An event of a type the query does not read moves the clock past a slide's end or a
+    negation's deadline; a trigger that then arrives out of order is decided at once, as it
+    is in order (it was left waiting for the query's next event, and a removal dropped it)."""
+    from raycep.cep.store.disorder import DisorderSettings
+    a, b, x = Event("A", 0.0, {}, id="a"), Event("A", 0.1, {}, id="b"), Event("X", 2.0, {}, id="x")
+    finals = []
+    for order in ([a, b, x], [x, a, b]):
+        eng = Engine(disorder=DisorderSettings(min_slack=5.0))
+        eng.add_query(query, name="q")
+        out = eng.process_many(order)
+        eng.remove_query("q")
+        finals.append(keys(out))
+    assert finals[0] == finals[1] and len(finals[0]) == 1
+
+
 def test_trailing_negation_waits_for_the_window_to_close():
     eng = Engine()
     eng.add_query("PATTERN SEQ(A a, B b, ~C c) WITHIN 5 seconds", name="n")
