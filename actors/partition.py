@@ -38,6 +38,7 @@ too, so batches refused and sent again are processed in their order.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import os
@@ -264,11 +265,15 @@ class PartitionWorker:
 
     # ---------------------------------------------------------------- input
     def ingest(self, batch: bytes, after: str | None = None,
-               clock: float | None = None, epoch: int | None = None) -> dict:
+               clock: float | None = None, epoch: int | None = None,
+               steps: list | None = None) -> dict:
         """Process one msgpack batch (cep.io.codec). A malformed header raises IngestError and
         changes nothing; malformed rows are reported in ``bad_rows`` and the others processed.
         ``clock``: the latest event time of the request the batch is this actor's part of
-        (``observe``d after the rows).
+        (``observe``d after the rows); ``steps``: ``[[row, time], ...]``, rows (ascending)
+        that came after a later event of the request sent elsewhere, and the latest event
+        time before each (``observe``d before the row: it is out of order here as in one
+        engine fed the request).
 
         Raises OverloadedError, changing nothing, while the outbox holds ``outbox_capacity``
         records or more (a batch seen before is acknowledged all the same), and when
@@ -318,7 +323,9 @@ class PartitionWorker:
         engine = self.engine
         dup0 = engine.duplicates
         capped0 = self._truncated()
-        matches = self._process(decoded.events, decoded.source)
+        if steps and problems:
+            steps = _good_rows(steps, problems)
+        matches = self._process(decoded.events, decoded.source, steps)
         released = engine.observe(clock) if clock is not None else None
         if released:
             matches = [*matches, *released]
@@ -334,7 +341,8 @@ class PartitionWorker:
         late = [orjson.dumps(late_record(x), default=str) for x in engine.take_late()]
         out, meta = self._records(matches, late)
         records = self._deliver(out, meta)
-        self._log("ingest", (batch, after, clock), logged_outputs(out, meta), len(decoded.events))
+        self._log("ingest", (batch, after, clock, None, steps) if steps else (batch, after, clock),
+                  logged_outputs(out, meta), len(decoded.events))
         self._publish()
         self.busy += time.perf_counter() - began
         return {"batch_id": decoded.batch_id, "events": len(decoded.events),
@@ -347,18 +355,27 @@ class PartitionWorker:
                 "seconds": time.perf_counter() - began,
                 "checkpoint_seconds": self._checkpoint_seconds}
 
-    def _process(self, rows, source: str) -> list:
+    def _process(self, rows, source: str, steps: list | None = None) -> list:
         """Process the rows of a batch (a tuple of Events, or a column batch: Events only
         where used, matches found in bulk as MatchBlock / MatchMix entries), cut where a
-        query is due for its first plan (``_plan_first``)."""
+        query is due for its first plan (``_plan_first``) and at each of ``steps`` (``ingest``),
+        whose time is observed before its row."""
         out: list = []
         i, n = 0, len(rows)
+        steps = steps or ()
+        s = 0
         while True:
             if self._unplanned and self._rows >= self._plan_due():
                 self._plan_first()
             if i >= n:
                 return out
+            while s < len(steps) and steps[s][0] <= i:
+                if steps[s][0] == i:
+                    out += self.engine.observe(float(steps[s][1]))
+                s += 1
             j = n if not self._unplanned else min(n, i + self._plan_due() - self._rows)
+            if s < len(steps):
+                j = min(j, int(steps[s][0]))
             if isinstance(rows, tuple):
                 part = list(rows[i:j])
                 self.rates.observe_many(part)
@@ -783,3 +800,11 @@ def partition_actor(**options):
     """The Ray actor class of PartitionWorker (``partition_actor().remote("p0", key_attr)``)."""
     from raycep.actors.handles import actor_class
     return actor_class(PartitionWorker, **options)
+
+
+def _good_rows(steps: list, problems: list) -> list:
+    """``steps`` (``[[row, time], ...]`` by row of a batch) by row among the batch's good
+    rows: the bad ones (``problems``' rows) are not processed."""
+    bad = sorted(p.row for p in problems if p.row is not None)
+    skip = set(bad)
+    return [[row - bisect.bisect_left(bad, row), at] for row, at in steps if row not in skip]

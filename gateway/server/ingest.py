@@ -96,8 +96,13 @@ class Ingest:
         payloads = {t: encode_rows(rows, source, f"{bid}:{t}")
                     for t, (rows, _) in routed.items()}
         clock = latest_time(r[1] for rows, _ in routed.values() for r in rows)
-        return await self._forwarded(payloads, {t: o for t, (_, o) in routed.items()}, n_rows,
-                                     clock)
+        origins = {t: o for t, (_, o) in routed.items()}
+        times = [None] * n_rows
+        for rows, where in routed.values():
+            for r, i in zip(rows, where):
+                times[i] = r[1]
+        return await self._forwarded(payloads, origins, n_rows, clock,
+                                     behind_steps(times, origins))
 
     async def _forward_table(self, table, routed: dict, source: str,
                              batch_id: str | None = None) -> dict:
@@ -107,13 +112,15 @@ class Ingest:
         payloads = {t: encode_columns(table.take(pa.array(rows)), source, f"{bid}:{t}")
                     for t, rows in routed.items()}
         return await self._forwarded(payloads, routed, table.num_rows,
-                                     _latest_column_time(table))
+                                     _latest_column_time(table),
+                                     behind_steps(table.column("ts").to_numpy(), routed))
 
     async def _forwarded(self, payloads: dict, origins: dict, n_rows: int,
-                         clock: float | None) -> dict:
+                         clock: float | None, steps: dict) -> dict:
         """Dispatch ``payloads``; the acknowledgement, an actor's bad rows named by their index
-        in the request (``origins``: per target, its rows' indexes, a list or numpy array)."""
-        acks = await self._dispatch(payloads, clock)
+        in the request (``origins``: per target, its rows' indexes, a list or numpy array;
+        ``steps``: ``behind_steps``)."""
+        acks = await self._dispatch(payloads, clock, steps)
         bad: dict = {}
         for target, ack in zip(payloads, acks):
             origin = origins[target]
@@ -146,20 +153,25 @@ class Ingest:
         bid = self._actor_batch_id(batch_id)
         acks = await self._dispatch({
             t: encode_batch(routed[t], source, f"{bid}:{t}") for t in routed},
-            latest_time(e.ts for e in events))
+            latest_time(e.ts for e in events), _event_steps(events, routed))
         self.events_in += len(events)
         return merge_acks(list(routed), acks, len(events),
                           [r for a in acks for r in a["bad_rows"]])
 
-    async def _dispatch(self, payloads: dict, clock: float | None = None) -> list:
+    async def _dispatch(self, payloads: dict, clock: float | None = None,
+                        steps: dict | None = None) -> list:
         """Send each target its batch, all at once; drain them; their acks, in order.
         ``clock``: the latest event time of the request; the actors with queries that got
         no row of it observe it (PartitionWorker.observe), those with rows after them: every
-        actor's event time is the stream's, as in one engine (deferred matches, lateness)."""
+        actor's event time is the stream's, as in one engine (deferred matches, lateness).
+        ``steps``: per target, its rows behind an earlier row of the request and the time
+        the stream had reached before each (``behind_steps``): observed before the row, so
+        the actor scores it as one engine does (out of order, its lateness)."""
+        steps = steps or {}
         idle = [t for t in self.actors.busy() if t not in payloads] \
             if clock is not None else []
         dispatched = now()
-        got = await asyncio.gather(*(_timed(self._send(t, b, clock))
+        got = await asyncio.gather(*(_timed(self._send(t, b, clock, steps.get(t)))
                                      for t, b in payloads.items()),
                                    *(self.actors.call(t, "observe", clock) for t in idle))
         acked = now()
@@ -171,7 +183,8 @@ class Ingest:
                             [took for _, took in got[:len(payloads)]])
         return acks
 
-    async def _send(self, target, batch: bytes, clock: float | None) -> dict:
+    async def _send(self, target, batch: bytes, clock: float | None,
+                    steps: list | None = None) -> dict:
         """``ingest`` on one actor. Backpressure: an actor whose outbox is over its limit
         refuses the batch without processing it; drain it into the store and ask again,
         pausing longer each time, for up to ``settings.overload_wait`` seconds."""
@@ -181,7 +194,7 @@ class Ingest:
             try:
                 return await self.actors.call(  # (the global actor is not re-partitioned)
                     target, "ingest", batch, None, clock,
-                    None if target == GLOBAL else self.actors.routing.epoch)
+                    None if target == GLOBAL else self.actors.routing.epoch, steps)
             except OverloadedError as exc:
                 if not loop.time() < deadline:          # (a NaN setting: no retry)
                     why = getattr(exc, "cause", None) or exc
@@ -266,6 +279,45 @@ def _latest_column_time(table) -> float | None:
     times = table.column("ts").to_numpy().astype(np.float64, copy=False)
     times = times[np.isfinite(times)]
     return float(times.max()) if len(times) else None
+
+
+def behind_steps(times, origins: dict) -> dict:
+    """``{target: [[row, clock], ...]}``: the rows of each target's batch (by their index in
+    it) whose event time is before that of an earlier row of the request, with the latest
+    event time of the rows before it (what one engine fed the request had as its clock
+    there). ``times``: the request's event times in its order (a value that is not a finite
+    number neither counts nor is behind: its row is refused later); ``origins``: per target,
+    the indexes of its rows in the request, ascending. Empty for a request in time order."""
+    import numpy as np
+    t = np.array([x if (x.__class__ is float or x.__class__ is int) else math.nan
+                  for x in times], dtype=np.float64) \
+        if not isinstance(times, np.ndarray) else times.astype(np.float64)
+    if len(t) < 2:
+        return {}
+    t[~np.isfinite(t)] = math.nan
+    before = np.empty_like(t)
+    before[0] = -math.inf
+    before[1:] = np.fmax.accumulate(t)[:-1]
+    behind = t < before                         # (NaN compares False)
+    if not behind.any():
+        return {}
+    out = {}
+    for target, rows in origins.items():
+        rows = np.asarray(rows, dtype=np.int64)
+        k = np.flatnonzero(behind[rows])
+        if len(k):
+            out[target] = [[int(i), float(before[rows[i]])] for i in k]
+    return out
+
+
+def _event_steps(events: list, routed: dict) -> dict:
+    """``behind_steps`` of events routed by ``RoutingTable.route`` (each target's events in
+    the request's order)."""
+    times = [e.ts for e in events]
+    if all(a <= b for a, b in zip(times, times[1:])):
+        return {}
+    where = {id(e): i for i, e in enumerate(events)}
+    return behind_steps(times, {t: [where[id(e)] for e in evs] for t, evs in routed.items()})
 
 
 def latest_time(times) -> float | None:

@@ -235,3 +235,55 @@ def test_cluster_keeps_a_trailing_negation_match_of_a_far_out_of_order_trigger(m
     page = read_all(client, "far")
     assert [(m["events"]["a"]["id"], m.get("retracted", False)) for m in page] == \
         [("r2", False)]
+
+
+@pytest.mark.parametrize("form", ["events", "table", "json", "rows with a bad one"])
+def test_an_actor_scores_an_event_behind_another_actors_row_as_one_engine_does(
+        make_cluster, form):
+    """Rows of one request that come after a later event sent to another actor are out of
+    order in one engine fed the request, and their scores set their stream's lateness
+    threshold: the gateway tells the actor the stream's time before each such row. Here the
+    two small scores of X (one would not do) make the next request's X late in one engine;
+    an actor that did not see them (they were in order there) took it. (The minimum slack keeps the watermark,
+    hence what the index keeps, behind it: only X's threshold decides.)"""
+    import pyarrow as pa
+    from raycep.actors.routing import partition_of
+    from raycep.cep.io.codec import encode_rows
+    k0 = 0
+    k1 = next(k for k in range(1, 64) if partition_of(k, 2) != partition_of(k0, 2))
+
+    def e(t, ts, k, i):
+        return Event(t, float(ts), {"k": k}, id=f"{t}{i}")
+    requests = [[e("Y", 10, k0, 0), e("Y", 2, k0, 1)],
+                [e("X", 12, k1, 2), e("X", 11.9, k0, 3), e("X", 11.95, k0, 4)],
+                [e("X", 7, k0, 5)]]
+    query = "PATTERN SEQ(X a, X b) WHERE [k] WITHIN 100 seconds"
+    engine = Engine(key_attr="k", disorder=DisorderSettings(min_slack=4.5))
+    engine.add_query(query, name="q")
+    for request in requests:
+        engine.process_many(request)
+    assert [x.event.id for x in engine.late] == ["X5"]          # what one engine does
+    cluster = make_cluster(slack=4.5)
+    client = connect(cluster.url)
+    client.register(query, name="q")
+    late = []
+    for request in requests:
+        columns = {"type": [x.type for x in request], "ts": [x.ts for x in request],
+                   "id": [x.id for x in request], "k": [x.attrs["k"] for x in request]}
+        if form == "json":                      # POST /v1/events with JSON rows
+            rows = [dict(zip(columns, row)) for row in zip(*columns.values())]
+            status, _, ack = http("POST", cluster.url + "/v1/events", json.dumps(rows).encode(),
+                                  {"Content-Type": "application/json"})
+            assert status == 200
+        elif form == "rows with a bad one":      # wire rows; the actor refuses the bad one
+            rows = [[x.type, x.ts, x.attrs, None, x.id] for x in request]   # (rows after it
+            rows.insert(1, ["X", "soon", {"k": k0}, None, "bad"])          # move up)
+            status, _, ack = http("POST", cluster.url + "/v1/events",
+                                  encode_rows(rows, "wire", f"w{len(late)}"),
+                                  {"Content-Type": "application/msgpack"})
+            assert status == 200 and len(ack["bad_rows"]) == 1 \
+                and ack["bad_rows"][0].startswith("row 1"), ack
+        else:
+            ack = client.send(pa.table(columns) if form == "table" else request)
+        late.append(ack["late"])
+    assert late == [0, 0, 1]
