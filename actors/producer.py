@@ -30,7 +30,7 @@ from collections import deque
 from functools import partial
 
 from raycep.actors.handles import as_handle, ready, result as _result
-from raycep.actors.routing import GLOBAL
+from raycep.actors.routing import GLOBAL, event_steps
 from raycep.cep.errors import ConflictError, MovingError, OverloadedError, UnavailableError
 from raycep.cep.io.codec import encode_batch
 
@@ -137,7 +137,7 @@ class Lane:
         self.backoff = backoff
         self.wait_for = wait_for
         self.refusals = 0                    # refused batches sent again
-        self._flight: deque = deque()        # (ref, data, batch_id, after), oldest first
+        self._flight: deque = deque()        # (ref, data, batch_id, after, clock, steps)
         self._last = None                    # id of the last batch pushed
         #: called (with this lane) while it waits for an actor that refused a batch
         #: because its keys are about to move (MovingError): the Producer then sends again
@@ -145,10 +145,12 @@ class Lane:
         #: the move's time, not only this one
         self.on_moving = None
 
-    def push(self, data: bytes, batch_id: str, clock: float | None = None):
+    def push(self, data: bytes, batch_id: str, clock: float | None = None,
+             steps: list | None = None):
         """Send a batch after the ones pushed before; ``clock``: the latest event time of
-        the slice it is part of (PartitionWorker.ingest observes it after the rows)."""
-        self._flight.append(self._send(data, batch_id, self._last, clock))
+        the slice it is part of (PartitionWorker.ingest observes it after the rows);
+        ``steps``: its rows behind another actor's row of the slice (routing.behind_steps)."""
+        self._flight.append(self._send(data, batch_id, self._last, clock, steps))
         self._last = batch_id
         while len(self._flight) > self.max_in_flight:
             self._settle()
@@ -181,7 +183,7 @@ class Lane:
                 rest = list(self._flight)
                 self._flight.clear()
                 self.refusals += len(again)
-                self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
+                self._flight.extend(self._send(*entry[1:]) for entry in again)
                 self._flight.extend(rest)     # (refused too when they come: sent later)
                 return
             self._flight.popleft()
@@ -202,9 +204,11 @@ class Lane:
                 out.append(entry[2])
         return out
 
-    def _send(self, data: bytes, batch_id: str, after, clock=None) -> tuple:
+    def _send(self, data: bytes, batch_id: str, after, clock=None, steps=None) -> tuple:
         args = (data, after, clock) if self.epoch is None else (data, after, clock, self.epoch)
-        return (self.handle.submit("ingest", *args), data, batch_id, after, clock)
+        if steps:
+            args = (data, after, clock, self.epoch, steps)
+        return (self.handle.submit("ingest", *args), data, batch_id, after, clock, steps)
 
     def _settle(self):
         """Wait for the oldest batch in flight; while the actor refuses it, send it and the
@@ -240,7 +244,7 @@ class Lane:
                 time.sleep(delay)
                 if not isinstance(refused, MovingError):  # (a move: try again soon)
                     delay = min(1.0, delay * 2)
-                self._flight.extend(self._send(d, b, a, c) for _, d, b, a, c in again)
+                self._flight.extend(self._send(*entry[1:]) for entry in again)
                 if isinstance(refused, MovingError) and self.on_moving is not None:
                     self.on_moving(self)
                 continue
@@ -315,7 +319,8 @@ class Producer:
                 del self._slices[old]
 
     def _push(self, seq: int, clock, routed: dict, tag: str = "", only=None) -> None:
-        """Send slice ``seq``'s ``routed`` events to each lane (``only``: those targets);
+        """Send slice ``seq``'s ``routed`` events to each lane (``only``: those targets),
+        with the times before its events behind another actor's (``routing.event_steps``);
         each batch is noted as pending first (``_follow`` sends again what is left)."""
         pending = self._slices[seq][2]
         out = []
@@ -327,9 +332,11 @@ class Producer:
                 continue
             batch_id = f"{self._run}:{seq}:{target}{tag}"
             pending[batch_id] = evs or []
-            out.append((lane, batch_id, evs or []))
-        for lane, batch_id, evs in out:
-            lane.push(encode_batch(evs, self.source, batch_id), batch_id, clock)
+            out.append((lane, batch_id, evs or [], target))
+        steps = event_steps(self._slices[seq][0], routed)
+        for lane, batch_id, evs, target in out:
+            lane.push(encode_batch(evs, self.source, batch_id), batch_id, clock,
+                      steps.get(target))
 
     def _guarded(self, op, repeat: bool = False) -> None:
         """Run ``op``; when an actor refuses a batch because the cluster was

@@ -23,6 +23,7 @@ global query: no parallelism for it).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import msgpack
@@ -235,3 +236,41 @@ class RoutingTable:
                    None if types is None else frozenset(types), int(data.get("version", 0)),
                    int(data.get("key_groups", KEY_GROUPS)), int(data.get("epoch", 0)))
 
+
+def behind_steps(times, origins: dict) -> dict:
+    """``{target: [[row, clock], ...]}``: the rows of each target's batch (by their index in
+    it) whose event time is before that of an earlier row of the request (or slice), with
+    the latest event time of the rows before it (what one engine fed the request had as its
+    clock there: ``PartitionWorker.ingest`` observes it before the row). ``times``: the request's event times in its order (a value that is not a finite
+    number neither counts nor is behind: its row is refused later); ``origins``: per target,
+    the indexes of its rows in the request, ascending. Empty for a request in time order."""
+    import numpy as np
+    t = np.array([x if (x.__class__ is float or x.__class__ is int) else math.nan
+                  for x in times], dtype=np.float64) \
+        if not isinstance(times, np.ndarray) else times.astype(np.float64)
+    if len(t) < 2:
+        return {}
+    t[~np.isfinite(t)] = math.nan
+    before = np.empty_like(t)
+    before[0] = -math.inf
+    before[1:] = np.fmax.accumulate(t)[:-1]
+    behind = t < before                         # (NaN compares False)
+    if not behind.any():
+        return {}
+    out = {}
+    for target, rows in origins.items():
+        rows = np.asarray(rows, dtype=np.int64)
+        k = np.flatnonzero(behind[rows])
+        if len(k):
+            out[target] = [[int(i), float(before[rows[i]])] for i in k]
+    return out
+
+
+def event_steps(events: list, routed: dict) -> dict:
+    """``behind_steps`` of ``events`` (a request or slice) routed by ``RoutingTable.route``
+    (each target's events, all or some, in their order in ``events``)."""
+    times = [e.ts for e in events]
+    if all(a <= b for a, b in zip(times, times[1:])):
+        return {}
+    where = {id(e): i for i, e in enumerate(events)}
+    return behind_steps(times, {t: [where[id(e)] for e in evs] for t, evs in routed.items()})

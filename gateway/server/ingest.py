@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import math
 
-from raycep.actors.routing import GLOBAL
+from raycep.actors.routing import GLOBAL, behind_steps, event_steps
 from raycep.cep.io.codec import (decode_batch, encode_batch, encode_columns, encode_rows,
                                  read_header)
 from raycep.cep.errors import IngestError, OverloadedError
@@ -153,7 +153,7 @@ class Ingest:
         bid = self._actor_batch_id(batch_id)
         acks = await self._dispatch({
             t: encode_batch(routed[t], source, f"{bid}:{t}") for t in routed},
-            latest_time(e.ts for e in events), _event_steps(events, routed))
+            latest_time(e.ts for e in events), event_steps(events, routed))
         self.events_in += len(events)
         return merge_acks(list(routed), acks, len(events),
                           [r for a in acks for r in a["bad_rows"]])
@@ -279,45 +279,6 @@ def _latest_column_time(table) -> float | None:
     times = table.column("ts").to_numpy().astype(np.float64, copy=False)
     times = times[np.isfinite(times)]
     return float(times.max()) if len(times) else None
-
-
-def behind_steps(times, origins: dict) -> dict:
-    """``{target: [[row, clock], ...]}``: the rows of each target's batch (by their index in
-    it) whose event time is before that of an earlier row of the request, with the latest
-    event time of the rows before it (what one engine fed the request had as its clock
-    there). ``times``: the request's event times in its order (a value that is not a finite
-    number neither counts nor is behind: its row is refused later); ``origins``: per target,
-    the indexes of its rows in the request, ascending. Empty for a request in time order."""
-    import numpy as np
-    t = np.array([x if (x.__class__ is float or x.__class__ is int) else math.nan
-                  for x in times], dtype=np.float64) \
-        if not isinstance(times, np.ndarray) else times.astype(np.float64)
-    if len(t) < 2:
-        return {}
-    t[~np.isfinite(t)] = math.nan
-    before = np.empty_like(t)
-    before[0] = -math.inf
-    before[1:] = np.fmax.accumulate(t)[:-1]
-    behind = t < before                         # (NaN compares False)
-    if not behind.any():
-        return {}
-    out = {}
-    for target, rows in origins.items():
-        rows = np.asarray(rows, dtype=np.int64)
-        k = np.flatnonzero(behind[rows])
-        if len(k):
-            out[target] = [[int(i), float(before[rows[i]])] for i in k]
-    return out
-
-
-def _event_steps(events: list, routed: dict) -> dict:
-    """``behind_steps`` of events routed by ``RoutingTable.route`` (each target's events in
-    the request's order)."""
-    times = [e.ts for e in events]
-    if all(a <= b for a, b in zip(times, times[1:])):
-        return {}
-    where = {id(e): i for i, e in enumerate(events)}
-    return behind_steps(times, {t: [where[id(e)] for e in evs] for t, evs in routed.items()})
 
 
 def latest_time(times) -> float | None:
