@@ -50,3 +50,29 @@ def test_event_steps_name_the_rows_behind_and_the_time_before_them():
     assert event_steps([a, b, c, d], {0: [a, c, d], 1: [b]}) == {0: [[1, 5.0], [2, 5.0]]}
     assert event_steps([a, c, d], {0: [a, c, d]}) == {}          # in time order: nothing
     assert event_steps([b, c], {0: [c], 1: [b]}) == {0: [[0, 5.0]]}
+
+
+def test_a_restarted_worker_replays_the_times_before_its_rows(tmp_path):
+    """The times before rows (``ingest(..., steps)``) are logged with the batch: a worker
+    restored from its write-ahead log is where the one that took them was (its lateness
+    statistics, its clock, the late event)."""
+    from raycep.actors.partition import WorkerSettings
+    from raycep.actors.recovery import CheckpointSettings
+    from raycep.cep.io.codec import encode_batch
+    disorder = DisorderSettings(min_slack=4.5)
+    options = dict(worker=WorkerSettings(outbox=True), disorder=disorder,
+                   checkpoint=CheckpointSettings(str(tmp_path), every_events=10**9))
+    worker = PartitionWorker("p0", "k", **options)
+    worker.add_query("q", QUERY)
+    parts = slices()
+    mine = [[e for e in part if partition_of(e.attrs["k"], 2) == partition_of(0, 2)]
+            for part in parts]
+    for n, (part, own) in enumerate(zip(parts, mine)):
+        steps = event_steps(part, {0: own}).get(0)
+        worker.ingest(encode_batch(own, "s", f"b{n}"), None, max(e.ts for e in part), None,
+                      steps)
+    again = PartitionWorker("p0", "k", **options)
+    assert again.recovery["replayed"] == 4
+    stats = [w.engine.disorder.stats()["streams"]["s/X"] for w in (worker, again)]
+    assert stats[0] == stats[1] and stats[0]["out_of_order"] == 3 and stats[0]["late"] == 1
+    assert list(again.outbox) == list(worker.outbox)
