@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from itertools import islice
+from operator import le
 from dataclasses import dataclass
 
 import msgpack
@@ -241,13 +243,22 @@ def behind_steps(times, origins: dict) -> dict:
     """``{target: [[row, clock], ...]}``: the rows of each target's batch (by their index in
     it) whose event time is before that of an earlier row of the request (or slice), with
     the latest event time of the rows before it (what one engine fed the request had as its
-    clock there: ``PartitionWorker.ingest`` observes it before the row). ``times``: the request's event times in its order (a value that is not a finite
-    number neither counts nor is behind: its row is refused later); ``origins``: per target,
-    the indexes of its rows in the request, ascending. Empty for a request in time order."""
+    clock there: ``PartitionWorker.ingest`` observes it before the row). ``times``: the
+    request's event times in its order (a value that is not a finite number neither counts
+    nor is behind: its row is refused later); ``origins``: per target, the indexes of its
+    rows in the request, ascending. Empty for a request in time order (checked first: the
+    usual case costs one pass)."""
     import numpy as np
-    t = np.array([x if (x.__class__ is float or x.__class__ is int) else math.nan
-                  for x in times], dtype=np.float64) \
-        if not isinstance(times, np.ndarray) else times.astype(np.float64)
+    if isinstance(times, np.ndarray):
+        t = times.astype(np.float64)
+    else:
+        try:                                    # a request in time order: nothing to do
+            if all(map(le, times, islice(times, 1, None))):
+                return {}
+        except TypeError:                       # (values that do not compare: see below)
+            pass
+        t = np.array([x if (x.__class__ is float or x.__class__ is int) else math.nan
+                      for x in times], dtype=np.float64)
     if len(t) < 2:
         return {}
     t[~np.isfinite(t)] = math.nan
@@ -270,7 +281,7 @@ def event_steps(events: list, routed: dict) -> dict:
     """``behind_steps`` of ``events`` (a request or slice) routed by ``RoutingTable.route``
     (each target's events, all or some, in their order in ``events``)."""
     times = [e.ts for e in events]
-    if all(a <= b for a, b in zip(times, times[1:])):
+    if all(map(le, times, islice(times, 1, None))):
         return {}
     where = {id(e): i for i, e in enumerate(events)}
     return behind_steps(times, {t: [where[id(e)] for e in evs] for t, evs in routed.items()})

@@ -53,7 +53,7 @@ class Ingest:
             if header["schema_version"] == 1:
                 routed = self.actors.routing.route_rows(rows)
                 if routed is not None:
-                    return await self._forward(routed, len(rows), header["source"],
+                    return await self._forward(routed, rows, header["source"],
                                                header["batch_id"])
             else:
                 table = _table(rows)
@@ -87,21 +87,17 @@ class Ingest:
                 problems.append(exc)
         return events, source, problems
 
-    async def _forward(self, routed: dict, n_rows: int, source: str,
+    async def _forward(self, routed: dict, rows: list, source: str,
                        batch_id: str | None = None) -> dict:
-        """Send the rows of ``RoutingTable.route_rows`` to their actors as they came; the
-        acknowledgement of ``ingest``, bad rows named by their index in the request (once,
-        also when a row went to two actors)."""
+        """Send the ``rows`` of a request (wire rows), routed by ``RoutingTable.route_rows``,
+        to their actors as they came; the acknowledgement of ``ingest``, bad rows named by
+        their index in the request (once, also when a row went to two actors)."""
         bid = self._actor_batch_id(batch_id)
-        payloads = {t: encode_rows(rows, source, f"{bid}:{t}")
-                    for t, (rows, _) in routed.items()}
-        clock = latest_time(r[1] for rows, _ in routed.values() for r in rows)
+        payloads = {t: encode_rows(part, source, f"{bid}:{t}")
+                    for t, (part, _) in routed.items()}
+        times = [r[1] for r in rows]
         origins = {t: o for t, (_, o) in routed.items()}
-        times = [None] * n_rows
-        for rows, where in routed.values():
-            for r, i in zip(rows, where):
-                times[i] = r[1]
-        return await self._forwarded(payloads, origins, n_rows, clock,
+        return await self._forwarded(payloads, origins, len(rows), latest_time(times),
                                      behind_steps(times, origins))
 
     async def _forward_table(self, table, routed: dict, source: str,
