@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from itertools import islice
 from operator import le
-from dataclasses import dataclass
 
 import msgpack
 
