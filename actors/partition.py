@@ -38,12 +38,11 @@ too, so batches refused and sent again are processed in their order.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import islice
 
@@ -56,6 +55,7 @@ from raycep.actors.recovery import (CheckpointSettings, DurableLog, logged_outpu
                                      replayed_outputs)
 from raycep.actors.rescale import (cut_worker, merge_worker, no_cyclic_gc, pack_share,
                                    unpack_share)
+from raycep.actors.routing import good_row_steps
 from raycep.cep.errors import ConflictError, MovingError, OverloadedError, PlanningError
 from raycep.cep.io.codec import decode_batch
 from raycep.cep.io.output import MatchLines, unknown_meta
@@ -324,7 +324,7 @@ class PartitionWorker:
         dup0 = engine.duplicates
         capped0 = self._truncated()
         if steps and problems:
-            steps = _good_rows(steps, problems)
+            steps = good_row_steps(steps, [p.row for p in problems])
         matches = self._process(decoded.events, decoded.source, steps)
         released = engine.observe(clock) if clock is not None else None
         if released:
@@ -362,20 +362,19 @@ class PartitionWorker:
         whose time is observed before its row."""
         out: list = []
         i, n = 0, len(rows)
-        steps = steps or ()
-        s = 0
+        steps = deque(steps or ())
         while True:
             if self._unplanned and self._rows >= self._plan_due():
                 self._plan_first()
             if i >= n:
                 return out
-            while s < len(steps) and steps[s][0] <= i:
-                if steps[s][0] == i:
-                    out += self.engine.observe(float(steps[s][1]))
-                s += 1
+            while steps and steps[0][0] <= i:
+                row, at = steps.popleft()
+                if row == i:
+                    out += self.engine.observe(float(at))
             j = n if not self._unplanned else min(n, i + self._plan_due() - self._rows)
-            if s < len(steps):
-                j = min(j, int(steps[s][0]))
+            if steps:
+                j = min(j, int(steps[0][0]))
             if isinstance(rows, tuple):
                 part = list(rows[i:j])
                 self.rates.observe_many(part)
@@ -801,10 +800,3 @@ def partition_actor(**options):
     from raycep.actors.handles import actor_class
     return actor_class(PartitionWorker, **options)
 
-
-def _good_rows(steps: list, problems: list) -> list:
-    """``steps`` (``[[row, time], ...]`` by row of a batch) by row among the batch's good
-    rows: the bad ones (``problems``' rows) are not processed."""
-    bad = sorted(p.row for p in problems if p.row is not None)
-    skip = set(bad)
-    return [[row - bisect.bisect_left(bad, row), at] for row, at in steps if row not in skip]

@@ -205,9 +205,9 @@ class Lane:
         return out
 
     def _send(self, data: bytes, batch_id: str, after, clock=None, steps=None) -> tuple:
-        args = (data, after, clock) if self.epoch is None else (data, after, clock, self.epoch)
-        if steps:
-            args = (data, after, clock, self.epoch, steps)
+        args = (data, after, clock, self.epoch, steps)
+        while args[-1] is None:                   # (left out: ingest's defaults)
+            args = args[:-1]
         return (self.handle.submit("ingest", *args), data, batch_id, after, clock, steps)
 
     def _settle(self):

@@ -22,6 +22,7 @@ global query: no parallelism for it).
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from dataclasses import dataclass
@@ -285,3 +286,12 @@ def event_steps(events: list, routed: dict) -> dict:
         return {}
     where = {id(e): i for i, e in enumerate(events)}
     return behind_steps(times, {t: [where[id(e)] for e in evs] for t, evs in routed.items()})
+
+
+def good_row_steps(steps: list, bad_rows: list) -> list:
+    """``steps`` (``behind_steps``: ``[[row, time], ...]`` by row of a batch) by row among the
+    batch's good rows: the bad ones (``bad_rows``, indexes; None for a batch-level problem)
+    are not processed."""
+    bad = sorted(r for r in bad_rows if r is not None)
+    skip = set(bad)
+    return [[row - bisect.bisect_left(bad, row), at] for row, at in steps if row not in skip]

@@ -103,13 +103,14 @@ class Ingest:
     async def _forward_table(self, table, routed: dict, source: str,
                              batch_id: str | None = None) -> dict:
         """Send each actor its rows of ``table`` (``RoutingTable.route_table``) as columns."""
+        import numpy as np
         import pyarrow as pa
         bid = self._actor_batch_id(batch_id)
         payloads = {t: encode_columns(table.take(pa.array(rows)), source, f"{bid}:{t}")
                     for t, rows in routed.items()}
+        times = table.column("ts").to_numpy().astype(np.float64, copy=False)
         return await self._forwarded(payloads, routed, table.num_rows,
-                                     _latest_column_time(table),
-                                     behind_steps(table.column("ts").to_numpy(), routed))
+                                     _latest_column_time(times), behind_steps(times, routed))
 
     async def _forwarded(self, payloads: dict, origins: dict, n_rows: int,
                          clock: float | None, steps: dict) -> dict:
@@ -269,10 +270,9 @@ def _table(data):
     return table
 
 
-def _latest_column_time(table) -> float | None:
-    """``latest_time`` of a table's ``ts`` column (numbers)."""
+def _latest_column_time(times) -> float | None:
+    """``latest_time`` of a table's ``ts`` column (numbers, as float64)."""
     import numpy as np
-    times = table.column("ts").to_numpy().astype(np.float64, copy=False)
     times = times[np.isfinite(times)]
     return float(times.max()) if len(times) else None
 
